@@ -1,0 +1,41 @@
+# `make serve`: set up .venv and run the service on its built-in default (rule rewards).
+# `make test`:  set up .venv with the dev extra and run the test suite.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+# torch is pinned here, not in pyproject: 2.13.0 is the CPU build on this machine's disk,
+# and GPU users bring their own CUDA build within the range pyproject allows.
+TORCH ?= torch==2.13.0
+ARGS ?=
+PYTEST_ARGS ?=
+
+.PHONY: serve test install install-dev bench clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+
+$(VENV)/.serve-installed: pyproject.toml | $(PY)
+	$(PIP) install --quiet "$(TORCH)"
+	$(PIP) install --quiet -e '.[serve]'
+	touch $@
+
+$(VENV)/.dev-installed: pyproject.toml $(VENV)/.serve-installed
+	$(PIP) install --quiet -e '.[serve,dev]'
+	touch $@
+
+install: $(VENV)/.serve-installed
+install-dev: $(VENV)/.dev-installed
+
+serve: install
+	$(VENV)/bin/rewardserve serve $(ARGS)
+
+test: install-dev
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+bench: install-dev
+	$(PY) bench/outcome.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,43 @@
+"""rewardserve client: what RL trainers import. Needs only httpx and pydantic."""
+
+from rewardserve.client.async_client import AsyncRewardClient
+from rewardserve.client.errors import (
+    APIConnectionError,
+    APIStatusError,
+    APITimeoutError,
+    AuthenticationError,
+    DeadlineExceededError,
+    InternalServerError,
+    NotFoundError,
+    PayloadTooLargeError,
+    RateLimitError,
+    RewardServeError,
+    ServiceUnavailableError,
+    UnprocessableEntityError,
+)
+from rewardserve.client.protocol import Item, ItemResult, Message, ScoreResponse
+from rewardserve.client.sync_client import RewardClient
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "APIConnectionError",
+    "APIStatusError",
+    "APITimeoutError",
+    "AsyncRewardClient",
+    "AuthenticationError",
+    "DeadlineExceededError",
+    "InternalServerError",
+    "Item",
+    "ItemResult",
+    "Message",
+    "NotFoundError",
+    "PayloadTooLargeError",
+    "RateLimitError",
+    "RewardClient",
+    "RewardServeError",
+    "ScoreResponse",
+    "ServiceUnavailableError",
+    "UnprocessableEntityError",
+    "__version__",
+]

@@ -1,0 +1,262 @@
+"""The rewardserve wire contract, v1.
+
+This module is the single definition of every request and response body. The service
+validates against it and the client builds and parses with it; nothing else may copy it.
+
+Requests reject unknown fields (a typo such as ``"normalise"`` is a 422, not a silent
+default); responses ignore unknown fields so an older client keeps working against a
+newer server.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+API_VERSION = "v1"
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class _Response(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+# --------------------------------------------------------------------------- messages
+
+
+class TextPart(_Request):
+    type: Literal["text"]
+    text: str
+
+
+class ImageURL(_Request):
+    url: str
+    detail: Literal["auto", "low", "high"] | None = None
+
+
+class ImageURLPart(_Request):
+    """OpenAI chat format: ``{"type": "image_url", "image_url": {"url": "data:..."}}``."""
+
+    type: Literal["image_url"]
+    image_url: ImageURL
+
+
+class ImagePart(_Request):
+    """transformers chat format: ``{"type": "image", "url": "..."}`` (or ``"image"``)."""
+
+    type: Literal["image"]
+    url: str | None = None
+    image: str | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ImagePart:
+        if (self.url is None) == (self.image is None):
+            raise ValueError("an image part needs exactly one of 'url' or 'image'")
+        return self
+
+
+ContentPart = Annotated[Union[TextPart, ImageURLPart, ImagePart], Field(discriminator="type")]
+
+
+class FunctionCall(_Request):
+    name: str
+    # OpenAI sends arguments as a JSON string; transformers chat templates take a dict.
+    arguments: str | dict[str, Any] = "{}"
+
+
+class ToolCall(_Request):
+    id: str | None = None
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+Role = Literal["system", "developer", "user", "assistant", "tool"]
+
+
+class Message(_Request):
+    role: Role
+    content: str | list[ContentPart] | None = None
+    name: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
+
+    def text(self) -> str:
+        """The message's text parts joined (images dropped)."""
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(p.text for p in self.content if isinstance(p, TextPart))
+
+    def has_images(self) -> bool:
+        return isinstance(self.content, list) and any(
+            not isinstance(p, TextPart) for p in self.content
+        )
+
+
+# --------------------------------------------------------------------------- items
+
+
+class Item(_Request):
+    """One thing to score: a whole conversation, or a prompt and a response.
+
+    - ``messages``: the conversation; the response is its final assistant turn.
+    - ``response`` (with an optional ``prompt``, a string or a list of messages).
+    ``reference`` is the ground truth rule rewards compare against (a string, or any
+    JSON value a rule understands). ``steps`` lists the steps of a reasoning chain for
+    process rewards. ``group_id`` groups completions of one prompt (GRPO).
+    """
+
+    id: str | None = None
+    group_id: str | None = None
+    messages: list[Message] | None = Field(default=None, min_length=1)
+    prompt: str | list[Message] | None = None
+    response: str | None = None
+    reference: Any = None
+    steps: list[str] | None = None
+    metadata: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _one_shape(self) -> Item:
+        if self.messages is not None:
+            if self.prompt is not None or self.response is not None:
+                raise ValueError("give either 'messages' or 'prompt' + 'response', not both")
+        elif self.response is None and self.steps is None:
+            raise ValueError("an item needs 'messages', 'response' or 'steps'")
+        return self
+
+    def conversation(self) -> list[Message]:
+        """The item as chat messages: prompt turns then one assistant turn."""
+        if self.messages is not None:
+            return list(self.messages)
+        if self.prompt is None:
+            turns: list[Message] = []
+        elif isinstance(self.prompt, str):
+            turns = [Message(role="user", content=self.prompt)]
+        else:
+            turns = list(self.prompt)
+        response = self.response if self.response is not None else "".join(self.steps or [])
+        return turns + [Message(role="assistant", content=response)]
+
+    def response_text(self) -> str:
+        """The text being graded: ``response``, else the last assistant message."""
+        if self.response is not None:
+            return self.response
+        if self.messages is not None:
+            for message in reversed(self.messages):
+                if message.role == "assistant":
+                    return message.text()
+            return ""
+        return "".join(self.steps or [])
+
+
+# --------------------------------------------------------------------------- options
+
+Activation = Literal["none", "sigmoid"]
+Normalize = Literal["none", "group"]
+Truncate = Literal["error", "left", "right"]
+
+
+class ScoreOptions(_Request):
+    activation: Activation = "none"
+    # "group": add GRPO advantages per group_id, (r - mean) / (std + 1e-6), with the
+    # sample standard deviation as torch and TRL compute it; invalid items are left out.
+    normalize: Normalize = "none"
+    # "error" (default): an item over the model's max tokens fails the request with 413.
+    # "left" / "right": drop tokens from that end of the text so the item fits.
+    truncate: Truncate = "error"
+
+
+# --------------------------------------------------------------------------- results
+
+
+class Usage(_Response):
+    items: int = 0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+
+
+class ItemResult(_Response):
+    """The reward of one item. A result that could not be computed has ``valid: false``,
+    an ``error`` and ``score: null``; it is never a silent 0."""
+
+    id: str | None = None
+    score: float | None = None
+    valid: bool = True
+    error: str | None = None
+    advantage: float | None = None
+    # Multi-head reward models: the whole head vector at the readout position.
+    scores: list[float] | None = None
+    tokens: int | None = None
+    truncated: bool = False
+
+
+# --------------------------------------------------------------------------- /v1/score
+
+
+class ScoreRequest(_Request):
+    model: str
+    items: list[Item] = Field(min_length=1)
+    options: ScoreOptions = Field(default_factory=ScoreOptions)
+
+
+class ScoreResponse(_Response):
+    model: str
+    results: list[ItemResult]
+    usage: Usage = Field(default_factory=Usage)
+
+
+# --------------------------------------------------------------------------- /v1/models, health
+
+
+ModelKind = Literal["outcome", "process", "verifier", "rule", "vlm", "clip_goal"]
+
+
+class ModelCard(_Response):
+    name: str
+    kind: str
+    backend: str
+    source: str
+    preset: str | None = None
+    max_tokens: int | None = None
+    ready: bool = False
+
+
+class ModelList(_Response):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
+class Health(_Response):
+    status: str
+    models: dict[str, bool] = Field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------- errors
+
+ErrorType = Literal[
+    "authentication_error",  # 401
+    "not_found",  # 404
+    "payload_too_large",  # 413
+    "invalid_request",  # 422
+    "overloaded",  # 429
+    "internal_error",  # 500
+    "not_ready",  # 503
+    "deadline_exceeded",  # 504
+]
+
+
+class ErrorDetail(_Response):
+    type: str
+    message: str
+    param: str | None = None
+
+
+class ErrorBody(_Response):
+    """Every non-2xx response: ``{"error": {"type", "message", "param"?}}``."""
+
+    error: ErrorDetail

@@ -1,0 +1,141 @@
+"""The reward-model contract every kind implements.
+
+A kind turns request items into units of ``Work`` (``prepare``: templating and
+tokenization, cheap, called once per request) and turns a batch of work into results
+(``predict``: the forward pass and the readout, called by the service's batcher on the
+model's worker thread). The service never looks inside ``Work.payload``.
+
+    load()      heavy set-up: weights, tokenizer, pools
+    prepare()   items -> Work (or ItemError per bad item; RequestError fails the request)
+    predict()   [Work] -> [ItemResult | ItemError], same order
+    probe()     one real forward, proving the model can serve
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from rewardserve.client.protocol import Item, ItemResult, ModelCard, ScoreOptions
+from rewardserve.models.spec import ModelSpec
+
+
+class ItemError(Exception):
+    """This item cannot be scored; its neighbours still are. Becomes ``valid: false``."""
+
+
+class RequestError(Exception):
+    """The request as a whole is unacceptable (the service maps ``status`` to its table)."""
+
+    def __init__(self, message: str, *, param: str | None = None, status: int = 422):
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.status = status
+
+
+@dataclass
+class Work:
+    """One forward unit. ``length`` is what the batcher budgets (tokens for models that
+    pad, 1 for rule calls); ``payload`` is the kind's own business."""
+
+    length: int
+    payload: Any
+    prompt_tokens: int = 0
+    truncated: bool = False
+
+
+@dataclass(frozen=True)
+class BatchPolicy:
+    """How the batcher feeds a model.
+
+    pads: a batch costs ``longest * count`` (padded forward) rather than ``sum(lengths)``.
+    concurrency: batches in flight at once (1 for a GPU/CPU forward; more for rule calls
+    that wait on a process pool).
+    """
+
+    max_batch_tokens: int = 8192
+    max_batch_items: int = 256
+    max_wait_ms: float = 5.0
+    max_queue_tokens: int = 1_000_000
+    pads: bool = True
+    concurrency: int = 1
+
+    def cost(self, lengths: list[int]) -> int:
+        if not lengths:
+            return 0
+        return max(lengths) * len(lengths) if self.pads else sum(lengths)
+
+
+class RewardModel(ABC):
+    """Base class of every kind. Subclasses set ``kind`` and implement the four steps."""
+
+    kind: ClassVar[str]
+    default_policy: ClassVar[BatchPolicy] = BatchPolicy()
+
+    def __init__(self, spec: ModelSpec, preset: dict[str, Any] | None = None):
+        self.spec = spec
+        self.name = spec.name
+        # Preset options first, then the user's own options on top.
+        self.options: dict[str, Any] = {**(preset or {}).get("options", {}), **spec.options}
+        self.preset_name: str | None = (preset or {}).get("name")
+
+    # ---- the contract
+
+    @abstractmethod
+    def load(self) -> None: ...
+
+    @abstractmethod
+    def prepare(self, items: list[Item], options: ScoreOptions) -> list[Work | ItemError]: ...
+
+    @abstractmethod
+    def predict(self, batch: list[Work]) -> list[ItemResult | ItemError]: ...
+
+    def probe(self) -> None:
+        """Default probe: prepare and predict one tiny item; any failure raises."""
+        probe_item = Item(prompt="1+1?", response="2", reference="2")
+        entries = self.prepare([probe_item], ScoreOptions())
+        works = [e for e in entries if isinstance(e, Work)]
+        if not works:
+            raise RuntimeError(f"probe item was rejected: {entries[0]}")
+        (result,) = self.predict(works)
+        if isinstance(result, ItemError):
+            raise RuntimeError(f"probe failed: {result}")
+
+    def close(self) -> None:
+        """Release pools and processes. Weights go with the object."""
+
+    # ---- description
+
+    @property
+    def backend_name(self) -> str:
+        return "none"
+
+    @property
+    def max_tokens(self) -> int | None:
+        return None
+
+    def policy(self) -> BatchPolicy:
+        """The kind's defaults, overridden by what the spec sets."""
+        base = self.default_policy
+        spec = self.spec
+        return BatchPolicy(
+            max_batch_tokens=spec.max_batch_tokens or base.max_batch_tokens,
+            max_batch_items=base.max_batch_items,
+            max_wait_ms=base.max_wait_ms if spec.max_wait_ms is None else spec.max_wait_ms,
+            max_queue_tokens=spec.max_queue_tokens or base.max_queue_tokens,
+            pads=base.pads,
+            concurrency=base.concurrency,
+        )
+
+    def card(self, ready: bool) -> ModelCard:
+        return ModelCard(
+            name=self.name,
+            kind=self.kind,
+            backend=self.backend_name,
+            source=self.spec.source,
+            preset=self.preset_name,
+            max_tokens=self.max_tokens,
+            ready=ready,
+        )

@@ -1,0 +1,81 @@
+"""Turning items into token ids the way model cards do it.
+
+The reference recipe of chat reward models (Skywork-Reward-V2's card, for one):
+
+    text = tokenizer.apply_chat_template(conversation, tokenize=False)
+    if tokenizer.bos_token and text.startswith(tokenizer.bos_token):
+        text = text[len(tokenizer.bos_token):]        # the tokenizer adds BOS again
+    ids = tokenizer(text)["input_ids"]
+
+Everything here follows that recipe so served scores equal the card's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rewardserve.client.protocol import Item, Message
+from rewardserve.models.base import ItemError, RequestError
+
+
+def message_dicts(messages: list[Message], *, images: bool = False) -> list[dict[str, Any]]:
+    """Messages as chat templates expect them. Text-only models get string content;
+    an image sent to them is an item error, not a silently dropped part."""
+    out = []
+    for message in messages:
+        if message.has_images() and not images:
+            raise ItemError("this model does not accept images")
+        d = message.model_dump(exclude_none=True)
+        if not images:
+            d["content"] = message.text()
+        out.append(d)
+    return out
+
+
+def render_chat(tokenizer, messages: list[Message], *, strip_bos: bool = True) -> str:
+    if tokenizer.chat_template is None:
+        raise ItemError("the model's tokenizer has no chat template")
+    text = tokenizer.apply_chat_template(message_dicts(messages), tokenize=False)
+    bos = tokenizer.bos_token
+    if strip_bos and bos and text.startswith(bos):
+        text = text[len(bos) :]
+    return text
+
+
+def split_pair(item: Item) -> tuple[str, str]:
+    """(question, answer) for text-pair classifiers: every turn before the final
+    assistant turn, then that turn."""
+    turns = item.conversation()
+    return "\n".join(m.text() for m in turns[:-1]), turns[-1].text()
+
+
+def fit_length(
+    ids: list[int], max_tokens: int, truncate: str, *, index: int, bos_id: int | None
+) -> tuple[list[int], bool]:
+    """Enforce the model's length limit: 413 naming the item, or cut from one end."""
+    if len(ids) <= max_tokens:
+        return ids, False
+    if truncate == "right":
+        return ids[:max_tokens], True
+    if truncate == "left":
+        # Keep a leading BOS: the model never saw text without it.
+        keep_bos = bos_id is not None and ids and ids[0] == bos_id
+        head = ids[:1] if keep_bos else []
+        return head + ids[len(ids) - (max_tokens - len(head)) :], True
+    raise RequestError(
+        f"items[{index}] has {len(ids)} tokens, over this model's limit of {max_tokens}; "
+        "shorten it or send options.truncate = 'left' or 'right'",
+        param=f"items[{index}]",
+        status=413,
+    )
+
+
+def readout_position(ids: list[int], pad_token_id: int | None) -> int:
+    """Where sequence classifiers read: the rightmost token that is not the pad token
+    (transformers' own rule, which falls back to 0), or the last token without a pad."""
+    if pad_token_id is None:
+        return len(ids) - 1
+    for pos in range(len(ids) - 1, -1, -1):
+        if ids[pos] != pad_token_id:
+            return pos
+    return 0

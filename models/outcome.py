@@ -1,0 +1,110 @@
+"""Kind ``outcome``: sequence-classification reward models (Skywork-Reward-V2 style).
+
+score = the classification head at the last non-pad token of the chat-templated
+conversation (a raw logit unless ``activation: sigmoid``). Multi-head models also return
+the whole head vector as ``scores``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from rewardserve.client.protocol import Item, ItemResult, ScoreOptions
+from rewardserve.models.backends import Sequence, make_backend
+from rewardserve.models.base import BatchPolicy, ItemError, RewardModel, Work
+from rewardserve.models.chat import fit_length, readout_position, render_chat, split_pair
+from rewardserve.models.registry import register_kind
+
+
+@dataclass(frozen=True)
+class _Scoring:
+    seq: Sequence
+    activation: str
+
+
+def _activate(x: float, activation: str) -> float:
+    if activation == "sigmoid":
+        return 1.0 / (1.0 + math.exp(-x)) if x >= 0 else math.exp(x) / (1.0 + math.exp(x))
+    return x
+
+
+@register_kind("outcome")
+class OutcomeModel(RewardModel):
+    default_policy = BatchPolicy(max_batch_tokens=16384, max_wait_ms=5.0)
+
+    def load(self) -> None:
+        self.backend = make_backend(self.spec, "classify")
+
+    @property
+    def backend_name(self) -> str:
+        return self.backend.name if hasattr(self, "backend") else self.spec.backend
+
+    @property
+    def max_tokens(self) -> int | None:
+        return self.backend.max_tokens if hasattr(self, "backend") else self.spec.max_tokens
+
+    def _encode(self, items: list[Item]) -> list[list[int] | ItemError]:
+        tok = self.backend.tokenizer
+        out: list[list[int] | ItemError] = []
+        if self.options.get("input", "chat") == "pair":
+            questions, answers = zip(*(split_pair(item) for item in items))
+            return list(tok(list(questions), list(answers))["input_ids"])
+        texts: dict[int, str] = {}
+        for i, item in enumerate(items):
+            try:
+                texts[i] = render_chat(
+                    tok, item.conversation(), strip_bos=self.options.get("strip_bos", True)
+                )
+            except ItemError as exc:
+                out.append(exc)
+                continue
+            out.append([])
+        # One batched call: the fast tokenizer encodes in parallel, off the GIL.
+        encoded = tok(list(texts.values()))["input_ids"] if texts else []
+        for i, ids in zip(texts, encoded):
+            out[i] = list(ids)
+        return out
+
+    def prepare(self, items: list[Item], options: ScoreOptions) -> list[Work | ItemError]:
+        backend = self.backend
+        bos = backend.tokenizer.bos_token_id
+        entries: list[Work | ItemError] = []
+        for index, ids in enumerate(self._encode(items)):
+            if isinstance(ids, ItemError):
+                entries.append(ids)
+                continue
+            if not ids:
+                entries.append(ItemError("the item encodes to no tokens"))
+                continue
+            ids, cut = fit_length(
+                ids, backend.max_tokens, options.truncate, index=index, bos_id=bos
+            )
+            seq = Sequence(ids=ids, readout=readout_position(ids, backend.pad_token_id))
+            entries.append(
+                Work(
+                    length=len(ids),
+                    payload=_Scoring(seq, options.activation),
+                    prompt_tokens=len(ids),
+                    truncated=cut,
+                )
+            )
+        return entries
+
+    def predict(self, batch: list[Work]) -> list[ItemResult | ItemError]:
+        heads = self.backend.classify([w.payload.seq for w in batch])
+        results: list[ItemResult | ItemError] = []
+        for work, head in zip(batch, heads):
+            values = [_activate(float(v), work.payload.activation) for v in head]
+            if not all(math.isfinite(v) for v in values):
+                results.append(ItemError("the model produced a non-finite score"))
+                continue
+            results.append(
+                ItemResult(
+                    score=values[0],
+                    scores=values if len(values) > 1 else None,
+                    tokens=work.length,
+                    truncated=work.truncated,
+                )
+            )
+        return results

@@ -1,0 +1,277 @@
+"""Per-model dynamic batching across concurrent requests.
+
+Requests put their work in one queue per model. The loop below waits for a free slot,
+lets work gather for at most ``max_wait_ms`` after the oldest arrival (less when a full
+batch is already waiting), takes a window of work in arrival order, sorts it by length
+and cuts it into batches whose padded size fits the token budget. Each batch runs on the
+model's worker thread; results go back to each item's future.
+
+The queue is bounded in tokens: work that does not fit is refused at once (429), so a
+burst never turns into unbounded memory or latency. Work whose request has gone away
+(client disconnected) is dropped right before compute.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from rewardserve.models.base import BatchPolicy, ItemError, Work
+from rewardserve.service.errors import NotReady
+from rewardserve.service.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+Predict = Callable[[list[Work]], list]
+# How many batch budgets one window may hold: enough to sort by length, small enough
+# that work arriving meanwhile is not stuck behind a long backlog of formed batches.
+_WINDOW_BUDGETS = 4
+
+
+@dataclass
+class Outcome:
+    """What an item's future resolves to."""
+
+    result: object  # ItemResult | ItemError
+    queue_s: float
+    inference_s: float
+
+
+@dataclass
+class _Pending:
+    work: Work
+    future: asyncio.Future
+    enqueued: float
+
+
+class QueueFull(Exception):
+    def __init__(self, retry_after_s: int):
+        super().__init__(f"queue full, retry after {retry_after_s}s")
+        self.retry_after_s = retry_after_s
+
+
+class QueueTooSmall(Exception):
+    """The request alone is bigger than the whole queue: retrying cannot help."""
+
+
+class Batcher:
+    def __init__(self, name: str, predict: Predict, policy: BatchPolicy, metrics: Metrics):
+        self.name = name
+        self.policy = policy
+        self._predict = predict
+        self._metrics = metrics
+        self._queue: deque[_Pending] = deque()
+        self._formed: deque[list[_Pending]] = deque()
+        self._pending_tokens = 0  # queued + formed, not yet running
+        self._wakeup = asyncio.Event()
+        self._slots = asyncio.Semaphore(policy.concurrency)
+        self._running: set[asyncio.Task] = set()
+        self._executor = ThreadPoolExecutor(policy.concurrency, thread_name_prefix=f"rs-{name}")
+        self._loop_task: asyncio.Task | None = None
+        self._tokens_per_s = 0.0  # recent throughput, for retry-after
+
+    # ------------------------------------------------------------------ public
+
+    def start(self) -> None:
+        self._loop_task = asyncio.create_task(self._run_forever(), name=f"batcher-{self.name}")
+
+    def submit(self, works: list[Work]) -> list[asyncio.Future]:
+        """Queue work and return one future per item, or refuse all of it."""
+        tokens = sum(w.length for w in works)
+        if tokens > self.policy.max_queue_tokens:
+            raise QueueTooSmall(
+                f"the request needs {tokens} tokens of queue, more than this model's "
+                f"whole queue ({self.policy.max_queue_tokens}); split it"
+            )
+        if self._pending_tokens + tokens > self.policy.max_queue_tokens:
+            raise QueueFull(self._retry_after(tokens))
+        loop = asyncio.get_running_loop()
+        now = time.monotonic()
+        futures = []
+        for work in works:
+            future = loop.create_future()
+            self._queue.append(_Pending(work, future, now))
+            futures.append(future)
+        self._pending_tokens += tokens
+        self._update_gauges()
+        self._wakeup.set()
+        return futures
+
+    @property
+    def pending_items(self) -> int:
+        return len(self._queue) + sum(len(b) for b in self._formed)
+
+    async def stop(self) -> None:
+        """Stop taking batches, let running ones finish, fail what is still queued."""
+        if self._loop_task is not None:
+            self._loop_task.cancel()
+            await asyncio.gather(self._loop_task, return_exceptions=True)
+        if self._running:
+            await asyncio.gather(*self._running, return_exceptions=True)
+        leftovers = list(self._queue) + [p for batch in self._formed for p in batch]
+        for pending in leftovers:
+            if not pending.future.done():
+                pending.future.set_exception(NotReady("the service is shutting down"))
+        self._queue.clear()
+        self._formed.clear()
+        self._executor.shutdown(wait=True)
+
+    # ------------------------------------------------------------------ the loop
+
+    async def _run_forever(self) -> None:
+        while True:
+            await self._slots.acquire()
+            try:
+                batch = await self._next_batch()
+            except BaseException:
+                self._slots.release()
+                raise
+            task = asyncio.create_task(self._run_batch(batch))
+            self._running.add(task)
+            task.add_done_callback(self._running.discard)
+
+    async def _next_batch(self) -> list[_Pending]:
+        while True:
+            if self._formed:
+                batch = self._formed.popleft()
+                live = self._drop_gone(batch)
+                if live:
+                    return live
+                continue
+            if not self._queue:
+                self._wakeup.clear()
+                await self._wakeup.wait()
+                continue
+            await self._gather_more()
+            self._form_batches()
+
+    async def _gather_more(self) -> None:
+        """Wait for company, at most max_wait after the oldest item arrived."""
+        deadline = self._queue[0].enqueued + self.policy.max_wait_ms / 1000.0
+        while sum(p.work.length for p in self._queue) < self.policy.max_batch_tokens:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            self._wakeup.clear()
+            try:
+                await asyncio.wait_for(self._wakeup.wait(), remaining)
+            except asyncio.TimeoutError:
+                return
+
+    def _form_batches(self) -> None:
+        """Cut a window of queued work, sorted by length, into batches within budget."""
+        policy = self.policy
+        window: list[_Pending] = []
+        window_tokens = 0
+        while self._queue and (
+            not window or window_tokens + self._queue[0].work.length
+            <= policy.max_batch_tokens * _WINDOW_BUDGETS
+        ):
+            pending = self._queue.popleft()
+            window.append(pending)
+            window_tokens += pending.work.length
+        window.sort(key=lambda p: p.work.length)
+        batch: list[_Pending] = []
+        for pending in window:
+            lengths = [p.work.length for p in batch] + [pending.work.length]
+            if batch and (
+                policy.cost(lengths) > policy.max_batch_tokens
+                or len(batch) >= policy.max_batch_items
+            ):
+                self._formed.append(batch)
+                batch = []
+            batch.append(pending)
+        if batch:
+            self._formed.append(batch)
+
+    def _drop_gone(self, batch: list[_Pending]) -> list[_Pending]:
+        """Drop items whose future is already done (the client went away)."""
+        live = [p for p in batch if not p.future.done()]
+        gone = len(batch) - len(live)
+        if gone:
+            self._pending_tokens -= sum(p.work.length for p in batch if p.future.done())
+            self._metrics.dropped.labels(self.name, "disconnected").inc(gone)
+            self._update_gauges()
+        return live
+
+    async def _run_batch(self, batch: list[_Pending]) -> None:
+        try:
+            batch = self._drop_gone(batch)  # last look before compute
+            if not batch:
+                return
+            tokens = sum(p.work.length for p in batch)
+            self._pending_tokens -= tokens
+            self._update_gauges()
+            works = [p.work for p in batch]
+            start = time.monotonic()
+            loop = asyncio.get_running_loop()
+            results = await loop.run_in_executor(self._executor, self._predict_isolating, works)
+            elapsed = time.monotonic() - start
+            self._record(batch, results, tokens, elapsed)
+            for pending, result in zip(batch, results):
+                if not pending.future.done():
+                    pending.future.set_result(Outcome(result, start - pending.enqueued, elapsed))
+        except BaseException as exc:  # never leave a caller waiting forever
+            for pending in batch:
+                if not pending.future.done():
+                    pending.future.set_exception(
+                        exc if isinstance(exc, Exception) else RuntimeError("batch cancelled")
+                    )
+            if not isinstance(exc, Exception):
+                raise
+        finally:
+            self._slots.release()
+
+    def _predict_isolating(self, works: list[Work]) -> list:
+        """Run a batch; if it fails as a whole, split it to find the item at fault so
+        its neighbours still get their scores."""
+        try:
+            results = self._predict(works)
+            if len(results) != len(works):
+                raise RuntimeError(f"predict returned {len(results)} results for {len(works)}")
+            return results
+        except Exception as exc:
+            if len(works) == 1:
+                log.warning("model %s failed on one item: %s", self.name, exc)
+                return [ItemError(f"inference failed: {type(exc).__name__}: {exc}")]
+            half = len(works) // 2
+            return self._predict_isolating(works[:half]) + self._predict_isolating(works[half:])
+
+    # ------------------------------------------------------------------ bookkeeping
+
+    def _record(self, batch: list[_Pending], results: list, tokens: int, elapsed: float) -> None:
+        m, name = self._metrics, self.name
+        lengths = [p.work.length for p in batch]
+        padded = self.policy.cost(lengths)
+        m.batches.labels(name).inc()
+        m.batch_size.labels(name).observe(len(batch))
+        m.batch_tokens.labels(name).observe(padded)
+        m.padding_ratio.labels(name).observe(1.0 - tokens / padded if padded else 0.0)
+        m.forward_seconds.labels(name).observe(elapsed)
+        now = time.monotonic()
+        for pending in batch:
+            m.queue_seconds.labels(name).observe(now - elapsed - pending.enqueued)
+        invalid = sum(isinstance(r, ItemError) for r in results)
+        m.items.labels(name, "true").inc(len(results) - invalid)
+        if invalid:
+            m.items.labels(name, "false").inc(invalid)
+        if elapsed > 0:
+            rate = tokens / elapsed * self.policy.concurrency
+            self._tokens_per_s = rate if not self._tokens_per_s else 0.8 * self._tokens_per_s + 0.2 * rate
+
+    def _retry_after(self, tokens: int) -> int:
+        """Seconds until the queue has likely drained enough to take ``tokens``."""
+        if self._tokens_per_s <= 0:
+            return 1
+        backlog = self._pending_tokens + tokens - self.policy.max_queue_tokens
+        return max(1, min(60, math.ceil(backlog / self._tokens_per_s)))
+
+    def _update_gauges(self) -> None:
+        self._metrics.queue_items.labels(self.name).set(self.pending_items)
+        self._metrics.queue_tokens.labels(self.name).set(self._pending_tokens)

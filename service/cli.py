@@ -1,0 +1,71 @@
+"""``rewardserve serve [--config models.yaml] [--model NAME=SOURCE ...] [--host H] [--port P]``"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from rewardserve.client import __version__
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rewardserve", description="Reward-model serving.")
+    parser.add_argument("--version", action="version", version=f"rewardserve {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="run the HTTP service")
+    serve.add_argument("--config", help="YAML file with a 'models:' list")
+    serve.add_argument(
+        "--model", action="append", default=[], metavar="NAME=SOURCE",
+        help="serve SOURCE (a local path or hub id) as NAME; repeatable",
+    )
+    serve.add_argument("--host", help="bind address (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port (default 8000)")
+    serve.add_argument("--no-builtin-rules", action="store_true", help="do not serve math / exact_match")
+    serve.add_argument("--log-level", help="debug, info, warning, error")
+    return parser
+
+
+def serve(args: argparse.Namespace) -> None:
+    import uvicorn
+
+    from rewardserve.service.app import create_app
+    from rewardserve.service.settings import Settings, parse_model_arg
+
+    overrides = {
+        key: value
+        for key, value in {
+            "config": args.config,
+            "host": args.host,
+            "port": args.port,
+            "log_level": args.log_level,
+        }.items()
+        if value is not None
+    }
+    if args.no_builtin_rules:
+        overrides["builtin_rules"] = False
+    settings = Settings(**overrides)
+    if args.model:
+        settings.models = settings.models + [parse_model_arg(a) for a in args.model]
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    app = create_app(settings)
+    uvicorn.run(
+        app, host=settings.host, port=settings.port, log_level=settings.log_level,
+        timeout_graceful_shutdown=30,
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "serve":
+            serve(args)
+    except (ValueError, KeyError, FileNotFoundError) as exc:
+        print(f"rewardserve: {exc}", file=sys.stderr)
+        raise SystemExit(2) from exc
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,90 @@
+"""Prometheus metrics, one registry per app (no process-global collectors)."""
+
+from __future__ import annotations
+
+import time
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+_TOKEN_BUCKETS = (64, 256, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
+_RATIO_BUCKETS = (0.0, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0)
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+
+class Metrics:
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        self.started = time.time()
+        self.requests = Counter(
+            "rewardserve_requests", "HTTP requests", ["route", "model", "status"], registry=r
+        )
+        self.request_seconds = Histogram(
+            "rewardserve_request_duration_seconds",
+            "HTTP request latency",
+            ["route", "model"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.queue_items = Gauge(
+            "rewardserve_queue_items", "Items waiting for a batch", ["model"], registry=r
+        )
+        self.queue_tokens = Gauge(
+            "rewardserve_queue_tokens", "Tokens waiting for a batch", ["model"], registry=r
+        )
+        self.queue_seconds = Histogram(
+            "rewardserve_queue_duration_seconds",
+            "Time an item waited before its batch started",
+            ["model"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.batches = Counter("rewardserve_batches", "Batches run", ["model"], registry=r)
+        self.batch_size = Histogram(
+            "rewardserve_batch_size", "Items per batch", ["model"], buckets=_SIZE_BUCKETS, registry=r
+        )
+        self.batch_tokens = Histogram(
+            "rewardserve_batch_tokens",
+            "Tokens per batch, padding included",
+            ["model"],
+            buckets=_TOKEN_BUCKETS,
+            registry=r,
+        )
+        self.padding_ratio = Histogram(
+            "rewardserve_batch_padding_ratio",
+            "Share of a batch's tokens that are padding",
+            ["model"],
+            buckets=_RATIO_BUCKETS,
+            registry=r,
+        )
+        self.forward_seconds = Histogram(
+            "rewardserve_forward_duration_seconds",
+            "Time of one batch's forward pass and readout",
+            ["model"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.items = Counter(
+            "rewardserve_items_scored", "Items scored", ["model", "valid"], registry=r
+        )
+        self.dropped = Counter(
+            "rewardserve_items_dropped",
+            "Items dropped before compute",
+            ["model", "reason"],
+            registry=r,
+        )
+        self.rejected = Counter(
+            "rewardserve_requests_rejected",
+            "Requests refused before queueing",
+            ["model", "reason"],
+            registry=r,
+        )
+        self.model_ready = Gauge(
+            "rewardserve_model_ready", "1 when the model is loaded and probed", ["model"], registry=r
+        )
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,84 @@
+"""The served models: each one's RewardModel, its batcher and its load state."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+from rewardserve.models.base import RewardModel
+from rewardserve.models.registry import build_model
+from rewardserve.models.spec import ModelSpec
+from rewardserve.service.batcher import Batcher
+from rewardserve.service.errors import NotFound, NotReady
+from rewardserve.service.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Served:
+    model: RewardModel
+    batcher: Batcher | None = None
+    ready: bool = False
+    error: str | None = None
+
+
+class ModelRegistry:
+    def __init__(self, specs: list[ModelSpec], metrics: Metrics):
+        self._metrics = metrics
+        # Building a model reads only its preset and config.json; weights come in load().
+        self._served = {spec.name: Served(build_model(spec)) for spec in specs}
+        self.loaded = asyncio.Event()
+
+    def __iter__(self):
+        return iter(self._served.values())
+
+    @property
+    def all_ready(self) -> bool:
+        return bool(self._served) and all(s.ready for s in self._served.values())
+
+    @property
+    def failed(self) -> list[str]:
+        return [f"{s.model.name}: {s.error}" for s in self._served.values() if s.error]
+
+    async def load_all(self) -> None:
+        """Load, probe with one real forward, then start batching: model by model."""
+        try:
+            for served in self._served.values():
+                await self._load(served)
+        finally:
+            self.loaded.set()
+
+    async def _load(self, served: Served) -> None:
+        model = served.model
+        self._metrics.model_ready.labels(model.name).set(0)
+        try:
+            await asyncio.to_thread(model.load)
+            await asyncio.to_thread(model.probe)
+        except Exception as exc:
+            log.exception("model %s failed to load", model.name)
+            served.error = f"{type(exc).__name__}: {exc}"
+            return
+        served.batcher = Batcher(model.name, model.predict, model.policy(), self._metrics)
+        served.batcher.start()
+        served.ready = True
+        self._metrics.model_ready.labels(model.name).set(1)
+        log.info("model %s ready (%s, %s)", model.name, model.kind, model.backend_name)
+
+    def get(self, name: str) -> Served:
+        served = self._served.get(name)
+        if served is None:
+            known = ", ".join(sorted(self._served)) or "none"
+            raise NotFound(f"model {name!r} is not served here; models: {known}", param="model")
+        if not served.ready:
+            state = f"failed to load ({served.error})" if served.error else "still loading"
+            raise NotReady(f"model {name!r} is {state}")
+        return served
+
+    async def close(self) -> None:
+        for served in self._served.values():
+            served.ready = False
+            if served.batcher is not None:
+                await served.batcher.stop()
+            await asyncio.to_thread(served.model.close)

@@ -1,0 +1,127 @@
+"""The part of every scoring route after validation: prepare, queue, wait, assemble.
+
+    prepare (tokenize, off the event loop) -> batcher.submit -> await results
+    (unless the client disconnects) -> results in request order, usage, timings
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from dataclasses import dataclass
+
+from fastapi import Request
+from starlette.concurrency import run_in_threadpool
+
+from rewardserve.client.protocol import Item, ItemResult, ScoreOptions, Usage
+from rewardserve.models.base import ItemError, RequestError, Work
+from rewardserve.service.batcher import Outcome, QueueFull, QueueTooSmall
+from rewardserve.service.errors import Overloaded, PayloadTooLarge, from_request_error
+from rewardserve.service.registry import Served
+
+GROUP_EPS = 1e-6
+
+
+class ClientGone(Exception):
+    """The client disconnected; its queued work was dropped."""
+
+
+@dataclass
+class Scored:
+    results: list[ItemResult]
+    usage: Usage
+    queue_s: float = 0.0
+    inference_s: float = 0.0
+
+    def timing_headers(self) -> dict[str, str]:
+        # Milliseconds, as TEI reports them.
+        return {
+            "x-queue-time": f"{self.queue_s * 1000:.3f}",
+            "x-inference-time": f"{self.inference_s * 1000:.3f}",
+        }
+
+
+async def score_items(
+    request: Request, served: Served, items: list[Item], options: ScoreOptions
+) -> Scored:
+    model = served.model
+    try:
+        entries = await run_in_threadpool(model.prepare, items, options)
+    except RequestError as exc:
+        raise from_request_error(exc) from exc
+    works = [e for e in entries if isinstance(e, Work)]
+    try:
+        futures = served.batcher.submit(works) if works else []
+    except QueueFull as exc:
+        request.app.state.svc.metrics.rejected.labels(model.name, "queue_full").inc()
+        raise Overloaded(
+            f"model {model.name!r} is at capacity; retry after {exc.retry_after_s}s",
+            retry_after_s=exc.retry_after_s,
+        ) from exc
+    except QueueTooSmall as exc:
+        raise PayloadTooLarge(str(exc), param="items") from exc
+    outcomes: list[Outcome] = await _wait_unless_gone(request, futures)
+
+    results: list[ItemResult] = []
+    done = iter(outcomes)
+    for item, entry in zip(items, entries):
+        result = next(done).result if isinstance(entry, Work) else entry
+        if isinstance(result, ItemError):
+            result = ItemResult(score=None, valid=False, error=str(result))
+        results.append(result.model_copy(update={"id": item.id}))
+    usage = Usage(items=len(items), prompt_tokens=sum(w.prompt_tokens for w in works))
+    return Scored(
+        results,
+        usage,
+        queue_s=max((o.queue_s for o in outcomes), default=0.0),
+        inference_s=max((o.inference_s for o in outcomes), default=0.0),
+    )
+
+
+async def _wait_unless_gone(request: Request, futures: list[asyncio.Future]) -> list[Outcome]:
+    """Await every future; if the client hangs up first, cancel them so the batcher
+    drops that work before computing it."""
+    if not futures:
+        return []
+    gathered = asyncio.gather(*futures)
+    watcher = asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait({gathered, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        gathered.cancel()
+        raise
+    finally:
+        watcher.cancel()
+    if gathered.done():
+        return gathered.result()
+    gathered.cancel()
+    raise ClientGone()
+
+
+async def _disconnected(request: Request) -> None:
+    # The body has been read, so the next ASGI message is the disconnect (or the end
+    # of the exchange, after the response went out).
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+def group_advantages(items: list[Item], results: list[ItemResult]) -> list[ItemResult]:
+    """GRPO advantages: (r - mean) / (std + 1e-6) over the valid scores of each group_id,
+    with the sample standard deviation (torch's and TRL's default). An item without a
+    group_id is a group of one (advantage 0); an invalid item gets none."""
+    groups: dict[object, list[int]] = {}
+    for index, (item, result) in enumerate(zip(items, results)):
+        if result.valid and result.score is not None:
+            key = item.group_id if item.group_id is not None else ("", index)
+            groups.setdefault(key, []).append(index)
+    out = list(results)
+    for members in groups.values():
+        scores = [results[i].score for i in members]
+        mean = sum(scores) / len(scores)
+        if len(scores) > 1:
+            std = math.sqrt(sum((s - mean) ** 2 for s in scores) / (len(scores) - 1))
+        else:
+            std = 0.0
+        for i, s in zip(members, scores):
+            out[i] = out[i].model_copy(update={"advantage": (s - mean) / (std + GROUP_EPS)})
+    return out

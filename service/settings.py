@@ -1,0 +1,81 @@
+"""Service settings: ``REWARDSERVE_*`` environment, CLI flags, and a YAML model list.
+
+Precedence: CLI flags > environment > defaults. The YAML file (``--config`` or
+``REWARDSERVE_CONFIG``) lists models under ``models:``; ``--model NAME=SOURCE`` adds more.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import yaml
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from rewardserve.models.spec import ModelSpec
+
+# Served unless turned off: they need no weights, so `rewardserve serve` is useful offline.
+BUILTIN_RULES = (
+    ModelSpec(name="math", kind="rule", source="math_equiv"),
+    ModelSpec(name="exact_match", kind="rule", source="exact_match"),
+)
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="REWARDSERVE_", extra="forbid")
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=0, le=65535)
+    config: Path | None = None
+    models: list[ModelSpec] = Field(default_factory=list)
+    builtin_rules: bool = True
+    api_keys: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    api_keys_file: Path | None = None
+    max_body_bytes: int = Field(default=32 * 1024 * 1024, gt=0)
+    max_items_per_request: int = Field(default=4096, gt=0)
+    log_level: str = "info"
+
+    @field_validator("api_keys", mode="before")
+    @classmethod
+    def _split_keys(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [k.strip() for k in value.split(",") if k.strip()]
+        return value
+
+    def accepted_keys(self) -> list[str]:
+        keys = list(self.api_keys)
+        if self.api_keys_file is not None:
+            lines = self.api_keys_file.read_text(encoding="utf-8").splitlines()
+            keys += [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+        return keys
+
+    def model_specs(self) -> list[ModelSpec]:
+        """The config file's models, then the settings' own, then the built-in rules
+        (a configured model of the same name replaces a built-in one)."""
+        specs = list(self.models)
+        if self.config is not None:
+            specs = load_model_file(self.config) + specs
+        names = [s.name for s in specs]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"model names must be unique; repeated: {', '.join(duplicates)}")
+        if self.builtin_rules:
+            specs += [s for s in BUILTIN_RULES if s.name not in names]
+        return specs
+
+
+def load_model_file(path: Path) -> list[ModelSpec]:
+    with open(path, encoding="utf-8") as f:
+        data = yaml.safe_load(f) or {}
+    if not isinstance(data, dict) or not isinstance(data.get("models", []), list):
+        raise ValueError(f"{path}: expected a mapping with a 'models:' list")
+    return [ModelSpec.model_validate(entry) for entry in data.get("models", [])]
+
+
+def parse_model_arg(arg: str) -> ModelSpec:
+    """``NAME=SOURCE`` from the command line."""
+    name, sep, source = arg.partition("=")
+    if not sep or not name or not source:
+        raise ValueError(f"--model takes NAME=SOURCE, got {arg!r}")
+    return ModelSpec(name=name, source=source)

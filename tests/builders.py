@@ -1,0 +1,161 @@
+"""Tiny models built locally: a BPE tokenizer trained here, random weights, saved with
+``save_pretrained`` and loaded back through the same code a hub checkpoint takes.
+
+References in tests always come from the saved-and-reloaded copy: with transformers 5 a
+tokenizer built in memory and its reloaded twin can split the same text differently.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+# Llama 3 style: the template writes BOS and the tokenizer adds it again, the duplicate
+# the Skywork card strips.
+LLAMA3_TEMPLATE = (
+    "{{ bos_token }}"
+    "{% for message in messages %}"
+    "<|start_header_id|>{{ message['role'] }}<|end_header_id|>\n\n"
+    "{{ message['content'] }}<|eot_id|>"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}"
+)
+
+_WORDS = (
+    "the answer is step first then so we get compute add multiply divide subtract total "
+    "solve equation value number sum product because therefore check final result box "
+    "apple orange train speed hour minute cost price each more less than equal square root "
+    "yes no good bad correct wrong think reason tool call search python code function "
+).split()
+
+
+def corpus(n: int = 400, seed: int = 0) -> list[str]:
+    rng = random.Random(seed)
+    lines = []
+    for _ in range(n):
+        words = rng.choices(_WORDS, k=rng.randint(4, 20))
+        nums = [str(rng.randint(0, 999)) for _ in range(3)]
+        lines.append(" ".join(words) + " " + " + ".join(nums) + " = \\boxed{\\frac{1}{3}} .,:;!?()[]{}")
+    return lines
+
+
+def random_text(rng: random.Random, words: int) -> str:
+    return " ".join(rng.choice(_WORDS) for _ in range(words)) + f" {rng.randint(0, 99)}."
+
+
+def build_tokenizer(style: str, vocab_size: int = 400):
+    """A byte-level BPE fast tokenizer with ChatML (``qwen``) or Llama 3 (``llama``)
+    special tokens and chat template."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    if style == "qwen":
+        specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    else:
+        specials = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>",
+                    "<|end_header_id|>", "<|eot_id|>", "<|pad|>"]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=specials,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    tok.train_from_iterator(corpus(), trainer)
+    if style == "qwen":
+        return PreTrainedTokenizerFast(
+            tokenizer_object=tok,
+            eos_token="<|im_end|>",
+            pad_token="<|endoftext|>",
+            chat_template=CHATML_TEMPLATE,
+        )
+    bos = "<|begin_of_text|>"
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"{bos} $A", pair=f"{bos} $A $B", special_tokens=[(bos, tok.token_to_id(bos))]
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token=bos,
+        eos_token="<|eot_id|>",
+        pad_token="<|pad|>",
+        chat_template=LLAMA3_TEMPLATE,
+    )
+
+
+def build_sequence_classifier(
+    out_dir: Path,
+    arch: str = "qwen3",
+    *,
+    num_labels: int = 1,
+    hidden: int = 64,
+    layers: int = 2,
+    heads: int = 4,
+    head_dim: int = 16,
+    max_positions: int = 512,
+    seed: int = 0,
+) -> Path:
+    """Save a tiny ``Qwen3ForSequenceClassification`` / ``LlamaForSequenceClassification``."""
+    import torch
+    from transformers import (
+        LlamaConfig,
+        LlamaForSequenceClassification,
+        Qwen3Config,
+        Qwen3ForSequenceClassification,
+    )
+
+    tokenizer = build_tokenizer("qwen" if arch == "qwen3" else "llama")
+    common = dict(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden,
+        intermediate_size=hidden * 2,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=max(1, heads // 2),
+        head_dim=head_dim,
+        max_position_embeddings=max_positions,
+        num_labels=num_labels,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        # Larger than the default 0.02 so random models give well-spread scores.
+        initializer_range=0.2,
+        tie_word_embeddings=False,
+    )
+    torch.manual_seed(seed)
+    if arch == "qwen3":
+        model = Qwen3ForSequenceClassification(Qwen3Config(**common))
+    elif arch == "llama":
+        model = LlamaForSequenceClassification(LlamaConfig(**common))
+    else:
+        raise ValueError(arch)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    return out_dir
+
+
+def reference_outcome_scores(model_dir: Path, conversations: list[list[dict]]) -> list[list[float]]:
+    """The Skywork-Reward-V2 card's recipe, one conversation at a time, straight
+    transformers: template, strip the duplicate BOS, tokenize, logits[0]."""
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForSequenceClassification.from_pretrained(model_dir, dtype=torch.float32)
+    model.eval()
+    out = []
+    with torch.inference_mode():
+        for conversation in conversations:
+            text = tokenizer.apply_chat_template(conversation, tokenize=False)
+            if tokenizer.bos_token is not None and text.startswith(tokenizer.bos_token):
+                text = text[len(tokenizer.bos_token):]
+            encoded = tokenizer(text, return_tensors="pt")
+            out.append(model(**encoded).logits[0].tolist())
+    return out

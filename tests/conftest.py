@@ -1,0 +1,35 @@
+from __future__ import annotations
+
+import os
+
+# Nothing here may reach a hub; keep transformers quiet in test output.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+from tests.builders import build_sequence_classifier  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def qwen3_rm(tmp_path_factory) -> Path:
+    """A tiny Qwen3ForSequenceClassification reward model on disk."""
+    return build_sequence_classifier(tmp_path_factory.mktemp("qwen3_rm"), "qwen3")
+
+
+@pytest.fixture(scope="session")
+def llama_rm(tmp_path_factory) -> Path:
+    """A tiny LlamaForSequenceClassification reward model (template writes BOS too)."""
+    return build_sequence_classifier(tmp_path_factory.mktemp("llama_rm"), "llama", seed=1)
+
+
+@pytest.fixture(scope="session")
+def qwen3_multihead_rm(tmp_path_factory) -> Path:
+    return build_sequence_classifier(
+        tmp_path_factory.mktemp("qwen3_mh"), "qwen3", num_labels=3, seed=2
+    )

@@ -1,0 +1,89 @@
+"""Running the service for tests: in-process (ASGI) and as a real uvicorn process."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import time
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+from typing import AsyncIterator, Iterator
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from rewardserve.service.app import create_app
+from rewardserve.service.settings import Settings
+
+
+@asynccontextmanager
+async def serve_in_process(settings: Settings) -> AsyncIterator[tuple[object, httpx.AsyncClient]]:
+    """The real app with its lifespan, models loaded, behind httpx's ASGI transport."""
+    app = create_app(settings)
+    async with app.router.lifespan_context(app):
+        await asyncio.wait_for(app.state.svc.registry.loaded.wait(), timeout=180)
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://rewardserve") as http:
+            yield app, http
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def serve_subprocess(
+    *args: str, env: dict[str, str] | None = None, log_path: Path | None = None,
+    ready_timeout: float = 180.0,
+) -> Iterator[str]:
+    """``rewardserve serve`` in a real uvicorn process on 127.0.0.1; yields its URL."""
+    port = free_port()
+    log = open(log_path, "wb") if log_path else subprocess.DEVNULL
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rewardserve.service.cli", "serve", "--port", str(port), *args],
+        env={**os.environ, **(env or {})},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_ready(url, proc, ready_timeout)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+        if log_path:
+            log.close()
+
+
+def wait_ready(url: str, proc: subprocess.Popen, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode} before it was ready")
+        try:
+            if httpx.get(url + "/ready", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    raise TimeoutError(f"{url} not ready after {timeout}s")
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    """Sum of the samples called ``name`` whose labels include ``labels``."""
+    total = 0.0
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                total += sample.value
+    return total
