@@ -1,0 +1,114 @@
+"""The client's retry policy, on scripted HTTP exchanges (the service's own 429 and 503
+are exercised against the real app in test_clients.py)."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+from rewardserve.client import (
+    APIConnectionError,
+    AsyncRewardClient,
+    RewardClient,
+    ServiceUnavailableError,
+    UnprocessableEntityError,
+)
+from rewardserve.client._shared import ClientConfig, parse_retry_after, plan_chunks
+from rewardserve.client.protocol import Item
+
+OK = {"model": "m", "results": [{"score": 1.0, "valid": True}], "usage": {"items": 1}}
+
+
+def scripted(*steps):
+    """A transport answering each request with the next step: a status (with optional
+    retry-after) or an exception."""
+    calls = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        step = steps[min(len(calls), len(steps) - 1)]
+        calls.append(request)
+        if isinstance(step, Exception):
+            raise step
+        status, headers = step if isinstance(step, tuple) else (step, {})
+        if status == 200:
+            return httpx.Response(200, json=OK)
+        body = {"error": {"type": "x", "message": f"status {status}", "param": "items"}}
+        return httpx.Response(status, json=body, headers=headers)
+
+    return httpx.MockTransport(handle), calls
+
+
+@pytest.fixture
+def sleeps(monkeypatch):
+    waited = []
+    monkeypatch.setattr("rewardserve.client.sync_client.time.sleep", waited.append)
+    return waited
+
+
+def test_retries_429_and_503_honouring_retry_after(sleeps):
+    transport, calls = scripted((429, {"retry-after": "2"}), (503, {"retry-after": "1"}), 200)
+    client = RewardClient("http://rs", http_client=httpx.Client(transport=transport))
+    assert client.score("m", [{"response": "a"}]).results[0].score == 1.0
+    assert len(calls) == 3 and sleeps == [2.0, 1.0]
+
+
+def test_exponential_backoff_with_jitter_on_connection_errors(sleeps):
+    transport, calls = scripted(httpx.ConnectError("down"), httpx.ConnectError("down"), 200)
+    client = RewardClient("http://rs", http_client=httpx.Client(transport=transport))
+    client.score("m", [{"response": "a"}])
+    assert len(calls) == 3
+    assert 0.375 <= sleeps[0] <= 0.5 and 0.75 <= sleeps[1] <= 1.0
+
+
+def test_gives_up_after_max_retries_with_typed_errors(sleeps):
+    transport, calls = scripted(503)
+    client = RewardClient("http://rs", max_retries=2, http_client=httpx.Client(transport=transport))
+    with pytest.raises(ServiceUnavailableError) as err:
+        client.score("m", [{"response": "a"}])
+    assert len(calls) == 3 and err.value.status_code == 503
+    transport, _ = scripted(httpx.ConnectError("down"))
+    client = RewardClient("http://rs", max_retries=1, http_client=httpx.Client(transport=transport))
+    with pytest.raises(APIConnectionError):
+        client.health()
+
+
+def test_422_is_not_retried(sleeps):
+    transport, calls = scripted(422)
+    client = RewardClient("http://rs", http_client=httpx.Client(transport=transport))
+    with pytest.raises(UnprocessableEntityError) as err:
+        client.score("m", [{"response": "a"}])
+    assert len(calls) == 1 and err.value.param == "items" and sleeps == []
+
+
+async def test_async_twin_retries(monkeypatch):
+    waited = []
+
+    async def fake_sleep(s):
+        waited.append(s)
+
+    monkeypatch.setattr("rewardserve.client.async_client.asyncio.sleep", fake_sleep)
+    transport, calls = scripted((429, {"retry-after": "3"}), 200)
+    client = AsyncRewardClient("http://rs", api_key="k", http_client=httpx.AsyncClient(transport=transport))
+    out = await client.score("m", [{"response": "a"}])
+    assert out.results[0].score == 1.0 and waited == [3.0]
+    assert calls[0].headers["authorization"] == "Bearer k"
+    assert json.loads(calls[0].content) == {"model": "m", "items": [{"response": "a"}], "options": {}}
+
+
+def test_retry_after_forms():
+    assert parse_retry_after("5") == 5.0
+    assert parse_retry_after(None) is None and parse_retry_after("soon") is None
+    assert 0 <= parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT") <= 0.0001
+    assert ClientConfig("u", max_retry_after_s=10).backoff_s(0, "3600") == 10
+
+
+def test_chunks_keep_groups_whole_and_cover_every_index():
+    items = [Item(response="a", group_id=g) for g in "aabbbcdddde"] + [Item(response="x")] * 3
+    chunks = plan_chunks(items, chunk_size=4)
+    assert sorted(i for c in chunks for i in c) == list(range(len(items)))
+    for chunk in chunks:
+        groups = {items[i].group_id for i in chunk if items[i].group_id}
+        for g in groups:
+            assert sum(1 for i in chunk if items[i].group_id == g) == sum(1 for it in items if it.group_id == g)

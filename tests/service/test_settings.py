@@ -1,0 +1,66 @@
+"""Settings from environment, YAML and CLI flags."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from rewardserve.models.registry import build_model
+from rewardserve.models.spec import ModelSpec
+from rewardserve.service.settings import Settings, parse_model_arg
+
+
+def test_env_settings_and_comma_separated_keys(monkeypatch, tmp_path):
+    keys = tmp_path / "keys"
+    keys.write_text("# keys\nk3\n\n")
+    monkeypatch.setenv("REWARDSERVE_API_KEYS", "k1, k2")
+    monkeypatch.setenv("REWARDSERVE_API_KEYS_FILE", str(keys))
+    monkeypatch.setenv("REWARDSERVE_PORT", "9001")
+    monkeypatch.setenv("REWARDSERVE_MAX_ITEMS_PER_REQUEST", "10")
+    s = Settings()
+    assert s.port == 9001 and s.max_items_per_request == 10
+    assert s.accepted_keys() == ["k1", "k2", "k3"]
+
+
+def test_yaml_models_then_builtin_rules(tmp_path, qwen3_rm):
+    config = tmp_path / "models.yaml"
+    config.write_text(
+        f"models:\n  - name: rm\n    source: {qwen3_rm}\n    max_batch_tokens: 4096\n"
+        "  - name: math\n    kind: rule\n    source: math_equiv\n    options: {timeout_s: 1}\n"
+    )
+    specs = Settings(config=config).model_specs()
+    assert [s.name for s in specs] == ["rm", "math", "exact_match"]  # yours replaces a built-in
+    assert specs[0].max_batch_tokens == 4096 and specs[1].options == {"timeout_s": 1}
+    assert [s.name for s in Settings(config=config, builtin_rules=False).model_specs()] == ["rm", "math"]
+
+
+def test_bad_config_is_a_clear_error(tmp_path):
+    config = tmp_path / "models.yaml"
+    config.write_text("models:\n  - name: a\n    source: x\n    colour: blue\n")
+    with pytest.raises(ValueError, match="colour"):
+        Settings(config=config).model_specs()
+    config.write_text("models:\n  - {name: a, source: x}\n  - {name: a, source: y}\n")
+    with pytest.raises(ValueError, match="unique"):
+        Settings(config=config).model_specs()
+
+
+def test_model_arg_and_presets():
+    spec = parse_model_arg("sky=Skywork/Skywork-Reward-V2-Qwen3-0.6B")
+    assert spec.name == "sky" and spec.source.startswith("Skywork/")
+    model = build_model(spec)  # picked by name, no download needed to know the recipe
+    assert model.kind == "outcome" and model.preset_name == "skywork-reward-v2"
+    assert model.options["strip_bos"] is True
+    with pytest.raises(ValueError):
+        parse_model_arg("no-equals-sign")
+    with pytest.raises(ValueError, match="kind"):
+        build_model(ModelSpec(name="x", source="/nonexistent/dir"))
+
+
+def test_cli_rejects_a_bad_model_flag():
+    proc = subprocess.run(
+        [sys.executable, "-m", "rewardserve.service.cli", "serve", "--model", "oops"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode == 2 and "NAME=SOURCE" in proc.stderr
