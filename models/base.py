@@ -14,7 +14,7 @@ model's worker thread). The service never looks inside ``Work.payload``.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from rewardserve.client.protocol import Item, ItemResult, ModelCard, ScoreOptions
@@ -61,11 +61,24 @@ class BatchPolicy:
     max_queue_tokens: int = 1_000_000
     pads: bool = True
     concurrency: int = 1
+    # Close a batch rather than let padding pass this share of its tokens.
+    max_padding_ratio: float = 1.0
 
     def cost(self, lengths: list[int]) -> int:
         if not lengths:
             return 0
         return max(lengths) * len(lengths) if self.pads else sum(lengths)
+
+    def fits(self, lengths: list[int]) -> bool:
+        """Whether these items may form one batch."""
+        if len(lengths) <= 1:
+            return True
+        cost = self.cost(lengths)
+        return (
+            cost <= self.max_batch_tokens
+            and len(lengths) <= self.max_batch_items
+            and 1.0 - sum(lengths) / cost <= self.max_padding_ratio
+        )
 
 
 class RewardModel(ABC):
@@ -117,17 +130,18 @@ class RewardModel(ABC):
         return None
 
     def policy(self) -> BatchPolicy:
-        """The kind's defaults, overridden by what the spec sets."""
-        base = self.default_policy
+        """The kind's defaults, then what the backend prefers on its device (CPUs lose
+        speed on big or padded batches), then what the spec sets."""
+        preferred = getattr(getattr(self, "backend", None), "batch_preferences", None) or {}
+        policy = replace(self.default_policy, **preferred)
         spec = self.spec
-        return BatchPolicy(
-            max_batch_tokens=spec.max_batch_tokens or base.max_batch_tokens,
-            max_batch_items=base.max_batch_items,
-            max_wait_ms=base.max_wait_ms if spec.max_wait_ms is None else spec.max_wait_ms,
-            max_queue_tokens=spec.max_queue_tokens or base.max_queue_tokens,
-            pads=base.pads,
-            concurrency=base.concurrency,
-        )
+        overrides = {
+            "max_batch_tokens": spec.max_batch_tokens,
+            "max_wait_ms": spec.max_wait_ms,
+            "max_queue_tokens": spec.max_queue_tokens,
+            "max_padding_ratio": spec.max_padding_ratio,
+        }
+        return replace(policy, **{k: v for k, v in overrides.items() if v is not None})
 
     def card(self, ready: bool) -> ModelCard:
         return ModelCard(

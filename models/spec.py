@@ -27,4 +27,6 @@ class ModelSpec(BaseModel):
     max_batch_tokens: int | None = Field(default=None, gt=0)
     max_wait_ms: float | None = Field(default=None, ge=0)
     max_queue_tokens: int | None = Field(default=None, gt=0)
+    # Close a batch before padding passes this share of it (the CPU default is 0.05).
+    max_padding_ratio: float | None = Field(default=None, ge=0, le=1)
     options: dict[str, Any] = Field(default_factory=dict)

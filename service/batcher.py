@@ -179,11 +179,7 @@ class Batcher:
         window.sort(key=lambda p: p.work.length)
         batch: list[_Pending] = []
         for pending in window:
-            lengths = [p.work.length for p in batch] + [pending.work.length]
-            if batch and (
-                policy.cost(lengths) > policy.max_batch_tokens
-                or len(batch) >= policy.max_batch_items
-            ):
+            if not policy.fits([p.work.length for p in batch] + [pending.work.length]):
                 self._formed.append(batch)
                 batch = []
             batch.append(pending)

@@ -26,6 +26,8 @@ class Backend(ABC):
     tokenizer: Any
     max_tokens: int
     pad_token_id: int | None
+    # BatchPolicy fields this backend runs best with on its device (the spec still wins).
+    batch_preferences: dict = {}
 
     @abstractmethod
     def classify(self, seqs: list[Sequence]) -> np.ndarray:

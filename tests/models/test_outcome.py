@@ -110,3 +110,12 @@ def test_image_for_text_model_is_an_item_error(qwen3_rm):
     entries = model.prepare(items, ScoreOptions())
     assert isinstance(entries[0], ItemError) and "image" in str(entries[0])
     assert isinstance(entries[1], Work)
+
+
+def test_cpu_batch_policy_and_spec_overrides(qwen3_rm):
+    model = load(qwen3_rm)
+    policy = model.policy()
+    assert policy.pads and policy.max_batch_tokens == 2048 and policy.max_padding_ratio == 0.05
+    tuned = load(qwen3_rm, max_batch_tokens=512, max_padding_ratio=0.5, max_wait_ms=0)
+    policy = tuned.policy()
+    assert (policy.max_batch_tokens, policy.max_padding_ratio, policy.max_wait_ms) == (512, 0.5, 0)

@@ -130,3 +130,13 @@ async def test_stop_fails_queued_work_instead_of_hanging():
     assert (await running[0]).result.score == 0.0
     with pytest.raises(Exception, match="shutting down"):
         await queued[0]
+
+
+async def test_padding_cap_closes_batches_early():
+    rec = Recorder()
+    policy = BatchPolicy(max_batch_tokens=10_000, max_wait_ms=20, max_padding_ratio=0.1)
+    batcher = Batcher("t", rec, policy, Metrics())
+    batcher.start()
+    await run(batcher, works([100, 98, 50, 49, 51, 10]))
+    await batcher.stop()
+    assert rec.batches == [[10], [49, 50, 51], [98, 100]]
