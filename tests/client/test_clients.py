@@ -144,3 +144,23 @@ def test_work_of_a_client_that_hung_up_is_dropped(server):
     assert dropped() == before + 1
     # The model still serves the next caller.
     assert RewardClient(server).score("lazy", [{"response": "kept"}]).results[0].valid
+
+
+async def test_client_retries_a_real_503_then_raises(tmp_path):
+    """A model that failed to load answers 503; the client retries it, then gives up
+    with the typed error."""
+    from rewardserve.client import ServiceUnavailableError
+
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text('{"architectures": ["Qwen3ForSequenceClassification"]}')
+    settings = Settings(models=[ModelSpec(name="broken", source=str(broken))], builtin_rules=False)
+    async with serve_in_process(settings) as (app, http):
+        client = AsyncRewardClient("http://rewardserve", http_client=http, max_retries=2)
+        client = client.with_options(initial_backoff_s=0.01)
+        with pytest.raises(ServiceUnavailableError, match="failed to load"):
+            await client.score("broken", [{"response": "x"}])
+        text = app.state.svc.metrics.render().decode()
+        assert metric(text, "rewardserve_requests_total", route="/v1/score", status="503") == 3
+        assert (await http.get("/health")).status_code == 503
+        assert (await http.get("/ready")).json()["status"] == "failed"
