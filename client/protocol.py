@@ -210,6 +210,101 @@ class ScoreResponse(_Response):
     usage: Usage = Field(default_factory=Usage)
 
 
+# --------------------------------------------------------------------------- /v1/score/steps
+
+StepsFrom = Literal["auto", "steps", "separator", "turns"]
+Aggregate = Literal["min", "prod", "mean", "last"]
+Shaping = Literal["none", "raw", "delta", "group"]
+
+
+class StepOptions(_Request):
+    """How steps are found, aggregated and shaped.
+
+    steps_from: ``steps`` (the item's list), ``separator`` (split the final assistant
+    message on ``separator``), ``turns`` (each assistant turn of ``messages`` is a step;
+    tool calls and tool results stay as context), or ``auto``: the list if given, else
+    turns when the conversation has several assistant turns or tool calls, else the
+    separator (the request's, or the model's own), else the whole response as one step.
+    """
+
+    steps_from: StepsFrom = "auto"
+    separator: str | None = Field(default=None, min_length=1)
+    aggregate: Aggregate | None = None  # None: the model preset's aggregate
+    threshold: float | None = None  # first_error_step = first step scoring below it
+    # raw: step_rewards = step_scores; delta: s_t - s_(t-1) (s_(-1) = 0, so they sum to
+    # the last score); group: GRPO process advantages over each group_id's steps.
+    shaping: Shaping = "none"
+    # "steps": a trajectory longer than the model's context is scored up to the last
+    # step that fits, the rest reported unscored; "error": 413 instead.
+    truncate: Literal["steps", "error"] = "steps"
+
+
+class StepSpan(_Response):
+    """Where a step is in what the client sent: ``message`` indexes ``messages`` (None
+    for ``response``, and for ``steps`` lists, whose offsets run over the steps
+    concatenated), ``start``/``end`` are character offsets in that text."""
+
+    message: int | None = None
+    start: int
+    end: int
+
+
+class StepsResult(ItemResult):
+    step_scores: list[float | None] = Field(default_factory=list)  # None: not scored
+    steps_scored: int = 0
+    aggregates: dict[str, float] | None = None  # min, prod, mean, last (scored steps)
+    first_error_step: int | None = None
+    spans: list[StepSpan] = Field(default_factory=list)
+    step_rewards: list[float | None] | None = None  # per options.shaping
+
+
+class StepsRequest(_Request):
+    model: str
+    items: list[Item] = Field(min_length=1)
+    options: StepOptions = Field(default_factory=StepOptions)
+
+
+class StepsResponse(_Response):
+    model: str
+    results: list[StepsResult]
+    usage: Usage = Field(default_factory=Usage)
+
+
+# --------------------------------------------------------------------------- vLLM /pooling
+
+
+class PoolingRequest(_Request):
+    """vLLM's ``/pooling`` body, for PRMs: text already templated with step tags (or its
+    token ids); each step tag yields one probability vector."""
+
+    model: str | None = None
+    input: str | list[str] | list[int] | list[list[int]]
+    encoding_format: Literal["float"] = "float"
+    truncate_prompt_tokens: int | None = None
+    user: str | None = None
+
+
+class PoolingData(_Response):
+    index: int
+    object: Literal["pooling"] = "pooling"
+    data: list[list[float]]
+
+
+class PoolingUsage(_Response):
+    prompt_tokens: int = 0
+    total_tokens: int = 0
+    completion_tokens: int = 0
+
+
+class PoolingResponse(_Response):
+    id: str
+    object: Literal["list"] = "list"
+    created: int
+    model: str
+    data: list[PoolingData]
+    usage: PoolingUsage
+
+
 # --------------------------------------------------------------------------- /v1/models, health
 
 

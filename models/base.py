@@ -86,6 +86,9 @@ class RewardModel(ABC):
 
     kind: ClassVar[str]
     default_policy: ClassVar[BatchPolicy] = BatchPolicy()
+    # Which scoring routes this kind answers: "score" (/v1/score), "steps"
+    # (/v1/score/steps), "pooling" (vLLM's /pooling).
+    endpoints: ClassVar[frozenset[str]] = frozenset({"score"})
 
     def __init__(self, spec: ModelSpec, preset: dict[str, Any] | None = None):
         self.spec = spec

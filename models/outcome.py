@@ -80,7 +80,7 @@ class OutcomeModel(RewardModel):
             ids, cut = fit_length(
                 ids, backend.max_tokens, options.truncate, index=index, bos_id=bos
             )
-            seq = Sequence(ids=ids, readout=readout_position(ids, backend.pad_token_id))
+            seq = Sequence(ids=ids, positions=(readout_position(ids, backend.pad_token_id),))
             entries.append(
                 Work(
                     length=len(ids),
@@ -92,9 +92,9 @@ class OutcomeModel(RewardModel):
         return entries
 
     def predict(self, batch: list[Work]) -> list[ItemResult | ItemError]:
-        heads = self.backend.classify([w.payload.seq for w in batch])
+        heads = self.backend.read([w.payload.seq for w in batch])
         results: list[ItemResult | ItemError] = []
-        for work, head in zip(batch, heads):
+        for work, (head,) in zip(batch, heads):
             values = [_activate(float(v), work.payload.activation) for v in head]
             if not all(math.isfinite(v) for v in values):
                 results.append(ItemError("the model produced a non-finite score"))

@@ -72,8 +72,8 @@ class ModelRegistry:
             known = ", ".join(sorted(self._served)) or "none"
             raise NotFound(f"model {name!r} is not served here; models: {known}", param="model")
         if not served.ready:
-            state = f"failed to load ({served.error})" if served.error else "still loading"
-            raise NotReady(f"model {name!r} is {state}")
+            state = f"failed to load ({served.error})" if served.error else "is still loading"
+            raise NotReady(f"model {name!r} {state}")
         return served
 
     async def close(self) -> None:

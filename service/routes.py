@@ -2,21 +2,38 @@
 
 from __future__ import annotations
 
+import time
+import uuid
+
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
 
 from rewardserve.client.protocol import (
     ErrorBody,
     Health,
     ModelList,
+    PoolingData,
+    PoolingRequest,
+    PoolingResponse,
+    PoolingUsage,
     ScoreRequest,
     ScoreResponse,
+    StepsRequest,
+    StepsResponse,
+    StepsResult,
 )
+from rewardserve.models.base import ItemError, RequestError
 from rewardserve.service.auth import require_api_key
-from rewardserve.service.errors import PayloadTooLarge
+from rewardserve.service.errors import (
+    InvalidRequest,
+    PayloadTooLarge,
+    ServiceError,
+    from_request_error,
+)
 from rewardserve.service.metrics import CONTENT_TYPE
 from rewardserve.service.registry import Served
-from rewardserve.service.scoring import group_advantages, score_items
+from rewardserve.service.scoring import compute, group_advantages, score_items, shape_steps
 
 _ERRORS = {
     code: {"model": ErrorBody}
@@ -33,7 +50,7 @@ def _json(body, status: int = 200, headers: dict[str, str] | None = None) -> Res
     )
 
 
-def serving(request: Request, model: str, n_items: int) -> Served:
+def serving(request: Request, model: str, n_items: int, endpoint: str) -> Served:
     """The served model, after the per-request limits; names it for the metrics."""
     svc = request.app.state.svc
     if n_items > svc.settings.max_items_per_request:
@@ -44,19 +61,79 @@ def serving(request: Request, model: str, n_items: int) -> Served:
         )
     served = svc.registry.get(model)
     request.state.model = model
+    if endpoint not in served.model.endpoints:
+        routes = ", ".join(sorted(ENDPOINT_ROUTES[e] for e in served.model.endpoints))
+        raise InvalidRequest(
+            f"model {model!r} is a {served.model.kind} model; it answers {routes}",
+            param="model",
+        )
     return served
+
+
+ENDPOINT_ROUTES = {"score": "/v1/score", "steps": "/v1/score/steps", "pooling": "/pooling"}
 
 
 @scoring_routes.post("/v1/score", response_model=ScoreResponse)
 async def score(body: ScoreRequest, request: Request) -> Response:
-    """Outcome reward per item, in request order."""
-    served = serving(request, body.model, len(body.items))
+    """Outcome reward per item, in request order (for a PRM, its trajectory aggregate)."""
+    served = serving(request, body.model, len(body.items), "score")
     scored = await score_items(request, served, body.items, body.options)
     results = scored.results
     if body.options.normalize == "group":
         results = group_advantages(body.items, results)
     response = ScoreResponse(model=body.model, results=results, usage=scored.usage)
     return _json(response, headers=scored.timing_headers())
+
+
+@scoring_routes.post("/v1/score/steps", response_model=StepsResponse)
+async def score_steps(body: StepsRequest, request: Request) -> Response:
+    """Process reward per step, every step of a trajectory from one forward pass."""
+    served = serving(request, body.model, len(body.items), "steps")
+    scored = await score_items(request, served, body.items, body.options)
+    results = [
+        r if isinstance(r, StepsResult) else StepsResult(**r.model_dump()) for r in scored.results
+    ]
+    results = shape_steps(body.items, results, body.options.shaping)
+    response = StepsResponse(model=body.model, results=results, usage=scored.usage)
+    return _json(response, headers=scored.timing_headers())
+
+
+@scoring_routes.post("/pooling", response_model=PoolingResponse)
+async def pooling(body: PoolingRequest, request: Request) -> Response:
+    """vLLM's /pooling for process reward models: per-step probability vectors read at
+    the step tags of already-templated text, in vLLM's response shape."""
+    svc = request.app.state.svc
+    name = body.model or _only_model_with(svc.registry, "pooling")
+    inputs = [body.input] if isinstance(body.input, str) or (
+        body.input and isinstance(body.input[0], int)
+    ) else list(body.input)
+    served = serving(request, name, len(inputs), "pooling")
+    try:
+        works = await run_in_threadpool(
+            served.model.prepare_pooling, inputs, body.truncate_prompt_tokens
+        )
+    except RequestError as exc:
+        raise from_request_error(exc) from exc
+    outcomes = await compute(request, served, works)
+    failed = [i for i, o in enumerate(outcomes) if isinstance(o.result, ItemError)]
+    if failed:  # vLLM's shape has no per-input error: fail the request, name the input
+        raise ServiceError(f"input[{failed[0]}]: {outcomes[failed[0]].result}", param=f"input[{failed[0]}]")
+    tokens = sum(w.prompt_tokens for w in works)
+    response = PoolingResponse(
+        id=f"pool-{uuid.uuid4().hex}",
+        created=int(time.time()),
+        model=name,
+        data=[PoolingData(index=i, data=o.result) for i, o in enumerate(outcomes)],
+        usage=PoolingUsage(prompt_tokens=tokens, total_tokens=tokens),
+    )
+    return _json(response)
+
+
+def _only_model_with(registry, endpoint: str) -> str:
+    names = [s.model.name for s in registry if endpoint in s.model.endpoints]
+    if len(names) != 1:
+        raise InvalidRequest("name the model: 'model' is required here", param="model")
+    return names[0]
 
 
 @scoring_routes.get("/v1/models", response_model=ModelList)

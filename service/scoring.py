@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 
-from rewardserve.client.protocol import Item, ItemResult, ScoreOptions, Usage
+from rewardserve.client.protocol import Item, ItemResult, StepsResult, Usage
 from rewardserve.models.base import ItemError, RequestError, Work
 from rewardserve.service.batcher import Outcome, QueueFull, QueueTooSmall
 from rewardserve.service.errors import Overloaded, PayloadTooLarge, from_request_error
+from rewardserve.models.steps import delta_rewards, group_process_advantages
 from rewardserve.service.registry import Served
 
 GROUP_EPS = 1e-6
@@ -42,26 +43,16 @@ class Scored:
 
 
 async def score_items(
-    request: Request, served: Served, items: list[Item], options: ScoreOptions
+    request: Request, served: Served, items: list[Item], options
 ) -> Scored:
-    model = served.model
+    """Prepare the items with the model's kind, compute them, and put each item's result
+    (or its error) back in request order."""
     try:
-        entries = await run_in_threadpool(model.prepare, items, options)
+        entries = await run_in_threadpool(served.model.prepare, items, options)
     except RequestError as exc:
         raise from_request_error(exc) from exc
     works = [e for e in entries if isinstance(e, Work)]
-    try:
-        futures = served.batcher.submit(works) if works else []
-    except QueueFull as exc:
-        request.app.state.svc.metrics.rejected.labels(model.name, "queue_full").inc()
-        raise Overloaded(
-            f"model {model.name!r} is at capacity; retry after {exc.retry_after_s}s",
-            retry_after_s=exc.retry_after_s,
-        ) from exc
-    except QueueTooSmall as exc:
-        raise PayloadTooLarge(str(exc), param="items") from exc
-    outcomes: list[Outcome] = await _wait_unless_gone(request, futures)
-
+    outcomes = await compute(request, served, works)
     results: list[ItemResult] = []
     done = iter(outcomes)
     for item, entry in zip(items, entries):
@@ -76,6 +67,22 @@ async def score_items(
         queue_s=max((o.queue_s for o in outcomes), default=0.0),
         inference_s=max((o.inference_s for o in outcomes), default=0.0),
     )
+
+
+async def compute(request: Request, served: Served, works: list[Work]) -> list[Outcome]:
+    """Queue work on the model's batcher (or refuse it: 429 / 413) and await it."""
+    model = served.model
+    try:
+        futures = served.batcher.submit(works) if works else []
+    except QueueFull as exc:
+        request.app.state.svc.metrics.rejected.labels(model.name, "queue_full").inc()
+        raise Overloaded(
+            f"model {model.name!r} is at capacity; retry after {exc.retry_after_s}s",
+            retry_after_s=exc.retry_after_s,
+        ) from exc
+    except QueueTooSmall as exc:
+        raise PayloadTooLarge(str(exc), param="items") from exc
+    return await _wait_unless_gone(request, futures)
 
 
 async def _wait_unless_gone(request: Request, futures: list[asyncio.Future]) -> list[Outcome]:
@@ -110,9 +117,8 @@ def group_advantages(items: list[Item], results: list[ItemResult]) -> list[ItemR
     with the sample standard deviation (torch's and TRL's default). An item without a
     group_id is a group of one (advantage 0); an invalid item gets none."""
     groups: dict[object, list[int]] = {}
-    for index, (item, result) in enumerate(zip(items, results)):
+    for index, (key, result) in enumerate(zip(group_keys(items), results)):
         if result.valid and result.score is not None:
-            key = item.group_id if item.group_id is not None else ("", index)
             groups.setdefault(key, []).append(index)
     out = list(results)
     for members in groups.values():
@@ -124,4 +130,33 @@ def group_advantages(items: list[Item], results: list[ItemResult]) -> list[ItemR
             std = 0.0
         for i, s in zip(members, scores):
             out[i] = out[i].model_copy(update={"advantage": (s - mean) / (std + GROUP_EPS)})
+    return out
+
+
+def group_keys(items: list[Item]) -> list[object]:
+    """Each item's group: its group_id, or a group of its own."""
+    return [it.group_id if it.group_id is not None else ("", i) for i, it in enumerate(items)]
+
+
+def shape_steps(items: list[Item], results: list[StepsResult], shaping: str) -> list[StepsResult]:
+    """step_rewards per options.shaping: raw scores, deltas, or GRPO process advantages
+    over each group's steps jointly."""
+    if shaping == "none":
+        return results
+    if shaping in ("raw", "delta"):
+        shape = list if shaping == "raw" else delta_rewards
+        return [
+            r.model_copy(update={"step_rewards": shape(r.step_scores)}) if r.valid else r
+            for r in results
+        ]
+    members: dict[object, list[int]] = {}
+    for index, key in enumerate(group_keys(items)):
+        if results[index].valid:
+            members.setdefault(key, []).append(index)
+    order = list(members.values())
+    shaped = group_process_advantages([[results[i].step_scores for i in group] for group in order])
+    out = list(results)
+    for group, rewards in zip(order, shaped):
+        for index, reward in zip(group, rewards):
+            out[index] = out[index].model_copy(update={"step_rewards": reward})
     return out

@@ -159,3 +159,104 @@ def reference_outcome_scores(model_dir: Path, conversations: list[list[dict]]) -
             encoded = tokenizer(text, return_tensors="pt")
             out.append(model(**encoded).logits[0].tolist())
     return out
+
+
+# --------------------------------------------------------------------------- process reward models
+
+
+def _tiny_config(config_class, tokenizer, **extra):
+    return config_class(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=1024,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        initializer_range=0.2,
+        tie_word_embeddings=False,
+        **extra,
+    )
+
+
+def _save(model, tokenizer, out_dir: Path) -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    return out_dir
+
+
+def build_qwen2_prm(out_dir: Path, seed: int = 0) -> Path:
+    """A tiny checkpoint laid out like Qwen2.5-Math-PRM: Qwen2 backbone under `model.`,
+    head `score.0` Linear(h,h) / `score.2` Linear(h,2), architectures
+    Qwen2ForProcessRewardModel, and `<extra_0>` in the vocabulary."""
+    import torch
+    from torch import nn
+    from transformers import Qwen2Config, Qwen2Model, Qwen2PreTrainedModel
+
+    class Qwen2ForProcessRewardModel(Qwen2PreTrainedModel):  # the remote code's layout
+        def __init__(self, config):
+            super().__init__(config)
+            self.model = Qwen2Model(config)
+            self.score = nn.Sequential(
+                nn.Linear(config.hidden_size, config.hidden_size),
+                nn.ReLU(),
+                nn.Linear(config.hidden_size, 2),
+            )
+            self.post_init()
+
+    tokenizer = build_tokenizer("qwen")
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<extra_0>"]})
+    torch.manual_seed(seed)
+    model = Qwen2ForProcessRewardModel(_tiny_config(Qwen2Config, tokenizer))
+    with torch.no_grad():  # a head that separates steps clearly
+        for layer in (model.score[0], model.score[2]):
+            layer.weight.normal_(0, 0.5)
+            layer.bias.normal_(0, 0.5)
+    return _save(model, tokenizer, out_dir)
+
+
+def build_math_shepherd(out_dir: Path, seed: int = 0) -> Path:
+    """A tiny Mistral-style causal LM whose vocabulary has the step tag `ки`."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tokenizer = build_tokenizer("llama")
+    tokenizer.add_tokens(["ки"])
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(_tiny_config(LlamaConfig, tokenizer))
+    return _save(model, tokenizer, out_dir)
+
+
+def build_skywork_prm(out_dir: Path, seed: int = 0) -> Path:
+    """A tiny Qwen2 causal LM with a value head stored beside it as
+    `v_head.summary.weight` / `.bias`, as Skywork-o1-Open-PRM checkpoints are."""
+    import torch
+    from safetensors.torch import load_file, save_file
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    tokenizer = build_tokenizer("qwen")
+    tokenizer.bos_token = "<|endoftext|>"
+    torch.manual_seed(seed)
+    model = Qwen2ForCausalLM(_tiny_config(Qwen2Config, tokenizer))
+    _save(model, tokenizer, out_dir)
+    weights = load_file(out_dir / "model.safetensors")
+    weights["v_head.summary.weight"] = torch.randn(1, 64) * 0.5
+    weights["v_head.summary.bias"] = torch.randn(1) * 0.5
+    save_file(weights, out_dir / "model.safetensors", metadata={"format": "pt"})
+    return out_dir
+
+
+def build_rlhflow_prm(out_dir: Path, seed: int = 0) -> Path:
+    """A tiny Llama 3 style causal LM with a Llama 3 chat template."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tokenizer = build_tokenizer("llama")
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(_tiny_config(LlamaConfig, tokenizer))
+    return _save(model, tokenizer, out_dir)

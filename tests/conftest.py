@@ -33,3 +33,31 @@ def qwen3_multihead_rm(tmp_path_factory) -> Path:
     return build_sequence_classifier(
         tmp_path_factory.mktemp("qwen3_mh"), "qwen3", num_labels=3, seed=2
     )
+
+
+@pytest.fixture(scope="session")
+def qwen2_prm(tmp_path_factory) -> Path:
+    from tests.builders import build_qwen2_prm
+
+    return build_qwen2_prm(tmp_path_factory.mktemp("qwen2_prm"))
+
+
+@pytest.fixture(scope="session")
+def shepherd_prm(tmp_path_factory) -> Path:
+    from tests.builders import build_math_shepherd
+
+    return build_math_shepherd(tmp_path_factory.mktemp("shepherd"))
+
+
+@pytest.fixture(scope="session")
+def skywork_prm(tmp_path_factory) -> Path:
+    from tests.builders import build_skywork_prm
+
+    return build_skywork_prm(tmp_path_factory.mktemp("skywork_prm"))
+
+
+@pytest.fixture(scope="session")
+def rlhflow_prm(tmp_path_factory) -> Path:
+    from tests.builders import build_rlhflow_prm
+
+    return build_rlhflow_prm(tmp_path_factory.mktemp("rlhflow_prm"))

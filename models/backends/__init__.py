@@ -9,7 +9,7 @@ __all__ = ["Backend", "Sequence", "make_backend"]
 
 
 def make_backend(spec: ModelSpec, task: str) -> Backend:
-    """``task``: ``classify`` (a sequence-classification checkpoint)."""
+    """``task``: one of ``backends.base.TASKS``."""
     if spec.backend in ("auto", "transformers"):
         from rewardserve.models.backends.transformers_backend import TransformersBackend
 

@@ -1,7 +1,13 @@
 """What a backend does for the kinds: forward passes over token ids, nothing else.
 
-Kinds template and tokenize themselves (with ``backend.tokenizer``) and hand token ids
-over, so the same kind runs on transformers or on a vLLM engine.
+Kinds template and tokenize themselves (with ``backend.tokenizer``) and hand over token
+ids plus the positions to read, so the same kind runs on transformers or on a vLLM
+engine. What is read at a position depends on the task the backend was loaded for:
+
+    classify      a sequence classifier's head (reward models, Skywork-Reward style)
+    prm_head      a process reward model's own token head (Qwen2.5-Math-PRM)
+    value_head    a linear value head over hidden states (Skywork-o1-Open-PRM)
+    lm            a causal LM's next-token logits, restricted to ``token_ids``
 """
 
 from __future__ import annotations
@@ -12,17 +18,20 @@ from typing import Any
 
 import numpy as np
 
+TASKS = ("classify", "prm_head", "value_head", "lm")
+
 
 @dataclass(frozen=True)
 class Sequence:
-    """Token ids and the position whose head output is read."""
+    """Token ids and the positions whose head output is read."""
 
     ids: list[int]
-    readout: int
+    positions: tuple[int, ...]
 
 
 class Backend(ABC):
     name: str
+    task: str
     tokenizer: Any
     max_tokens: int
     pad_token_id: int | None
@@ -30,6 +39,6 @@ class Backend(ABC):
     batch_preferences: dict = {}
 
     @abstractmethod
-    def classify(self, seqs: list[Sequence]) -> np.ndarray:
-        """The sequence-classification head at each sequence's readout position,
-        float32 of shape ``[len(seqs), num_labels]``."""
+    def read(self, seqs: list[Sequence], token_ids: list[int] | None = None) -> list[np.ndarray]:
+        """For each sequence, float32 ``[len(positions), k]``: the task's head at each
+        position (for ``lm``, the logits of ``token_ids``)."""

@@ -1,4 +1,9 @@
-"""Forward passes with transformers: the default backend, on CUDA when present, else CPU."""
+"""Forward passes with transformers: the default backend, on CUDA when present, else CPU.
+
+Every task runs the same way: the backbone over a right-padded batch, then a head applied
+only at the rows that are read. For a causal LM that means a handful of lm_head rows at a
+handful of positions instead of the full vocabulary at every position.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from rewardserve.models.backends.base import Backend, Sequence
+from rewardserve.models.backends.base import TASKS, Backend, Sequence
 from rewardserve.models.spec import ModelSpec
 
 log = logging.getLogger(__name__)
@@ -16,6 +21,9 @@ log = logging.getLogger(__name__)
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # A position limit above this is a "no limit" sentinel some configs carry.
 _MAX_SANE_POSITIONS = 1 << 20
+# Measured here (Qwen3 1024x8, 2 cores): a CPU's matmuls are saturated by one item of a
+# few hundred tokens, so batching buys nothing and padding is pure loss; batches past
+# ~2k padded tokens even run slower per token.
 CPU_BATCH_PREFERENCES = {"max_batch_tokens": 2048, "max_padding_ratio": 0.05}
 
 
@@ -36,30 +44,52 @@ class TransformersBackend(Backend):
     name = "transformers"
 
     def __init__(self, spec: ModelSpec, task: str):
-        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+        from transformers import AutoTokenizer
 
-        if task != "classify":
+        if task not in TASKS:
             raise ValueError(f"transformers backend: unknown task {task!r}")
+        self.task = task
         self.device = pick_device(spec.device)
         self.dtype = pick_dtype(spec.dtype, self.device)
         self.tokenizer = AutoTokenizer.from_pretrained(spec.source)
-        model = AutoModelForSequenceClassification.from_pretrained(spec.source, dtype=self.dtype)
-        self.model = model.to(self.device).eval()
-        config = model.config.get_text_config()
+        self.base, self.head, config, self._whole = self._load(spec.source, task)
         self.pad_token_id = config.pad_token_id
         self.max_tokens = spec.max_tokens or _position_limit(config, self.tokenizer)
-        # Decoder reward models (Llama, Qwen, Gemma, ...) are a base model plus a linear
-        # `score` over every position; running the base and applying the head only at
-        # the readout rows reads the same number as the full forward, with less work.
-        base = getattr(model, model.base_model_prefix, None)
-        head = getattr(model, "score", None)
-        self._split = (base, head) if isinstance(head, nn.Linear) and base is not None else None
+        self._softcap = getattr(config, "final_logit_softcapping", None)
         self._pad = self.pad_token_id if self.pad_token_id is not None else 0
         if self.device.type == "cpu":
-            # Measured here (Qwen3 1024x8, 2 cores): a CPU's matmuls are saturated by one
-            # item of a few hundred tokens, so batching buys nothing and padding is pure
-            # loss; batches past ~2k padded tokens even run slower per token.
             self.batch_preferences = CPU_BATCH_PREFERENCES
+
+    def _load(self, source: str, task: str):
+        """(backbone, head, text config, whole model for heads that pool on their own)."""
+        from transformers import AutoModel, AutoModelForCausalLM, AutoModelForSequenceClassification
+
+        kw = {"dtype": self.dtype}
+        if task == "classify":
+            model = AutoModelForSequenceClassification.from_pretrained(source, **kw)
+            model = model.to(self.device).eval()
+            base = getattr(model, model.base_model_prefix, None)
+            head = getattr(model, "score", None)
+            # Decoder reward models (Llama, Qwen, Gemma, ...) are a base model plus a
+            # linear `score` over every position: same numbers read at fewer rows.
+            if isinstance(head, nn.Linear) and base is not None:
+                return base, head, model.config.get_text_config(), None
+            # Encoder classifiers pool on their own (CLS / pooler).
+            return None, None, model.config.get_text_config(), model
+        if task == "prm_head":
+            from rewardserve.models.architectures import Qwen2ForProcessRewardModel
+
+            model = Qwen2ForProcessRewardModel.from_pretrained(source, **kw).to(self.device).eval()
+            return model.model, model.score, model.config, None
+        if task == "value_head":
+            from rewardserve.models.architectures import load_value_head
+
+            base = AutoModel.from_pretrained(source, **kw).to(self.device).eval()
+            config = base.config.get_text_config()
+            head = load_value_head(source, config.hidden_size, self.dtype).to(self.device)
+            return base, head, config, None
+        model = AutoModelForCausalLM.from_pretrained(source, **kw).to(self.device).eval()
+        return model.get_decoder(), model.get_output_embeddings(), model.config.get_text_config(), None
 
     def _pad_batch(self, seqs: list[Sequence]) -> tuple[torch.Tensor, torch.Tensor]:
         width = max(len(s.ids) for s in seqs)
@@ -71,18 +101,29 @@ class TransformersBackend(Backend):
         return ids.to(self.device), mask.to(self.device)
 
     @torch.inference_mode()
-    def classify(self, seqs: list[Sequence]) -> np.ndarray:
+    def read(self, seqs: list[Sequence], token_ids: list[int] | None = None) -> list[np.ndarray]:
         ids, mask = self._pad_batch(seqs)
-        if self._split is None:
-            # Encoder classifiers pool on their own (CLS / pooler); padding is masked.
-            logits = self.model(input_ids=ids, attention_mask=mask).logits
+        counts = [len(s.positions) for s in seqs]
+        if self._whole is not None:
+            logits = self._whole(input_ids=ids, attention_mask=mask).logits
+            return [logits[i : i + 1].float().cpu().numpy() for i in range(len(seqs))]
+        hidden = self.base(input_ids=ids, attention_mask=mask).last_hidden_state
+        rows = [r for r, n in enumerate(counts) for _ in range(n)]
+        cols = [p for s in seqs for p in s.positions]
+        rows = torch.tensor(rows, dtype=torch.long, device=hidden.device)
+        cols = torch.tensor(cols, dtype=torch.long, device=hidden.device)
+        picked = hidden[rows, cols]
+        if self.task == "lm":
+            if not token_ids:
+                raise ValueError("the lm task reads the logits of given token_ids")
+            weight = self.head.weight[token_ids]
+            bias = self.head.bias[token_ids] if self.head.bias is not None else None
+            out = nn.functional.linear(picked, weight, bias)
+            if self._softcap:
+                out = torch.tanh(out / self._softcap) * self._softcap
         else:
-            base, head = self._split
-            hidden = base(input_ids=ids, attention_mask=mask).last_hidden_state
-            rows = torch.arange(len(seqs), device=hidden.device)
-            readout = torch.tensor([s.readout for s in seqs], device=hidden.device)
-            logits = head(hidden[rows, readout])
-        return logits.float().cpu().numpy()
+            out = self.head(picked)
+        return [chunk.numpy() for chunk in torch.split(out.float().cpu(), counts)]
 
 
 def _position_limit(config, tokenizer) -> int:

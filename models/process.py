@@ -1,0 +1,193 @@
+"""Kind ``process``: a reward for every step of a reasoning chain or agent trajectory, all
+steps read from ONE forward pass over the whole trajectory.
+
+The PRM family (``options.format``, set by the presets) decides how steps are laid out
+and read; see ``prm_formats``. Options: ``format``, ``aggregate`` (the default ``score``),
+``separator`` (how a response splits into steps when the request does not say),
+``max_steps``, and the format's own (tags, label tokens).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from rewardserve.client.protocol import (
+    Item,
+    ItemResult,
+    ScoreOptions,
+    StepOptions,
+    StepsResult,
+    StepSpan,
+)
+from rewardserve.models.backends import Sequence, make_backend
+from rewardserve.models.base import BatchPolicy, ItemError, RequestError, RewardModel, Work
+from rewardserve.models.prm_formats import FORMATS, StepFormat
+from rewardserve.models.registry import register_kind
+from rewardserve.models.steps import aggregate, extract
+
+DEFAULT_MAX_STEPS = 256
+
+
+@dataclass(frozen=True)
+class _Trajectory:
+    seq: Sequence
+    n_steps: int
+    spans: list[StepSpan]
+    aggregate: str
+    threshold: float | None
+
+
+@dataclass(frozen=True)
+class _Pooling:
+    seq: Sequence
+
+
+@register_kind("process")
+class ProcessModel(RewardModel):
+    default_policy = BatchPolicy(max_batch_tokens=16384, max_wait_ms=5.0)
+    endpoints = frozenset({"score", "steps", "pooling"})
+
+    def load(self) -> None:
+        name = self.options.get("format")
+        if name not in FORMATS:
+            raise ValueError(
+                f"model {self.name!r}: options.format must be one of {sorted(FORMATS)}, got {name!r}"
+            )
+        fmt_class = FORMATS[name]
+        self.backend = make_backend(self.spec, fmt_class.task)
+        self.format: StepFormat = fmt_class(self.backend.tokenizer, self.options)
+        self.max_steps = int(self.options.get("max_steps", DEFAULT_MAX_STEPS))
+        self.default_aggregate = self.options.get("aggregate", "min")
+
+    @property
+    def backend_name(self) -> str:
+        return self.backend.name if hasattr(self, "backend") else self.spec.backend
+
+    @property
+    def max_tokens(self) -> int | None:
+        return self.backend.max_tokens if hasattr(self, "backend") else self.spec.max_tokens
+
+    def probe(self) -> None:
+        (entry,) = self.prepare([Item(prompt="1+1?", steps=["1+1=2.", "So 2."])], StepOptions())
+        if isinstance(entry, ItemError):
+            raise RuntimeError(f"probe item was rejected: {entry}")
+        (result,) = self.predict([entry])
+        if isinstance(result, ItemError):
+            raise RuntimeError(f"probe failed: {result}")
+
+    # ------------------------------------------------------------------ prepare
+
+    def prepare(self, items: list[Item], options) -> list[Work | ItemError]:
+        if isinstance(options, ScoreOptions):
+            # /v1/score on a PRM: the trajectory reward is the preset's aggregate.
+            options = StepOptions(truncate="error" if options.truncate == "error" else "steps")
+        entries: list[Work | ItemError] = []
+        for index, item in enumerate(items):
+            try:
+                entries.append(self._prepare_one(index, item, options))
+            except ItemError as exc:
+                entries.append(exc)
+        return entries
+
+    def _prepare_one(self, index: int, item: Item, options: StepOptions) -> Work:
+        traj = extract(item, options, self.options.get("separator"))
+        if not traj.steps:
+            raise ItemError("the item has no steps to score")
+        if len(traj.steps) > self.max_steps:
+            raise RequestError(
+                f"items[{index}] has {len(traj.steps)} steps, over this model's limit of "
+                f"{self.max_steps}",
+                param=f"items[{index}]",
+                status=413,
+            )
+        ids, positions = self.format.encode(traj)
+        limit = self.backend.max_tokens
+        if len(ids) > limit:
+            if options.truncate == "error":
+                raise RequestError(
+                    f"items[{index}] has {len(ids)} tokens, over this model's limit of {limit}; "
+                    "send options.truncate = 'steps' to score the steps that fit",
+                    param=f"items[{index}]",
+                    status=413,
+                )
+            # Causal attention: cutting the tail leaves every earlier position unchanged,
+            # so the steps that fit keep their exact scores; the rest are not scored.
+            ids = ids[:limit]
+            positions = [p for p in positions if p < limit]
+            if not positions:
+                raise ItemError(
+                    f"the first step ends past this model's context of {limit} tokens"
+                )
+        payload = _Trajectory(
+            seq=Sequence(ids=ids, positions=tuple(positions)),
+            n_steps=len(traj.steps),
+            spans=traj.spans,
+            aggregate=options.aggregate or self.default_aggregate,
+            threshold=options.threshold,
+        )
+        return Work(length=len(ids), payload=payload, prompt_tokens=len(ids),
+                    truncated=len(positions) < len(traj.steps))
+
+    # ------------------------------------------------------------------ predict
+
+    def predict(self, batch: list[Work]) -> list:
+        rows = self.backend.read([w.payload.seq for w in batch], self.format.token_ids)
+        results: list = []
+        for work, scored in zip(batch, rows):
+            if isinstance(work.payload, _Pooling):
+                results.append([self.format.pooled(row) for row in scored])
+                continue
+            traj: _Trajectory = work.payload
+            values = [self.format.score(row) for row in scored]
+            if not all(math.isfinite(v) for v in values):
+                results.append(ItemError("the model produced a non-finite step score"))
+                continue
+            step_scores = values + [None] * (traj.n_steps - len(values))
+            stats = aggregate(step_scores, traj.threshold)
+            results.append(
+                StepsResult(
+                    score=stats.aggregates[traj.aggregate],
+                    step_scores=step_scores,
+                    steps_scored=len(values),
+                    aggregates=stats.aggregates,
+                    first_error_step=stats.first_error_step,
+                    spans=traj.spans,
+                    tokens=work.length,
+                    truncated=work.truncated,
+                )
+            )
+        return results
+
+    # ------------------------------------------------------------------ vLLM /pooling
+
+    def prepare_pooling(
+        self, inputs: list[str | list[int]], keep_last: int | None = None
+    ) -> list[Work]:
+        """Text already laid out with step tags (or its token ids), as verl and slime send
+        it to vLLM; every tag position yields that step's probability vector."""
+        tag_id = getattr(self.format, "tag_id", None)
+        if tag_id is None:
+            raise RequestError(
+                f"model {self.name!r} ({self.options['format']}) marks steps without a tag "
+                "token, so /pooling cannot find them; use POST /v1/score/steps",
+                param="model",
+            )
+        works = []
+        for index, given in enumerate(inputs):
+            ids = self.backend.tokenizer.encode(given) if isinstance(given, str) else list(given)
+            if keep_last:
+                ids = ids[-keep_last:]
+            if not ids:
+                raise RequestError(f"input[{index}] is empty", param=f"input[{index}]")
+            if len(ids) > self.backend.max_tokens:
+                raise RequestError(
+                    f"input[{index}] has {len(ids)} tokens, over this model's limit of "
+                    f"{self.backend.max_tokens}",
+                    param=f"input[{index}]",
+                    status=413,
+                )
+            positions = tuple(i for i, t in enumerate(ids) if t == tag_id)
+            works.append(Work(length=len(ids), payload=_Pooling(Sequence(ids, positions)),
+                              prompt_tokens=len(ids)))
+        return works
