@@ -6,9 +6,11 @@ import email.utils
 import random
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, TypeVar
 
-from rewardserve.client.protocol import Item, ItemResult, ScoreResponse, Usage
+from rewardserve.client.protocol import Item, ItemResult, ScoreResponse, StepsResponse, Usage
+
+R = TypeVar("R", ScoreResponse, StepsResponse)
 
 RETRY_STATUSES = frozenset({429, 502, 503})
 
@@ -84,8 +86,9 @@ def plan_chunks(items: list[Item], chunk_size: int) -> list[list[int]]:
 
 
 def merge_responses(
-    model: str, n_items: int, chunks: list[list[int]], responses: list[ScoreResponse]
-) -> ScoreResponse:
+    model: str, n_items: int, chunks: list[list[int]], responses: list[R]
+) -> R:
+    """One response with every chunk's results back at their items' places."""
     results: list[ItemResult | None] = [None] * n_items
     usage = Usage()
     for indices, response in zip(chunks, responses):
@@ -98,4 +101,4 @@ def merge_responses(
             prompt_tokens=usage.prompt_tokens + response.usage.prompt_tokens,
             cached_tokens=usage.cached_tokens + response.usage.cached_tokens,
         )
-    return ScoreResponse(model=model, results=results, usage=usage)
+    return type(responses[0])(model=model, results=results, usage=usage)

@@ -24,6 +24,9 @@ from rewardserve.client.protocol import (
     Normalize,
     ScoreRequest,
     ScoreResponse,
+    StepOptions,
+    StepsRequest,
+    StepsResponse,
     Truncate,
 )
 from rewardserve.client.sync_client import DEFAULT_BASE_URL, score_options
@@ -80,16 +83,32 @@ class AsyncRewardClient:
         truncate: Truncate | None = None,
     ) -> ScoreResponse:
         """Outcome reward per item (``POST /v1/score``)."""
-        items = as_items(items)
         options = score_options(activation=activation, normalize=normalize, truncate=truncate)
+        return await self._score_list("/v1/score", ScoreRequest, ScoreResponse, model, items, options)
+
+    async def score_steps(
+        self,
+        model: str,
+        items: Iterable[Item | Mapping[str, Any]],
+        **options: Any,
+    ) -> StepsResponse:
+        """Process reward per step (``POST /v1/score/steps``); ``options`` are
+        ``StepOptions`` fields: steps_from, separator, aggregate, threshold, shaping,
+        truncate."""
+        return await self._score_list(
+            "/v1/score/steps", StepsRequest, StepsResponse, model, items, StepOptions(**options)
+        )
+
+    async def _score_list(self, path, request_cls, response_cls, model, items, options):
+        items = as_items(items)
         chunks = plan_chunks(items, self._config.chunk_size)
         gate = asyncio.Semaphore(self._config.max_concurrency)
 
-        async def send(indices: list[int]) -> ScoreResponse:
-            body = ScoreRequest(model=model, items=[items[i] for i in indices], options=options)
+        async def send(indices: list[int]):
+            body = request_cls(model=model, items=[items[i] for i in indices], options=options)
             async with gate:
-                response = await self._post("/v1/score", body)
-            return ScoreResponse.model_validate_json(response.content)
+                response = await self._post(path, body)
+            return response_cls.model_validate_json(response.content)
 
         responses = await asyncio.gather(*(send(c) for c in chunks))
         return merge_responses(model, len(items), chunks, list(responses))

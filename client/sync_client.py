@@ -26,6 +26,9 @@ from rewardserve.client.protocol import (
     ScoreOptions,
     ScoreRequest,
     ScoreResponse,
+    StepOptions,
+    StepsRequest,
+    StepsResponse,
     Truncate,
 )
 
@@ -95,13 +98,29 @@ class RewardClient:
         truncate: Truncate | None = None,
     ) -> ScoreResponse:
         """Outcome reward per item (``POST /v1/score``)."""
-        items = as_items(items)
         options = score_options(activation=activation, normalize=normalize, truncate=truncate)
+        return self._score_list("/v1/score", ScoreRequest, ScoreResponse, model, items, options)
+
+    def score_steps(
+        self,
+        model: str,
+        items: Iterable[Item | Mapping[str, Any]],
+        **options: Any,
+    ) -> StepsResponse:
+        """Process reward per step (``POST /v1/score/steps``); ``options`` are
+        ``StepOptions`` fields: steps_from, separator, aggregate, threshold, shaping,
+        truncate."""
+        return self._score_list(
+            "/v1/score/steps", StepsRequest, StepsResponse, model, items, StepOptions(**options)
+        )
+
+    def _score_list(self, path, request_cls, response_cls, model, items, options):
+        items = as_items(items)
         chunks = plan_chunks(items, self._config.chunk_size)
 
-        def send(indices: list[int]) -> ScoreResponse:
-            body = ScoreRequest(model=model, items=[items[i] for i in indices], options=options)
-            return ScoreResponse.model_validate_json(self._post("/v1/score", body).content)
+        def send(indices: list[int]):
+            body = request_cls(model=model, items=[items[i] for i in indices], options=options)
+            return response_cls.model_validate_json(self._post(path, body).content)
 
         if len(chunks) == 1:
             responses = [send(chunks[0])]
