@@ -164,16 +164,16 @@ def reference_outcome_scores(model_dir: Path, conversations: list[list[dict]]) -
 # --------------------------------------------------------------------------- process reward models
 
 
-def _tiny_config(config_class, tokenizer, **extra):
+def _tiny_config(config_class, tokenizer, *, hidden=64, layers=2, heads=4, head_dim=16, **extra):
     return config_class(
         vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        max_position_embeddings=1024,
+        hidden_size=hidden,
+        intermediate_size=hidden * 2,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=max(1, heads // 2),
+        head_dim=head_dim,
+        max_position_embeddings=4096,
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
@@ -190,7 +190,7 @@ def _save(model, tokenizer, out_dir: Path) -> Path:
     return out_dir
 
 
-def build_qwen2_prm(out_dir: Path, seed: int = 0) -> Path:
+def build_qwen2_prm(out_dir: Path, seed: int = 0, **size) -> Path:
     """A tiny checkpoint laid out like Qwen2.5-Math-PRM: Qwen2 backbone under `model.`,
     head `score.0` Linear(h,h) / `score.2` Linear(h,2), architectures
     Qwen2ForProcessRewardModel, and `<extra_0>` in the vocabulary."""
@@ -212,10 +212,10 @@ def build_qwen2_prm(out_dir: Path, seed: int = 0) -> Path:
     tokenizer = build_tokenizer("qwen")
     tokenizer.add_special_tokens({"additional_special_tokens": ["<extra_0>"]})
     torch.manual_seed(seed)
-    model = Qwen2ForProcessRewardModel(_tiny_config(Qwen2Config, tokenizer))
+    model = Qwen2ForProcessRewardModel(_tiny_config(Qwen2Config, tokenizer, **size))
     with torch.no_grad():  # a head that separates steps clearly
         for layer in (model.score[0], model.score[2]):
-            layer.weight.normal_(0, 0.5)
+            layer.weight.normal_(0, 0.5 * (64 / layer.in_features) ** 0.5)
             layer.bias.normal_(0, 0.5)
     return _save(model, tokenizer, out_dir)
 

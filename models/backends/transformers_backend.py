@@ -53,6 +53,15 @@ class TransformersBackend(Backend):
         self.dtype = pick_dtype(spec.dtype, self.device)
         self.tokenizer = AutoTokenizer.from_pretrained(spec.source)
         self.base, self.head, config, self._whole = self._load(spec.source, task)
+        if self.device.type == "cpu" and self.dtype == torch.float32 and spec.options.get(
+            "cpu_linear", "onednn"
+        ) == "onednn":
+            from rewardserve.models.backends.cpu_linear import pack_linears
+
+            # Only inside the backbone (or the whole classifier): heads stay nn.Linear
+            # because the lm task reads rows of their weight.
+            packed = pack_linears(self.base if self._whole is None else self._whole)
+            log.info("%s: %d linear layers run through oneDNN", spec.name, packed)
         self.pad_token_id = config.pad_token_id
         self.max_tokens = spec.max_tokens or _position_limit(config, self.tokenizer)
         self._softcap = getattr(config, "final_logit_softcapping", None)
