@@ -2,8 +2,9 @@
 
 Requests put their work in one queue per model. The loop below waits for a free slot,
 lets work gather for at most ``max_wait_ms`` after the oldest arrival (less when a full
-batch is already waiting), takes a window of work in arrival order, sorts it by length
-and cuts it into batches whose padded size fits the token budget. Each batch runs on the
+batch is already waiting), then takes the oldest item and the queued items nearest it in
+length, as many as fit the padded token budget. Oldest-first keeps it fair; choosing
+length neighbours from the whole queue keeps padding low. Each batch runs on the
 model's worker thread; results go back to each item's future.
 
 The queue is bounded in tokens: work that does not fit is refused at once (429), so a
@@ -14,6 +15,7 @@ burst never turns into unbounded memory or latency. Work whose request has gone 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import math
 import time
@@ -29,9 +31,8 @@ from rewardserve.service.metrics import Metrics
 log = logging.getLogger(__name__)
 
 Predict = Callable[[list[Work]], list]
-# How many batch budgets one window may hold: enough to sort by length, small enough
-# that work arriving meanwhile is not stuck behind a long backlog of formed batches.
-_WINDOW_BUDGETS = 4
+# How many of the oldest queued items a batch is picked from (bounds the sorting work).
+_WINDOW_ITEMS = 4096
 
 
 @dataclass
@@ -67,8 +68,7 @@ class Batcher:
         self._predict = predict
         self._metrics = metrics
         self._queue: deque[_Pending] = deque()
-        self._formed: deque[list[_Pending]] = deque()
-        self._pending_tokens = 0  # queued + formed, not yet running
+        self._queued_tokens = 0
         self._wakeup = asyncio.Event()
         self._slots = asyncio.Semaphore(policy.concurrency)
         self._running: set[asyncio.Task] = set()
@@ -89,7 +89,7 @@ class Batcher:
                 f"the request needs {tokens} tokens of queue, more than this model's "
                 f"whole queue ({self.policy.max_queue_tokens}); split it"
             )
-        if self._pending_tokens + tokens > self.policy.max_queue_tokens:
+        if self._queued_tokens + tokens > self.policy.max_queue_tokens:
             raise QueueFull(self._retry_after(tokens))
         loop = asyncio.get_running_loop()
         now = time.monotonic()
@@ -98,14 +98,14 @@ class Batcher:
             future = loop.create_future()
             self._queue.append(_Pending(work, future, now))
             futures.append(future)
-        self._pending_tokens += tokens
+        self._queued_tokens += tokens
         self._update_gauges()
         self._wakeup.set()
         return futures
 
     @property
     def pending_items(self) -> int:
-        return len(self._queue) + sum(len(b) for b in self._formed)
+        return len(self._queue)
 
     async def stop(self) -> None:
         """Stop taking batches, let running ones finish, fail what is still queued."""
@@ -114,12 +114,10 @@ class Batcher:
             await asyncio.gather(self._loop_task, return_exceptions=True)
         if self._running:
             await asyncio.gather(*self._running, return_exceptions=True)
-        leftovers = list(self._queue) + [p for batch in self._formed for p in batch]
-        for pending in leftovers:
+        for pending in self._queue:
             if not pending.future.done():
                 pending.future.set_exception(NotReady("the service is shutting down"))
         self._queue.clear()
-        self._formed.clear()
         self._executor.shutdown(wait=True)
 
     # ------------------------------------------------------------------ the loop
@@ -138,23 +136,20 @@ class Batcher:
 
     async def _next_batch(self) -> list[_Pending]:
         while True:
-            if self._formed:
-                batch = self._formed.popleft()
-                live = self._drop_gone(batch)
-                if live:
-                    return live
-                continue
+            self._drop_gone()
             if not self._queue:
                 self._wakeup.clear()
                 await self._wakeup.wait()
                 continue
             await self._gather_more()
-            self._form_batches()
+            self._drop_gone()
+            if self._queue:
+                return self._take_batch()
 
     async def _gather_more(self) -> None:
         """Wait for company, at most max_wait after the oldest item arrived."""
         deadline = self._queue[0].enqueued + self.policy.max_wait_ms / 1000.0
-        while sum(p.work.length for p in self._queue) < self.policy.max_batch_tokens:
+        while self._queued_tokens < self.policy.max_batch_tokens:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return
@@ -164,46 +159,59 @@ class Batcher:
             except asyncio.TimeoutError:
                 return
 
-    def _form_batches(self) -> None:
-        """Cut a window of queued work, sorted by length, into batches within budget."""
+    def _take_batch(self) -> list[_Pending]:
+        """The oldest item plus the queued items nearest it in length, as many as the
+        budget, the item cap and the padding cap allow. Oldest-first keeps it fair;
+        picking length neighbours from the whole queue keeps padding low."""
         policy = self.policy
-        window: list[_Pending] = []
-        window_tokens = 0
-        while self._queue and (
-            not window or window_tokens + self._queue[0].work.length
-            <= policy.max_batch_tokens * _WINDOW_BUDGETS
-        ):
-            pending = self._queue.popleft()
-            window.append(pending)
-            window_tokens += pending.work.length
-        window.sort(key=lambda p: p.work.length)
-        batch: list[_Pending] = []
-        for pending in window:
-            if not policy.fits([p.work.length for p in batch] + [pending.work.length]):
-                self._formed.append(batch)
-                batch = []
-            batch.append(pending)
-        if batch:
-            self._formed.append(batch)
+        window = list(itertools.islice(self._queue, _WINDOW_ITEMS))
+        by_length = sorted(range(len(window)), key=lambda i: (window[i].work.length, i))
+        at = by_length.index(0)
+        lo, hi = at, at  # the batch is by_length[lo : hi + 1]
+        lengths = [window[0].work.length]
+        while True:
+            options = []
+            if lo > 0:
+                options.append((lo - 1, hi))
+            if hi < len(by_length) - 1:
+                options.append((lo, hi + 1))
+            best = None
+            for new_lo, new_hi in options:
+                added = window[by_length[new_lo if new_lo < lo else new_hi]].work.length
+                trial = lengths + [added]
+                if policy.fits(trial):
+                    waste = policy.cost(trial) - sum(trial)
+                    if best is None or waste < best[0]:
+                        best = (waste, new_lo, new_hi, added)
+            if best is None:
+                break
+            _, lo, hi, added = best
+            lengths.append(added)
+        chosen = {by_length[i] for i in range(lo, hi + 1)}
+        batch = [window[i] for i in sorted(chosen, key=lambda i: window[i].work.length)]
+        self._queue = deque(p for i, p in enumerate(self._queue) if i not in chosen)
+        self._queued_tokens -= sum(lengths)
+        self._update_gauges()
+        return batch
 
-    def _drop_gone(self, batch: list[_Pending]) -> list[_Pending]:
-        """Drop items whose future is already done (the client went away)."""
-        live = [p for p in batch if not p.future.done()]
-        gone = len(batch) - len(live)
+    def _drop_gone(self) -> None:
+        """Forget queued items whose future is already done (the client went away)."""
+        gone = [p for p in self._queue if p.future.done()]
         if gone:
-            self._pending_tokens -= sum(p.work.length for p in batch if p.future.done())
-            self._metrics.dropped.labels(self.name, "disconnected").inc(gone)
+            self._queue = deque(p for p in self._queue if not p.future.done())
+            self._queued_tokens -= sum(p.work.length for p in gone)
+            self._metrics.dropped.labels(self.name, "disconnected").inc(len(gone))
             self._update_gauges()
-        return live
 
     async def _run_batch(self, batch: list[_Pending]) -> None:
         try:
-            batch = self._drop_gone(batch)  # last look before compute
+            live = [p for p in batch if not p.future.done()]  # last look before compute
+            if len(live) < len(batch):
+                self._metrics.dropped.labels(self.name, "disconnected").inc(len(batch) - len(live))
+            batch = live
             if not batch:
                 return
             tokens = sum(p.work.length for p in batch)
-            self._pending_tokens -= tokens
-            self._update_gauges()
             works = [p.work for p in batch]
             start = time.monotonic()
             loop = asyncio.get_running_loop()
@@ -265,9 +273,9 @@ class Batcher:
         """Seconds until the queue has likely drained enough to take ``tokens``."""
         if self._tokens_per_s <= 0:
             return 1
-        backlog = self._pending_tokens + tokens - self.policy.max_queue_tokens
+        backlog = self._queued_tokens + tokens - self.policy.max_queue_tokens
         return max(1, min(60, math.ceil(backlog / self._tokens_per_s)))
 
     def _update_gauges(self) -> None:
         self._metrics.queue_items.labels(self.name).set(self.pending_items)
-        self._metrics.queue_tokens.labels(self.name).set(self._pending_tokens)
+        self._metrics.queue_tokens.labels(self.name).set(self._queued_tokens)

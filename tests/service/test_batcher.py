@@ -52,7 +52,8 @@ async def test_batches_fit_the_padded_token_budget_and_are_length_sorted():
         assert max(batch) * len(batch) <= 400 or len(batch) == 1
         assert batch == sorted(batch)
     # Sorting kept the short items together instead of padding them to 210.
-    assert rec.batches == [[9, 10, 11, 12, 13, 50], [100, 190], [200], [210]]
+    # Oldest first (10, then 200, then 100), each with its nearest lengths.
+    assert rec.batches == [[9, 10, 11, 12, 13, 50], [190, 200], [100], [210]]
 
 
 async def test_concurrent_submissions_share_a_batch_within_max_wait():
@@ -139,4 +140,4 @@ async def test_padding_cap_closes_batches_early():
     batcher.start()
     await run(batcher, works([100, 98, 50, 49, 51, 10]))
     await batcher.stop()
-    assert rec.batches == [[10], [49, 50, 51], [98, 100]]
+    assert rec.batches == [[98, 100], [49, 50, 51], [10]]  # oldest (100) first
