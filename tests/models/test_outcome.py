@@ -115,7 +115,7 @@ def test_image_for_text_model_is_an_item_error(qwen3_rm):
 def test_cpu_batch_policy_and_spec_overrides(qwen3_rm):
     model = load(qwen3_rm)
     policy = model.policy()
-    assert policy.pads and policy.max_batch_tokens == 2048 and policy.max_padding_ratio == 0.05
+    assert policy.pads and policy.max_batch_tokens == 1024 and policy.max_padding_ratio == 0.05
     tuned = load(qwen3_rm, max_batch_tokens=512, max_padding_ratio=0.5, max_wait_ms=0)
     policy = tuned.policy()
     assert (policy.max_batch_tokens, policy.max_padding_ratio, policy.max_wait_ms) == (512, 0.5, 0)
