@@ -19,10 +19,12 @@ from tests.harness import metric, serve_in_process
 async def service(qwen3_rm, llama_rm):
     settings = Settings(
         models=[
-            # Padding allowed as on a GPU (the CPU default avoids it), so that mixed
-            # lengths from different requests land in shared batches.
-            ModelSpec(name="qwen", source=str(qwen3_rm), max_wait_ms=50, max_padding_ratio=1.0),
-            ModelSpec(name="llama", source=str(llama_rm), max_wait_ms=50, max_padding_ratio=1.0),
+            # The GPU batch policy (the CPU default keeps batches small and unpadded), so
+            # mixed lengths from different requests land in shared batches.
+            ModelSpec(name="qwen", source=str(qwen3_rm), max_wait_ms=50, max_padding_ratio=1.0,
+                      max_batch_tokens=16384),
+            ModelSpec(name="llama", source=str(llama_rm), max_wait_ms=50, max_padding_ratio=1.0,
+                      max_batch_tokens=16384),
         ]
     )
     async with serve_in_process(settings) as (app, http):

@@ -22,7 +22,8 @@ SYSTEM = "Please reason step by step."
 async def service(qwen2_prm, shepherd_prm, skywork_prm, rlhflow_prm):
     settings = Settings(
         models=[
-            ModelSpec(name="qwen", source=str(qwen2_prm), max_padding_ratio=1.0, max_wait_ms=30),
+            ModelSpec(name="qwen", source=str(qwen2_prm), max_padding_ratio=1.0, max_wait_ms=30,
+                      max_batch_tokens=16384),
             ModelSpec(name="shepherd", source=str(shepherd_prm), preset="math-shepherd"),
             ModelSpec(name="skywork", source=str(skywork_prm), preset="skywork-o1-prm"),
             ModelSpec(name="rlhflow", source=str(rlhflow_prm), preset="rlhflow-prm"),
