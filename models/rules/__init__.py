@@ -17,7 +17,12 @@ from typing import Any, Callable
 RuleFn = Callable[..., float]
 
 # Modules that define rules; imported on first lookup (in the server and in pool workers).
-_RULE_MODULES = ("rewardserve.models.rules.math", "rewardserve.models.rules.text")
+_RULE_MODULES = (
+    "rewardserve.models.rules.math",
+    "rewardserve.models.rules.text",
+    "rewardserve.models.rules.structure",
+    "rewardserve.models.rules.similarity",
+)
 
 
 class RuleError(ValueError):

@@ -1,4 +1,5 @@
-"""Text rules."""
+"""Text rules: exact match, regex, BLEU / chrF (sacrebleu), ROUGE (rouge-score), fuzzy
+ratio (rapidfuzz)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from rewardserve.models.rules import RuleError, rule
 
 _BOXED = re.compile(r"\\boxed\s*\{")
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
+MAX_PATTERN = 1000
 
 
 def last_boxed(text: str) -> str | None:
@@ -38,6 +40,13 @@ def normalize_text(text: str, *, case: bool, punctuation: bool, articles: bool) 
     return " ".join(text.split())
 
 
+def _references(reference: Any, rule_name: str) -> list[str]:
+    if reference is None or reference == [] or reference == "":
+        raise RuleError(f"{rule_name} needs a 'reference'")
+    refs = reference if isinstance(reference, list) else [reference]
+    return [str(r) for r in refs]
+
+
 @rule("exact_match")
 def exact_match(
     response: str,
@@ -55,9 +64,7 @@ def exact_match(
     whole response, ``last_line`` its last non-empty line. Whitespace is always
     collapsed; case, punctuation and articles (SQuAD's normalisation) by choice.
     """
-    if reference is None:
-        raise RuleError("exact_match needs a 'reference'")
-    references = reference if isinstance(reference, list) else [reference]
+    references = _references(reference, "exact_match")
     if extract == "boxed":
         response = last_boxed(response) or response
     elif extract == "last_line":
@@ -73,3 +80,72 @@ def exact_match(
 
     answer = norm(response)
     return float(any(answer == norm(ref) for ref in references))
+
+
+@rule("regex", isolated=True)
+def regex(
+    response: str, reference: Any = None, *, pattern: str | None = None, mode: str = "search",
+    flags: str = "", **_: Any,
+) -> float:
+    """1.0 when ``pattern`` (or the reference) matches: ``search`` anywhere, ``full`` the
+    whole response. ``flags``: any of ``i`` (ignore case), ``m`` (multiline), ``s``
+    (dot matches newline). Runs isolated: a catastrophic pattern times out alone."""
+    pattern = pattern if pattern is not None else reference
+    if not isinstance(pattern, str) or not pattern:
+        raise RuleError("regex needs a 'pattern' argument (or the reference as pattern)")
+    if len(pattern) > MAX_PATTERN:
+        raise RuleError(f"regex pattern is over {MAX_PATTERN} characters")
+    bits = {"i": re.IGNORECASE, "m": re.MULTILINE, "s": re.DOTALL}
+    try:
+        compiled = re.compile(pattern, sum(bits[f] for f in flags))
+    except (re.error, KeyError) as exc:
+        raise RuleError(f"invalid regex: {exc}") from exc
+    match = compiled.fullmatch(response) if mode == "full" else compiled.search(response)
+    return float(match is not None)
+
+
+@rule("bleu")
+def bleu(response: str, reference: Any, **_: Any) -> float:
+    """Sentence BLEU (sacrebleu, its default tokenizer and smoothing), 0..1."""
+    import sacrebleu
+
+    return sacrebleu.sentence_bleu(response, _references(reference, "bleu")).score / 100.0
+
+
+@rule("chrf")
+def chrf(response: str, reference: Any, *, word_order: int = 0, **_: Any) -> float:
+    """Sentence chrF (chrF++ with ``word_order=2``), 0..1."""
+    import sacrebleu
+
+    refs = _references(reference, "chrf")
+    return sacrebleu.sentence_chrf(response, refs, word_order=word_order).score / 100.0
+
+
+@rule("rouge")
+def rouge(response: str, reference: Any, *, variant: str = "rougeL", measure: str = "fmeasure",
+          **_: Any) -> float:
+    """ROUGE (rouge-score; ``rouge1``, ``rouge2``, ``rougeL``, ``rougeLsum``), best over
+    the references."""
+    from rouge_score import rouge_scorer
+
+    if variant not in ("rouge1", "rouge2", "rougeL", "rougeLsum"):
+        raise RuleError(f"rouge: unknown variant {variant!r}")
+    if measure not in ("precision", "recall", "fmeasure"):
+        raise RuleError(f"rouge: unknown measure {measure!r}")
+    scorer = rouge_scorer.RougeScorer([variant], use_stemmer=True)
+    return max(
+        getattr(scorer.score(ref, response)[variant], measure)
+        for ref in _references(reference, "rouge")
+    )
+
+
+@rule("fuzzy")
+def fuzzy(response: str, reference: Any, *, method: str = "ratio", **_: Any) -> float:
+    """rapidfuzz similarity, 0..1 (``ratio``, ``partial_ratio``, ``token_sort_ratio``,
+    ``token_set_ratio``), best over the references."""
+    from rapidfuzz import fuzz
+
+    scorer = getattr(fuzz, method, None)
+    if method not in ("ratio", "partial_ratio", "token_sort_ratio", "token_set_ratio") or not scorer:
+        raise RuleError(f"fuzzy: unknown method {method!r}")
+    return max(scorer(response, ref) / 100.0 for ref in _references(reference, "fuzzy"))
