@@ -270,6 +270,159 @@ class StepsResponse(_Response):
     usage: Usage = Field(default_factory=Usage)
 
 
+# --------------------------------------------------------------------------- /v1/verify
+
+
+class SamplingOptions(_Request):
+    """Generate mode: transformers ``generate`` parameters; ``n`` samples are averaged."""
+
+    temperature: float = Field(default=0.0, ge=0.0, le=5.0)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    max_new_tokens: int = Field(default=256, ge=1, le=4096)
+    n: int = Field(default=1, ge=1, le=16)
+    seed: int | None = None
+
+
+class VerifyOptions(SamplingOptions):
+    """``logprob``: ONE forward pass with the verdict slot prefilled; score = the
+    template's choices' probabilities (P(yes) for yes/no) weighted by their values.
+    ``generate``: sample a rationale, parse the verdict; unparsable = invalid."""
+
+    mode: Literal["logprob", "generate"] = "logprob"
+    template: str | None = None  # None: the model's default
+    variables: dict[str, Any] = Field(default_factory=dict)  # extra template fields
+
+
+class VerifySample(_Response):
+    text: str
+    score: float | None = None
+    verdict: str | None = None
+
+
+class VerifyResult(ItemResult):
+    verdict: str | None = None
+    rationale: str | None = None
+    probabilities: dict[str, float] | None = None  # logprob: per choice
+    samples: list[VerifySample] | None = None  # generate: every sample
+
+
+class VerifyRequest(_Request):
+    model: str
+    items: list[Item] = Field(min_length=1)
+    options: VerifyOptions = Field(default_factory=VerifyOptions)
+
+
+class VerifyResponse(_Response):
+    model: str
+    results: list[VerifyResult]
+    usage: Usage = Field(default_factory=Usage)
+
+
+# --------------------------------------------------------------------------- /v1/rubric
+
+
+class Criterion(_Request):
+    """A rule (``fn`` + ``args``) or a judge question (``text``). ``args`` and ``text``
+    may read the item with ``{{ item.reference.answer }}``-style fields."""
+
+    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=64)
+    weight: float = Field(default=1.0, ge=0.0)
+    fn: str | None = None
+    args: dict[str, Any] = Field(default_factory=dict)
+    text: str | None = Field(default=None, max_length=4000)
+    choices: list[str] | None = Field(default=None, min_length=2, max_length=10)  # best first
+    polarity: Literal["positive", "negative"] = "positive"
+    pass_threshold: float = 0.5  # for all / any pass
+
+    @model_validator(mode="after")
+    def _rule_or_judge(self) -> Criterion:
+        if (self.fn is None) == (self.text is None):
+            raise ValueError("a criterion has exactly one of 'fn' (a rule) or 'text' (a judge question)")
+        return self
+
+
+class RubricItem(Item):
+    criteria: list[Criterion] | None = Field(default=None, max_length=64)
+
+
+class Aggregation(_Request):
+    mode: Literal["weighted_mean", "all", "any", "threshold", "formula"] = "weighted_mean"
+    threshold: float = 0.5  # mode threshold: 1 when the weighted mean reaches it
+    formula: str | None = Field(default=None, max_length=2000)  # over criterion names
+
+    @model_validator(mode="after")
+    def _formula_given(self) -> Aggregation:
+        if self.mode == "formula" and not self.formula:
+            raise ValueError("mode 'formula' needs a 'formula'")
+        return self
+
+
+class RubricRequest(_Request):
+    judge: str | None = None  # the verifier model answering judge criteria
+    items: list[RubricItem] = Field(min_length=1)
+    criteria: list[Criterion] | None = Field(default=None, max_length=64)  # for items without their own
+    aggregation: Aggregation = Field(default_factory=Aggregation)
+    judge_template: str = "criterion"
+
+
+class CriterionResult(_Response):
+    name: str
+    score: float | None = None
+    valid: bool = True
+    error: str | None = None
+    reason: str | None = None
+    weight: float = 1.0
+
+
+class RubricResult(ItemResult):
+    criteria: list[CriterionResult] = Field(default_factory=list)
+
+
+class RubricResponse(_Response):
+    judge: str | None = None
+    results: list[RubricResult]
+    usage: Usage = Field(default_factory=Usage)
+
+
+# --------------------------------------------------------------------------- /v1/compare
+
+
+class CompareItem(_Request):
+    id: str | None = None
+    prompt: str | list[Message] | None = None
+    responses: list[str] = Field(min_length=2, max_length=16)
+    reference: Any = None
+
+
+class CompareOptions(_Request):
+    template: str | None = None  # verifier models: a pairwise template (A / B)
+    variables: dict[str, Any] = Field(default_factory=dict)
+
+
+class CompareRequest(_Request):
+    model: str
+    items: list[CompareItem] = Field(min_length=1)
+    options: CompareOptions = Field(default_factory=CompareOptions)
+
+
+class CompareResult(_Response):
+    """``preference[i][j]`` = P(response i is better than response j); ``scores`` rank
+    the responses (outcome scores, or mean win probability for a judge)."""
+
+    id: str | None = None
+    valid: bool = True
+    error: str | None = None
+    scores: list[float] | None = None
+    preference: list[list[float]] | None = None
+    ranking: list[int] | None = None  # best first
+
+
+class CompareResponse(_Response):
+    model: str
+    results: list[CompareResult]
+    usage: Usage = Field(default_factory=Usage)
+
+
 # --------------------------------------------------------------------------- vLLM /pooling
 
 

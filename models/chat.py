@@ -32,10 +32,14 @@ def message_dicts(messages: list[Message], *, images: bool = False) -> list[dict
     return out
 
 
-def render_chat(tokenizer, messages: list[Message], *, strip_bos: bool = True) -> str:
+def render_chat(
+    tokenizer, messages: list[Message], *, strip_bos: bool = True, add_generation_prompt: bool = False
+) -> str:
     if tokenizer.chat_template is None:
         raise ItemError("the model's tokenizer has no chat template")
-    text = tokenizer.apply_chat_template(message_dicts(messages), tokenize=False)
+    text = tokenizer.apply_chat_template(
+        message_dicts(messages), tokenize=False, add_generation_prompt=add_generation_prompt
+    )
     bos = tokenizer.bos_token
     if strip_bos and bos and text.startswith(bos):
         text = text[len(bos) :]

@@ -32,6 +32,7 @@ def _activate(x: float, activation: str) -> float:
 @register_kind("outcome")
 class OutcomeModel(RewardModel):
     default_policy = BatchPolicy(max_batch_tokens=16384, max_wait_ms=5.0)
+    endpoints = frozenset({"score", "compare"})
 
     def load(self) -> None:
         self.backend = make_backend(self.spec, "classify")

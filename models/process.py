@@ -46,7 +46,7 @@ class _Pooling:
 @register_kind("process")
 class ProcessModel(RewardModel):
     default_policy = BatchPolicy(max_batch_tokens=16384, max_wait_ms=5.0)
-    endpoints = frozenset({"score", "steps", "pooling"})
+    endpoints = frozenset({"score", "steps", "pooling", "compare"})
 
     def load(self) -> None:
         name = self.options.get("format")

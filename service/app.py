@@ -16,7 +16,9 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
 from rewardserve.client import __version__
+from rewardserve.models.rubric import RuleRunner
 from rewardserve.service.errors import install_error_handlers
+from rewardserve.service.judging import router as judging_routes
 from rewardserve.service.metrics import Metrics
 from rewardserve.service.middleware import BodyLimit, RequestMetrics
 from rewardserve.service.registry import ModelRegistry
@@ -33,6 +35,7 @@ class ServiceState:
     metrics: Metrics
     registry: ModelRegistry
     api_keys: list[str]
+    rule_runner: RuleRunner
     draining: bool = False
 
 
@@ -44,6 +47,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         metrics=metrics,
         registry=ModelRegistry(settings.model_specs(), metrics),
         api_keys=settings.accepted_keys(),
+        rule_runner=RuleRunner(),
     )
 
     @asynccontextmanager
@@ -56,6 +60,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             loading.cancel()
             await asyncio.gather(loading, return_exceptions=True)
             await state.registry.close()
+            await asyncio.to_thread(state.rule_runner.close)
 
     app = FastAPI(title="rewardserve", version=__version__, lifespan=lifespan)
     app.state.svc = state
@@ -67,6 +72,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app.include_router(open_routes)
     app.include_router(scoring_routes)
+    app.include_router(judging_routes)
     # The last added runs outermost: metrics see every response, the size limit's 413 too.
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestMetrics, metrics=metrics)

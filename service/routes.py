@@ -35,16 +35,16 @@ from rewardserve.service.metrics import CONTENT_TYPE
 from rewardserve.service.registry import Served
 from rewardserve.service.scoring import compute, group_advantages, score_items, shape_steps
 
-_ERRORS = {
+ERROR_RESPONSES = {
     code: {"model": ErrorBody}
     for code in (401, 404, 413, 422, 429, 500, 503, 504)
 }
 
 open_routes = APIRouter()
-scoring_routes = APIRouter(dependencies=[Depends(require_api_key)], responses=_ERRORS)
+scoring_routes = APIRouter(dependencies=[Depends(require_api_key)], responses=ERROR_RESPONSES)
 
 
-def _json(body, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+def json_response(body, status: int = 200, headers: dict[str, str] | None = None) -> Response:
     return Response(
         body.model_dump_json(), status_code=status, headers=headers, media_type="application/json"
     )
@@ -70,7 +70,14 @@ def serving(request: Request, model: str, n_items: int, endpoint: str) -> Served
     return served
 
 
-ENDPOINT_ROUTES = {"score": "/v1/score", "steps": "/v1/score/steps", "pooling": "/pooling"}
+ENDPOINT_ROUTES = {
+    "score": "/v1/score",
+    "steps": "/v1/score/steps",
+    "pooling": "/pooling",
+    "verify": "/v1/verify",
+    "judge": "/v1/rubric (as judge)",
+    "compare": "/v1/compare",
+}
 
 
 @scoring_routes.post("/v1/score", response_model=ScoreResponse)
@@ -82,7 +89,7 @@ async def score(body: ScoreRequest, request: Request) -> Response:
     if body.options.normalize == "group":
         results = group_advantages(body.items, results)
     response = ScoreResponse(model=body.model, results=results, usage=scored.usage)
-    return _json(response, headers=scored.timing_headers())
+    return json_response(response, headers=scored.timing_headers())
 
 
 @scoring_routes.post("/v1/score/steps", response_model=StepsResponse)
@@ -95,7 +102,7 @@ async def score_steps(body: StepsRequest, request: Request) -> Response:
     ]
     results = shape_steps(body.items, results, body.options.shaping)
     response = StepsResponse(model=body.model, results=results, usage=scored.usage)
-    return _json(response, headers=scored.timing_headers())
+    return json_response(response, headers=scored.timing_headers())
 
 
 @scoring_routes.post("/pooling", response_model=PoolingResponse)
@@ -126,7 +133,7 @@ async def pooling(body: PoolingRequest, request: Request) -> Response:
         data=[PoolingData(index=i, data=o.result) for i, o in enumerate(outcomes)],
         usage=PoolingUsage(prompt_tokens=tokens, total_tokens=tokens),
     )
-    return _json(response)
+    return json_response(response)
 
 
 def _only_model_with(registry, endpoint: str) -> str:
@@ -139,7 +146,7 @@ def _only_model_with(registry, endpoint: str) -> str:
 @scoring_routes.get("/v1/models", response_model=ModelList)
 async def models(request: Request) -> Response:
     registry = request.app.state.svc.registry
-    return _json(ModelList(data=[s.model.card(s.ready) for s in registry]))
+    return json_response(ModelList(data=[s.model.card(s.ready) for s in registry]))
 
 
 @open_routes.get("/health", response_model=Health)
@@ -147,8 +154,8 @@ async def health(request: Request) -> Response:
     """Alive. 503 only when a model failed to load: restarting is the cure."""
     registry = request.app.state.svc.registry
     if registry.failed:
-        return _json(Health(status="failed: " + "; ".join(registry.failed)), 503)
-    return _json(Health(status="ok"))
+        return json_response(Health(status="failed: " + "; ".join(registry.failed)), 503)
+    return json_response(Health(status="ok"))
 
 
 @open_routes.get("/ready", response_model=Health)
@@ -157,9 +164,9 @@ async def ready(request: Request) -> Response:
     svc = request.app.state.svc
     states = {s.model.name: s.ready for s in svc.registry}
     if svc.registry.all_ready and not svc.draining:
-        return _json(Health(status="ready", models=states))
+        return json_response(Health(status="ready", models=states))
     status = "draining" if svc.draining else ("failed" if svc.registry.failed else "loading")
-    return _json(Health(status=status, models=states), 503)
+    return json_response(Health(status=status, models=states), 503)
 
 
 @open_routes.get("/metrics")

@@ -32,6 +32,8 @@ _WORDS = (
     "solve equation value number sum product because therefore check final result box "
     "apple orange train speed hour minute cost price each more less than equal square root "
     "yes no good bad correct wrong think reason tool call search python code function "
+    # judge verdicts, so they are whole tokens as in real vocabularies
+    "Yes No Yes No Yes No A B A B support partial_support not_support "
 ).split()
 
 
@@ -49,7 +51,7 @@ def random_text(rng: random.Random, words: int) -> str:
     return " ".join(rng.choice(_WORDS) for _ in range(words)) + f" {rng.randint(0, 99)}."
 
 
-def build_tokenizer(style: str, vocab_size: int = 400):
+def build_tokenizer(style: str, vocab_size: int = 600):
     """A byte-level BPE fast tokenizer with ChatML (``qwen``) or Llama 3 (``llama``)
     special tokens and chat template."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers

@@ -87,3 +87,23 @@ def metric(text: str, name: str, **labels: str) -> float:
             if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
                 total += sample.value
     return total
+
+
+def item_of_tokens(model_dir, tokens: int) -> dict:
+    """A prompt-less item whose chat-templated text is ``tokens`` tokens long, give or
+    take a couple (queue and limit tests need sizes, not words)."""
+    from transformers import AutoTokenizer
+
+    from rewardserve.client.protocol import Item
+    from rewardserve.models.chat import render_chat
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+
+    def size(words: int) -> int:
+        item = Item(response="apple " * words)
+        return len(tok(render_chat(tok, item.conversation()))["input_ids"])
+
+    words = 1
+    while size(words) < tokens:
+        words += 1
+    return {"response": "apple " * words}

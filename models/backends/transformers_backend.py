@@ -98,6 +98,7 @@ class TransformersBackend(Backend):
             head = load_value_head(source, config.hidden_size, self.dtype).to(self.device)
             return base, head, config, None
         model = AutoModelForCausalLM.from_pretrained(source, **kw).to(self.device).eval()
+        self.causal_lm = model  # for generate()
         return model.get_decoder(), model.get_output_embeddings(), model.config.get_text_config(), None
 
     def _pad_batch(self, seqs: list[Sequence]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -112,11 +113,60 @@ class TransformersBackend(Backend):
     @torch.inference_mode()
     def read(self, seqs: list[Sequence], token_ids: list[int] | None = None) -> list[np.ndarray]:
         ids, mask = self._pad_batch(seqs)
-        counts = [len(s.positions) for s in seqs]
         if self._whole is not None:
             logits = self._whole(input_ids=ids, attention_mask=mask).logits
             return [logits[i : i + 1].float().cpu().numpy() for i in range(len(seqs))]
         hidden = self.base(input_ids=ids, attention_mask=mask).last_hidden_state
+        return self._heads_at(hidden, seqs, token_ids)
+
+    @torch.inference_mode()
+    def read_shared(
+        self, prefix: list[int], seqs: list[Sequence], token_ids: list[int] | None = None
+    ) -> list[np.ndarray]:
+        """Every sequence as a continuation of ``prefix``: the prefix runs once, its KV
+        cache is repeated for the continuations, which then run as one batch. Positions
+        are relative to each continuation. Same numbers as running prefix + continuation
+        whole, at the cost of one prefix instead of len(seqs)."""
+        from transformers import DynamicCache
+
+        if self._whole is not None or not prefix:
+            whole = [Sequence(prefix + s.ids, tuple(len(prefix) + p for p in s.positions)) for s in seqs]
+            return self.read(whole, token_ids)
+        cache = DynamicCache(config=self.base.config)
+        self.base(input_ids=torch.tensor([prefix], device=self.device), past_key_values=cache,
+                  use_cache=True)
+        cache.batch_repeat_interleave(len(seqs))
+        ids, mask = self._pad_batch(seqs)
+        full_mask = torch.cat([torch.ones((len(seqs), len(prefix)), dtype=mask.dtype, device=mask.device), mask], 1)
+        hidden = self.base(input_ids=ids, attention_mask=full_mask, past_key_values=cache,
+                           use_cache=True).last_hidden_state
+        return self._heads_at(hidden, seqs, token_ids)
+
+    @torch.inference_mode()
+    def generate(self, prompt: list[int], *, n: int, temperature: float, top_p: float,
+                 max_new_tokens: int, seed: int | None) -> list[str]:
+        """``n`` samples continuing ``prompt``; greedy (temperature 0) gives one."""
+        if self.task != "lm":
+            raise ValueError("generate needs a causal LM")
+        if seed is not None:
+            torch.manual_seed(seed)
+        ids = torch.tensor([prompt], device=self.device)
+        sampling = temperature > 0
+        out = self.causal_lm.generate(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            do_sample=sampling,
+            temperature=temperature if sampling else None,
+            top_p=top_p if sampling else None,
+            top_k=None,
+            max_new_tokens=max_new_tokens,
+            num_return_sequences=n if sampling else 1,
+            pad_token_id=self._pad,
+        )
+        return self.tokenizer.batch_decode(out[:, len(prompt):], skip_special_tokens=True)
+
+    def _heads_at(self, hidden: torch.Tensor, seqs: list[Sequence], token_ids) -> list[np.ndarray]:
+        counts = [len(s.positions) for s in seqs]
         rows = [r for r, n in enumerate(counts) for _ in range(n)]
         cols = [p for s in seqs for p in s.positions]
         rows = torch.tensor(rows, dtype=torch.long, device=hidden.device)

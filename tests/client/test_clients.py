@@ -20,7 +20,7 @@ from rewardserve.client import (
 from rewardserve.models.spec import ModelSpec
 from rewardserve.service.settings import Settings
 from tests.builders import random_text
-from tests.harness import metric, serve_in_process, serve_subprocess
+from tests.harness import item_of_tokens, metric, serve_in_process, serve_subprocess
 
 
 def grpo_items(n_groups: int, per_group: int, seed: int = 0) -> list[dict]:
@@ -69,8 +69,9 @@ async def test_async_client_chunked_equals_one_request(live):
     assert chunked.usage.prompt_tokens == whole.usage.prompt_tokens
 
 
-async def test_async_client_models_health_and_typed_errors(live):
+async def test_async_client_models_health_and_typed_errors(live, qwen3_rm):
     _, http = live
+    live_item = item_of_tokens(qwen3_rm, 130)
     client = async_client(http)
     names = {m.name for m in (await client.models()).data}
     assert {"qwen", "math", "exact_match"} <= names
@@ -83,13 +84,13 @@ async def test_async_client_models_health_and_typed_errors(live):
     with pytest.raises(AuthenticationError):
         await async_client(http).with_options(api_key="wrong").score("qwen", [{"response": "x"}])
     with pytest.raises(PayloadTooLargeError):
-        await client.score("slowq", [{"response": "apple " * 30}] * 3)
+        await client.score("slowq", [live_item] * 3)
 
 
-async def test_async_client_retries_a_real_429(live):
+async def test_async_client_retries_a_real_429(live, qwen3_rm):
     app, http = live
     client = async_client(http, max_retries=5)
-    item = {"response": "apple " * 30}
+    item = item_of_tokens(qwen3_rm, 130)  # two fit the 300-token queue, three do not
     first = asyncio.create_task(client.score("slowq", [item, item]))
     await asyncio.sleep(0.3)
     start = time.monotonic()

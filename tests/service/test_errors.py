@@ -9,7 +9,7 @@ import pytest_asyncio
 
 from rewardserve.models.spec import ModelSpec
 from rewardserve.service.settings import Settings
-from tests.harness import metric, serve_in_process
+from tests.harness import item_of_tokens, metric, serve_in_process
 
 KEY = "sk-test-123"
 
@@ -81,9 +81,9 @@ async def test_413_too_many_items(service):
     assert error["param"] == "items"
 
 
-async def test_413_item_over_max_tokens_names_it_and_truncate_fits(service):
+async def test_413_item_over_max_tokens_names_it_and_truncate_fits(service, qwen3_rm):
     _, http = service
-    items = [{"response": "ok"}, {"response": "ok"}, {"response": "apple " * 100}]
+    items = [{"response": "ok"}, {"response": "ok"}, item_of_tokens(qwen3_rm, 80)]
     error = error_of(await http.post("/v1/score", json={"model": "qwen", "items": items}), 413, "payload_too_large")
     assert error["param"] == "items[2]" and "items[2]" in error["message"]
     response = await http.post(
@@ -122,9 +122,9 @@ async def test_422_malformed_json(service):
     error_of(response, 422, "invalid_request")
 
 
-async def test_429_with_retry_after_when_the_queue_is_full(service):
+async def test_429_with_retry_after_when_the_queue_is_full(service, qwen3_rm):
     app, http = service
-    item = {"response": "apple " * 30}  # about 130 tokens with the template
+    item = item_of_tokens(qwen3_rm, 130)
     first = [item] * 2  # fits the 300-token queue and waits 3 s there for company
     second = [item]
 

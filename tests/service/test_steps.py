@@ -94,7 +94,9 @@ async def test_separator_offsets_and_aggregates(service):
     response = "First step.\n\nSecond step here.\n\n\n\nThird."
     item = {"messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "q"},
                          {"role": "assistant", "content": response}]}
-    (result,) = (await post_steps(http, "qwen", [item], aggregate="prod", threshold=0.99))["results"]
+    (first,) = (await post_steps(http, "qwen", [item]))["results"]
+    threshold = max(first["step_scores"])  # some step scores below it
+    (result,) = (await post_steps(http, "qwen", [item], aggregate="prod", threshold=threshold))["results"]
     spans = result["spans"]
     assert [response[s["start"]:s["end"]] for s in spans] == ["First step.", "Second step here.", "Third."]
     assert all(s["message"] == 2 for s in spans)
@@ -102,7 +104,8 @@ async def test_separator_offsets_and_aggregates(service):
     assert result["score"] == pytest.approx(scores[0] * scores[1] * scores[2])
     assert result["aggregates"]["last"] == scores[-1]
     assert result["aggregates"]["mean"] == pytest.approx(sum(scores) / 3)
-    assert result["first_error_step"] == next(i for i, s in enumerate(scores) if s < 0.99)
+    assert result["first_error_step"] == next(i for i, s in enumerate(scores) if s < threshold)
+    assert first["first_error_step"] is None  # no threshold, no error step
     # Same steps as an explicit list: same scores.
     listed = {"prompt": item["messages"][:2], "steps": ["First step.", "Second step here.", "Third."]}
     (again,) = (await post_steps(http, "qwen", [listed]))["results"]
