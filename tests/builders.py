@@ -262,3 +262,30 @@ def build_rlhflow_prm(out_dir: Path, seed: int = 0) -> Path:
     torch.manual_seed(seed)
     model = LlamaForCausalLM(_tiny_config(LlamaConfig, tokenizer))
     return _save(model, tokenizer, out_dir)
+
+
+def build_causal_lm(out_dir: Path, seed: int = 0) -> Path:
+    """A tiny Llama 3 style causal LM (random weights): a judge whose verdicts are noise."""
+    return build_rlhflow_prm(out_dir, seed=seed)
+
+
+def build_yes_sayer(out_dir: Path, word: str = " Yes") -> Path:
+    """A tiny Phi causal LM whose lm_head bias makes ``word`` overwhelmingly likely at
+    every step: a judge that always answers it, to drive generate mode end to end."""
+    import torch
+    from transformers import PhiConfig, PhiForCausalLM
+
+    tokenizer = build_tokenizer("qwen")
+    (token,) = tokenizer.encode(word, add_special_tokens=False)
+    torch.manual_seed(0)
+    config = PhiConfig(
+        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, max_position_embeddings=1024, pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.eos_token_id,
+        tie_word_embeddings=False,
+    )
+    model = PhiForCausalLM(config)
+    with torch.no_grad():
+        model.lm_head.bias.zero_()
+        model.lm_head.bias[token] = 1000.0
+    return _save(model, tokenizer, out_dir)

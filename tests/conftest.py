@@ -61,3 +61,17 @@ def rlhflow_prm(tmp_path_factory) -> Path:
     from tests.builders import build_rlhflow_prm
 
     return build_rlhflow_prm(tmp_path_factory.mktemp("rlhflow_prm"))
+
+
+@pytest.fixture(scope="session")
+def judge_lm(tmp_path_factory) -> Path:
+    from tests.builders import build_causal_lm
+
+    return build_causal_lm(tmp_path_factory.mktemp("judge_lm"), seed=3)
+
+
+@pytest.fixture(scope="session")
+def yes_sayer(tmp_path_factory) -> Path:
+    from tests.builders import build_yes_sayer
+
+    return build_yes_sayer(tmp_path_factory.mktemp("yes_sayer"))
