@@ -8,9 +8,9 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping, TypeVar
 
-from rewardserve.client.protocol import Item, ItemResult, ScoreResponse, StepsResponse, Usage
+from rewardserve.client.protocol import Item, ItemResult, Usage
 
-R = TypeVar("R", ScoreResponse, StepsResponse)
+R = TypeVar("R")
 
 RETRY_STATUSES = frozenset({429, 502, 503})
 
@@ -62,16 +62,17 @@ def parse_retry_after(value: str | None) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
-def as_items(items: Iterable[Item | Mapping[str, Any]]) -> list[Item]:
-    return [i if isinstance(i, Item) else Item.model_validate(i) for i in items]
+def as_items(items: Iterable[Any], item_class: type = Item) -> list:
+    return [i if isinstance(i, item_class) else item_class.model_validate(i) for i in items]
 
 
-def plan_chunks(items: list[Item], chunk_size: int) -> list[list[int]]:
+def plan_chunks(items: list, chunk_size: int) -> list[list[int]]:
     """Indices of each request to send. A group (same group_id) never spans two
     requests, so group normalisation sees whole groups; order is restored on merge."""
     groups: dict[object, list[int]] = {}
     for index, item in enumerate(items):
-        key = item.group_id if item.group_id is not None else ("", index)
+        group = getattr(item, "group_id", None)
+        key = group if group is not None else ("", index)
         groups.setdefault(key, []).append(index)
     chunks: list[list[int]] = []
     current: list[int] = []
@@ -85,9 +86,7 @@ def plan_chunks(items: list[Item], chunk_size: int) -> list[list[int]]:
     return chunks
 
 
-def merge_responses(
-    model: str, n_items: int, chunks: list[list[int]], responses: list[R]
-) -> R:
+def merge_responses(n_items: int, chunks: list[list[int]], responses: list[R]) -> R:
     """One response with every chunk's results back at their items' places."""
     results: list[ItemResult | None] = [None] * n_items
     usage = Usage()
@@ -101,4 +100,4 @@ def merge_responses(
             prompt_tokens=usage.prompt_tokens + response.usage.prompt_tokens,
             cached_tokens=usage.cached_tokens + response.usage.cached_tokens,
         )
-    return type(responses[0])(model=model, results=results, usage=usage)
+    return responses[0].model_copy(update={"results": results, "usage": usage})

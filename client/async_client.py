@@ -18,16 +18,28 @@ from rewardserve.client._shared import (
 from rewardserve.client.errors import APIConnectionError, APITimeoutError, status_error
 from rewardserve.client.protocol import (
     Activation,
+    Aggregation,
+    CompareItem,
+    CompareOptions,
+    CompareRequest,
+    CompareResponse,
+    Criterion,
     Health,
     Item,
     ModelList,
     Normalize,
+    RubricItem,
+    RubricRequest,
+    RubricResponse,
     ScoreRequest,
     ScoreResponse,
     StepOptions,
     StepsRequest,
     StepsResponse,
     Truncate,
+    VerifyOptions,
+    VerifyRequest,
+    VerifyResponse,
 )
 from rewardserve.client.sync_client import DEFAULT_BASE_URL, score_options
 
@@ -84,34 +96,75 @@ class AsyncRewardClient:
     ) -> ScoreResponse:
         """Outcome reward per item (``POST /v1/score``)."""
         options = score_options(activation=activation, normalize=normalize, truncate=truncate)
-        return await self._score_list("/v1/score", ScoreRequest, ScoreResponse, model, items, options)
+        return await self._list_call(
+            "/v1/score", ScoreResponse, as_items(items),
+            lambda chunk: ScoreRequest(model=model, items=chunk, options=options),
+        )
 
     async def score_steps(
-        self,
-        model: str,
-        items: Iterable[Item | Mapping[str, Any]],
-        **options: Any,
+        self, model: str, items: Iterable[Item | Mapping[str, Any]], **options: Any
     ) -> StepsResponse:
         """Process reward per step (``POST /v1/score/steps``); ``options`` are
         ``StepOptions`` fields: steps_from, separator, aggregate, threshold, shaping,
         truncate."""
-        return await self._score_list(
-            "/v1/score/steps", StepsRequest, StepsResponse, model, items, StepOptions(**options)
+        step_options = StepOptions(**options)
+        return await self._list_call(
+            "/v1/score/steps", StepsResponse, as_items(items),
+            lambda chunk: StepsRequest(model=model, items=chunk, options=step_options),
         )
 
-    async def _score_list(self, path, request_cls, response_cls, model, items, options):
-        items = as_items(items)
+    async def verify(
+        self, model: str, items: Iterable[Item | Mapping[str, Any]], **options: Any
+    ) -> VerifyResponse:
+        """A judge's verdict per item (``POST /v1/verify``); ``options`` are
+        ``VerifyOptions`` fields: mode, template, variables, temperature, top_p,
+        max_new_tokens, n, seed."""
+        verify_options = VerifyOptions(**options)
+        return await self._list_call(
+            "/v1/verify", VerifyResponse, as_items(items),
+            lambda chunk: VerifyRequest(model=model, items=chunk, options=verify_options),
+        )
+
+    async def rubric(
+        self,
+        items: Iterable[RubricItem | Mapping[str, Any]],
+        *,
+        criteria: list[Criterion | Mapping[str, Any]] | None = None,
+        judge: str | None = None,
+        aggregation: Aggregation | Mapping[str, Any] | None = None,
+    ) -> RubricResponse:
+        """Weighted criteria per item, rules and judge questions (``POST /v1/rubric``)."""
+        base = RubricRequest.model_validate({
+            "items": [{"response": ""}], "criteria": criteria, "judge": judge,
+            **({"aggregation": aggregation} if aggregation is not None else {}),
+        })
+        return await self._list_call(
+            "/v1/rubric", RubricResponse, as_items(items, RubricItem),
+            lambda chunk: base.model_copy(update={"items": chunk}),
+        )
+
+    async def compare(
+        self, model: str, items: Iterable[CompareItem | Mapping[str, Any]], **options: Any
+    ) -> CompareResponse:
+        """Preference between responses (``POST /v1/compare``)."""
+        compare_options = CompareOptions(**options)
+        return await self._list_call(
+            "/v1/compare", CompareResponse, as_items(items, CompareItem),
+            lambda chunk: CompareRequest(model=model, items=chunk, options=compare_options),
+        )
+
+    async def _list_call(self, path, response_cls, items, make_body):
         chunks = plan_chunks(items, self._config.chunk_size)
         gate = asyncio.Semaphore(self._config.max_concurrency)
 
         async def send(indices: list[int]):
-            body = request_cls(model=model, items=[items[i] for i in indices], options=options)
+            body = make_body([items[i] for i in indices])
             async with gate:
                 response = await self._post(path, body)
             return response_cls.model_validate_json(response.content)
 
         responses = await asyncio.gather(*(send(c) for c in chunks))
-        return merge_responses(model, len(items), chunks, list(responses))
+        return merge_responses(len(items), chunks, list(responses))
 
     async def models(self) -> ModelList:
         return ModelList.model_validate_json((await self._request("GET", "/v1/models")).content)
