@@ -3,12 +3,38 @@
 from __future__ import annotations
 
 import email.utils
+import os
 import random
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable, Mapping, TypeVar
+from typing import Any, Callable, Iterable, Mapping, NamedTuple, TypeVar
 
-from rewardserve.client.protocol import Item, ItemResult, Usage
+import httpx
+
+from rewardserve.client.errors import APIConnectionError, APITimeoutError, status_error
+from rewardserve.client.protocol import (
+    CompareItem,
+    CompareOptions,
+    CompareRequest,
+    CompareResponse,
+    Item,
+    ItemResult,
+    RubricItem,
+    RubricRequest,
+    RubricResponse,
+    ScoreOptions,
+    ScoreRequest,
+    ScoreResponse,
+    StepOptions,
+    StepsRequest,
+    StepsResponse,
+    Usage,
+    VerifyOptions,
+    VerifyRequest,
+    VerifyResponse,
+)
+
+DEFAULT_BASE_URL = "http://127.0.0.1:8000"
 
 R = TypeVar("R")
 
@@ -101,3 +127,104 @@ def merge_responses(n_items: int, chunks: list[list[int]], responses: list[R]) -
             cached_tokens=usage.cached_tokens + response.usage.cached_tokens,
         )
     return responses[0].model_copy(update={"results": results, "usage": usage})
+
+
+# --------------------------------------------------------------------------- the twins' common half
+
+
+class ListCall(NamedTuple):
+    """One list endpoint call: where, what comes back, the items, and how a chunk of
+    them becomes a request body."""
+
+    path: str
+    response_cls: type
+    items: list
+    make_body: Callable[[list], Any]
+
+
+def score_call(model, items, activation=None, normalize=None, truncate=None) -> ListCall:
+    given = {"activation": activation, "normalize": normalize, "truncate": truncate}
+    options = ScoreOptions(**{k: v for k, v in given.items() if v is not None})
+    return ListCall("/v1/score", ScoreResponse, as_items(items),
+                    lambda chunk: ScoreRequest(model=model, items=chunk, options=options))
+
+
+def steps_call(model, items, options: dict) -> ListCall:
+    step_options = StepOptions(**options)
+    return ListCall("/v1/score/steps", StepsResponse, as_items(items),
+                    lambda chunk: StepsRequest(model=model, items=chunk, options=step_options))
+
+
+def verify_call(model, items, options: dict) -> ListCall:
+    verify_options = VerifyOptions(**options)
+    return ListCall("/v1/verify", VerifyResponse, as_items(items),
+                    lambda chunk: VerifyRequest(model=model, items=chunk, options=verify_options))
+
+
+def rubric_call(items, criteria, judge, aggregation) -> ListCall:
+    base = RubricRequest.model_validate({
+        "items": [{"response": ""}], "criteria": criteria, "judge": judge,
+        **({"aggregation": aggregation} if aggregation is not None else {}),
+    })
+    return ListCall("/v1/rubric", RubricResponse, as_items(items, RubricItem),
+                    lambda chunk: base.model_copy(update={"items": chunk}))
+
+
+def compare_call(model, items, options: dict) -> ListCall:
+    compare_options = CompareOptions(**options)
+    return ListCall("/v1/compare", CompareResponse, as_items(items, CompareItem),
+                    lambda chunk: CompareRequest(model=model, items=chunk, options=compare_options))
+
+
+def attempt_error(response: httpx.Response | None, exc: Exception | None, what: str):
+    """What one attempt came to: (error, retryable, retry-after). ``(None, ...)`` when the
+    response is a success."""
+    if isinstance(exc, httpx.TimeoutException):
+        return APITimeoutError(f"{what} timed out: {exc}"), True, None
+    if exc is not None:
+        return APIConnectionError(f"{what} failed: {exc}"), True, None
+    if response.is_success:
+        return None, False, None
+    retryable = response.status_code in RETRY_STATUSES
+    return status_error(response), retryable, response.headers.get("retry-after")
+
+
+class BaseClient:
+    """Configuration, cloning and URLs; the sync and async clients add the I/O."""
+
+    def __init__(self, base_url, *, api_key, timeout, max_retries, chunk_size, max_concurrency,
+                 headers, http_client, make_http):
+        self._config = ClientConfig(
+            base_url=base_url or os.environ.get("REWARDSERVE_BASE_URL") or DEFAULT_BASE_URL,
+            api_key=api_key if api_key is not None else os.environ.get("REWARDSERVE_API_KEY"),
+            timeout_s=timeout,
+            max_retries=max_retries,
+            chunk_size=chunk_size,
+            max_concurrency=max_concurrency,
+            headers=dict(headers or {}),
+        )
+        self._owns_http = http_client is None
+        self._http = http_client or make_http(
+            limits=httpx.Limits(max_connections=max(max_concurrency, 10))
+        )
+
+    @property
+    def config(self) -> ClientConfig:
+        return self._config
+
+    def with_options(self, **changes: Any):
+        """A client with some settings changed (``timeout_s``, ``max_retries``,
+        ``chunk_size``, ``api_key``, ...), sharing this one's connection pool."""
+        clone = object.__new__(type(self))
+        clone._config = self._config.with_changes(**changes)
+        clone._http, clone._owns_http = self._http, False
+        return clone
+
+    def _url(self, path: str) -> str:
+        return self._config.base_url.rstrip("/") + path
+
+    def _headers(self, has_body: bool) -> dict[str, str]:
+        headers = self._config.request_headers()
+        if has_body:
+            headers["content-type"] = "application/json"
+        return headers

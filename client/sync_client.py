@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Iterable, Mapping
@@ -10,19 +9,21 @@ from typing import Any, Iterable, Mapping
 import httpx
 
 from rewardserve.client._shared import (
-    RETRY_STATUSES,
-    ClientConfig,
-    as_items,
+    BaseClient,
+    ListCall,
+    attempt_error,
+    compare_call,
     merge_responses,
     plan_chunks,
+    rubric_call,
+    score_call,
+    steps_call,
+    verify_call,
 )
-from rewardserve.client.errors import APIConnectionError, APITimeoutError, status_error
 from rewardserve.client.protocol import (
     Activation,
     Aggregation,
     CompareItem,
-    CompareOptions,
-    CompareRequest,
     CompareResponse,
     Criterion,
     Health,
@@ -30,34 +31,22 @@ from rewardserve.client.protocol import (
     ModelList,
     Normalize,
     RubricItem,
-    RubricRequest,
     RubricResponse,
-    ScoreOptions,
-    ScoreRequest,
     ScoreResponse,
-    StepOptions,
-    StepsRequest,
     StepsResponse,
     Truncate,
-    VerifyOptions,
-    VerifyRequest,
     VerifyResponse,
 )
 
-DEFAULT_BASE_URL = "http://127.0.0.1:8000"
 
-
-def score_options(**given: Any) -> ScoreOptions:
-    return ScoreOptions(**{k: v for k, v in given.items() if v is not None})
-
-
-class RewardClient:
+class RewardClient(BaseClient):
     """Scores items on a rewardserve service.
 
     Long item lists are split into chunks of ``chunk_size`` (groups kept whole) sent
     ``max_concurrency`` at a time; results come back in the order given. Connection
     errors, timeouts, 429 and 502/503 are retried with exponential backoff and jitter,
-    waiting what ``retry-after`` asks when the service says.
+    waiting what ``retry-after`` asks when the service says. ``base_url`` and
+    ``api_key`` default to ``REWARDSERVE_BASE_URL`` and ``REWARDSERVE_API_KEY``.
     """
 
     def __init__(
@@ -72,31 +61,11 @@ class RewardClient:
         headers: Mapping[str, str] | None = None,
         http_client: httpx.Client | None = None,
     ):
-        self._config = ClientConfig(
-            base_url=(base_url or os.environ.get("REWARDSERVE_BASE_URL") or DEFAULT_BASE_URL),
-            api_key=api_key if api_key is not None else os.environ.get("REWARDSERVE_API_KEY"),
-            timeout_s=timeout,
-            max_retries=max_retries,
-            chunk_size=chunk_size,
-            max_concurrency=max_concurrency,
-            headers=dict(headers or {}),
+        super().__init__(
+            base_url, api_key=api_key, timeout=timeout, max_retries=max_retries,
+            chunk_size=chunk_size, max_concurrency=max_concurrency, headers=headers,
+            http_client=http_client, make_http=httpx.Client,
         )
-        self._owns_http = http_client is None
-        self._http = http_client or httpx.Client(
-            limits=httpx.Limits(max_connections=max(max_concurrency, 10))
-        )
-
-    @property
-    def config(self) -> ClientConfig:
-        return self._config
-
-    def with_options(self, **changes: Any) -> RewardClient:
-        """A client with some settings changed (``timeout_s``, ``max_retries``, ...),
-        sharing this one's connection pool."""
-        clone = object.__new__(type(self))
-        clone._config = self._config.with_changes(**changes)
-        clone._http, clone._owns_http = self._http, False
-        return clone
 
     # ------------------------------------------------------------------ endpoints
 
@@ -110,35 +79,17 @@ class RewardClient:
         truncate: Truncate | None = None,
     ) -> ScoreResponse:
         """Outcome reward per item (``POST /v1/score``)."""
-        options = score_options(activation=activation, normalize=normalize, truncate=truncate)
-        return self._list_call(
-            "/v1/score", ScoreResponse, as_items(items),
-            lambda chunk: ScoreRequest(model=model, items=chunk, options=options),
-        )
+        return self._list_call(score_call(model, items, activation, normalize, truncate))
 
-    def score_steps(
-        self, model: str, items: Iterable[Item | Mapping[str, Any]], **options: Any
-    ) -> StepsResponse:
-        """Process reward per step (``POST /v1/score/steps``); ``options`` are
-        ``StepOptions`` fields: steps_from, separator, aggregate, threshold, shaping,
-        truncate."""
-        step_options = StepOptions(**options)
-        return self._list_call(
-            "/v1/score/steps", StepsResponse, as_items(items),
-            lambda chunk: StepsRequest(model=model, items=chunk, options=step_options),
-        )
+    def score_steps(self, model: str, items: Iterable[Item | Mapping[str, Any]], **options: Any) -> StepsResponse:
+        """Process reward per step (``POST /v1/score/steps``); ``options`` are StepOptions
+        fields: steps_from, separator, aggregate, threshold, shaping, truncate."""
+        return self._list_call(steps_call(model, items, options))
 
-    def verify(
-        self, model: str, items: Iterable[Item | Mapping[str, Any]], **options: Any
-    ) -> VerifyResponse:
-        """A judge's verdict per item (``POST /v1/verify``); ``options`` are
-        ``VerifyOptions`` fields: mode, template, variables, temperature, top_p,
-        max_new_tokens, n, seed."""
-        verify_options = VerifyOptions(**options)
-        return self._list_call(
-            "/v1/verify", VerifyResponse, as_items(items),
-            lambda chunk: VerifyRequest(model=model, items=chunk, options=verify_options),
-        )
+    def verify(self, model: str, items: Iterable[Item | Mapping[str, Any]], **options: Any) -> VerifyResponse:
+        """A judge's verdict per item (``POST /v1/verify``); ``options`` are VerifyOptions
+        fields: mode, template, variables, temperature, top_p, max_new_tokens, n, seed."""
+        return self._list_call(verify_call(model, items, options))
 
     def rubric(
         self,
@@ -149,38 +100,11 @@ class RewardClient:
         aggregation: Aggregation | Mapping[str, Any] | None = None,
     ) -> RubricResponse:
         """Weighted criteria per item, rules and judge questions (``POST /v1/rubric``)."""
-        base = RubricRequest.model_validate({
-            "items": [{"response": ""}], "criteria": criteria, "judge": judge,
-            **({"aggregation": aggregation} if aggregation is not None else {}),
-        })
-        return self._list_call(
-            "/v1/rubric", RubricResponse, as_items(items, RubricItem),
-            lambda chunk: base.model_copy(update={"items": chunk}),
-        )
+        return self._list_call(rubric_call(items, criteria, judge, aggregation))
 
-    def compare(
-        self, model: str, items: Iterable[CompareItem | Mapping[str, Any]], **options: Any
-    ) -> CompareResponse:
+    def compare(self, model: str, items: Iterable[CompareItem | Mapping[str, Any]], **options: Any) -> CompareResponse:
         """Preference between responses (``POST /v1/compare``)."""
-        compare_options = CompareOptions(**options)
-        return self._list_call(
-            "/v1/compare", CompareResponse, as_items(items, CompareItem),
-            lambda chunk: CompareRequest(model=model, items=chunk, options=compare_options),
-        )
-
-    def _list_call(self, path, response_cls, items, make_body):
-        chunks = plan_chunks(items, self._config.chunk_size)
-
-        def send(indices: list[int]):
-            body = make_body([items[i] for i in indices])
-            return response_cls.model_validate_json(self._post(path, body).content)
-
-        if len(chunks) == 1:
-            responses = [send(chunks[0])]
-        else:
-            with ThreadPoolExecutor(min(self._config.max_concurrency, len(chunks))) as pool:
-                responses = list(pool.map(send, chunks))
-        return merge_responses(len(items), chunks, responses)
+        return self._list_call(compare_call(model, items, options))
 
     def models(self) -> ModelList:
         return ModelList.model_validate_json(self._request("GET", "/v1/models").content)
@@ -197,37 +121,34 @@ class RewardClient:
 
     # ------------------------------------------------------------------ transport
 
-    def _url(self, path: str) -> str:
-        return self._config.base_url.rstrip("/") + path
+    def _list_call(self, call: ListCall):
+        chunks = plan_chunks(call.items, self._config.chunk_size)
 
-    def _post(self, path: str, body) -> httpx.Response:
-        return self._request("POST", path, body.model_dump_json(exclude_unset=True).encode())
+        def send(indices: list[int]):
+            body = call.make_body([call.items[i] for i in indices])
+            response = self._request("POST", call.path, body.model_dump_json(exclude_unset=True).encode())
+            return call.response_cls.model_validate_json(response.content)
+
+        if len(chunks) == 1:
+            responses = [send(chunks[0])]
+        else:
+            with ThreadPoolExecutor(min(self._config.max_concurrency, len(chunks))) as pool:
+                responses = list(pool.map(send, chunks))
+        return merge_responses(len(call.items), chunks, responses)
 
     def _request(self, method: str, path: str, content: bytes | None = None) -> httpx.Response:
-        config = self._config
-        headers = config.request_headers()
-        if content is not None:
-            headers["content-type"] = "application/json"
-        attempt = 0
+        config, headers, attempt = self._config, self._headers(content is not None), 0
         while True:
-            retry_after = None
+            response = exc = None
             try:
-                response = self._http.request(
-                    method, self._url(path), content=content, headers=headers,
-                    timeout=config.timeout_s,
-                )
-            except httpx.TimeoutException as exc:
-                error: Exception = APITimeoutError(f"{method} {path} timed out: {exc}")
-            except httpx.TransportError as exc:
-                error = APIConnectionError(f"{method} {path} failed: {exc}")
-            else:
-                if response.is_success:
-                    return response
-                error = status_error(response)
-                if response.status_code not in RETRY_STATUSES:
-                    raise error
-                retry_after = response.headers.get("retry-after")
-            if attempt >= config.max_retries:
+                response = self._http.request(method, self._url(path), content=content,
+                                              headers=headers, timeout=config.timeout_s)
+            except httpx.TransportError as caught:
+                exc = caught
+            error, retryable, retry_after = attempt_error(response, exc, f"{method} {path}")
+            if error is None:
+                return response
+            if not retryable or attempt >= config.max_retries:
                 raise error
             time.sleep(config.backoff_s(attempt, retry_after))
             attempt += 1

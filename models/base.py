@@ -126,11 +126,14 @@ class RewardModel(ABC):
 
     @property
     def backend_name(self) -> str:
-        return "none"
+        """The loaded backend's name (kinds with weights set ``self.backend`` in load)."""
+        backend = getattr(self, "backend", None)
+        return backend.name if backend is not None else self.spec.backend
 
     @property
     def max_tokens(self) -> int | None:
-        return None
+        backend = getattr(self, "backend", None)
+        return backend.max_tokens if backend is not None else self.spec.max_tokens
 
     def policy(self) -> BatchPolicy:
         """The kind's defaults, then what the backend prefers on its device (CPUs lose

@@ -37,14 +37,6 @@ class OutcomeModel(RewardModel):
     def load(self) -> None:
         self.backend = make_backend(self.spec, "classify")
 
-    @property
-    def backend_name(self) -> str:
-        return self.backend.name if hasattr(self, "backend") else self.spec.backend
-
-    @property
-    def max_tokens(self) -> int | None:
-        return self.backend.max_tokens if hasattr(self, "backend") else self.spec.max_tokens
-
     def _encode(self, items: list[Item]) -> list[list[int] | ItemError]:
         tok = self.backend.tokenizer
         out: list[list[int] | ItemError] = []

@@ -60,14 +60,6 @@ class ProcessModel(RewardModel):
         self.max_steps = int(self.options.get("max_steps", DEFAULT_MAX_STEPS))
         self.default_aggregate = self.options.get("aggregate", "min")
 
-    @property
-    def backend_name(self) -> str:
-        return self.backend.name if hasattr(self, "backend") else self.spec.backend
-
-    @property
-    def max_tokens(self) -> int | None:
-        return self.backend.max_tokens if hasattr(self, "backend") else self.spec.max_tokens
-
     def probe(self) -> None:
         (entry,) = self.prepare([Item(prompt="1+1?", steps=["1+1=2.", "So 2."])], StepOptions())
         if isinstance(entry, ItemError):

@@ -91,14 +91,6 @@ class VerifierModel(RewardModel):
         self.cache = LRUCache(int(self.options.get("cache_size", 10_000)))
         self._choices: dict[tuple, Choices] = {}
 
-    @property
-    def backend_name(self) -> str:
-        return self.backend.name if hasattr(self, "backend") else self.spec.backend
-
-    @property
-    def max_tokens(self) -> int | None:
-        return self.backend.max_tokens if hasattr(self, "backend") else self.spec.max_tokens
-
     # ------------------------------------------------------------------ pieces
 
     def template(self, name: str | None) -> JudgeTemplate:
