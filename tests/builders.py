@@ -223,14 +223,15 @@ def build_qwen2_prm(out_dir: Path, seed: int = 0, **size) -> Path:
 
 
 def build_math_shepherd(out_dir: Path, seed: int = 0) -> Path:
-    """A tiny Mistral-style causal LM whose vocabulary has the step tag `ки`."""
+    """A tiny MistralForCausalLM (math-shepherd-mistral-7b-prm's architecture) whose
+    vocabulary has the step tag `ки`; its tokenizer adds BOS like Mistral's."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import MistralConfig, MistralForCausalLM
 
     tokenizer = build_tokenizer("llama")
     tokenizer.add_tokens(["ки"])
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(_tiny_config(LlamaConfig, tokenizer))
+    model = MistralForCausalLM(_tiny_config(MistralConfig, tokenizer))
     return _save(model, tokenizer, out_dir)
 
 
