@@ -90,9 +90,14 @@ class RewardModel(ABC):
     # (/v1/score/steps), "pooling" (vLLM's /pooling).
     endpoints: ClassVar[frozenset[str]] = frozenset({"score"})
 
-    def __init__(self, spec: ModelSpec, preset: dict[str, Any] | None = None):
+    def __init__(
+        self, spec: ModelSpec, preset: dict[str, Any] | None = None, image_policy=None
+    ):
+        from rewardserve.models.images import ImagePolicy
+
         self.spec = spec
         self.name = spec.name
+        self.image_policy: ImagePolicy = image_policy or ImagePolicy()
         # Preset options first, then the user's own options on top.
         self.options: dict[str, Any] = {**(preset or {}).get("options", {}), **spec.options}
         self.preset_name: str | None = (preset or {}).get("name")

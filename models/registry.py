@@ -47,7 +47,7 @@ def infer_kind(source: str) -> str | None:
     return None
 
 
-def build_model(spec: ModelSpec) -> RewardModel:
+def build_model(spec: ModelSpec, image_policy=None) -> RewardModel:
     preset: dict[str, Any] | None = presets.resolve(spec.source, spec.preset)
     kind = spec.kind or (preset or {}).get("kind") or infer_kind(spec.source)
     if kind is None:
@@ -56,4 +56,4 @@ def build_model(spec: ModelSpec) -> RewardModel:
         )
     if preset is not None and preset.get("kind") != kind:
         preset = None  # a preset of another kind says nothing about this model
-    return kind_class(kind)(spec, preset)
+    return kind_class(kind)(spec, preset, image_policy)

@@ -45,7 +45,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     state = ServiceState(
         settings=settings,
         metrics=metrics,
-        registry=ModelRegistry(settings.model_specs(), metrics),
+        registry=ModelRegistry(settings.model_specs(), metrics, settings.image_policy()),
         api_keys=settings.accepted_keys(),
         rule_runner=RuleRunner(),
     )

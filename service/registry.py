@@ -25,10 +25,10 @@ class Served:
 
 
 class ModelRegistry:
-    def __init__(self, specs: list[ModelSpec], metrics: Metrics):
+    def __init__(self, specs: list[ModelSpec], metrics: Metrics, image_policy=None):
         self._metrics = metrics
         # Building a model reads only its preset and config.json; weights come in load().
-        self._served = {spec.name: Served(build_model(spec)) for spec in specs}
+        self._served = {spec.name: Served(build_model(spec, image_policy)) for spec in specs}
         self.loaded = asyncio.Event()
 
     def __iter__(self):

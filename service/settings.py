@@ -35,13 +35,30 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(default=32 * 1024 * 1024, gt=0)
     max_items_per_request: int = Field(default=4096, gt=0)
     log_level: str = "info"
+    # Images: data URLs only, unless hosts are allowlisted (comma-separated).
+    image_url_allowlist: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    max_image_bytes: int = Field(default=20 * 1024 * 1024, gt=0)
+    max_image_pixels: int = Field(default=40_000_000, gt=0)
+    max_images_per_item: int = Field(default=16, gt=0)
+    image_fetch_timeout_s: float = Field(default=5.0, gt=0)
 
-    @field_validator("api_keys", mode="before")
+    @field_validator("api_keys", "image_url_allowlist", mode="before")
     @classmethod
     def _split_keys(cls, value: Any) -> Any:
         if isinstance(value, str):
             return [k.strip() for k in value.split(",") if k.strip()]
         return value
+
+    def image_policy(self):
+        from rewardserve.models.images import ImagePolicy
+
+        return ImagePolicy(
+            max_bytes=self.max_image_bytes,
+            max_pixels=self.max_image_pixels,
+            max_images=self.max_images_per_item,
+            url_allowlist=tuple(self.image_url_allowlist),
+            fetch_timeout_s=self.image_fetch_timeout_s,
+        )
 
     def accepted_keys(self) -> list[str]:
         keys = list(self.api_keys)
