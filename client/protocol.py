@@ -161,7 +161,16 @@ Normalize = Literal["none", "group"]
 Truncate = Literal["error", "left", "right"]
 
 
-class ScoreOptions(_Request):
+class GoalOptions(_Request):
+    """For ``clip_goal`` models (VLM-RM): the goal prompt(s), optional baseline prompt(s)
+    and the projection strength alpha in 0..1; the model's config gives defaults."""
+
+    goal: str | list[str] | None = None
+    baseline: str | list[str] | None = None
+    alpha: float | None = Field(default=None, ge=0.0, le=1.0)
+
+
+class ScoreOptions(GoalOptions):
     activation: Activation = "none"
     # "group": add GRPO advantages per group_id, (r - mean) / (std + 1e-6), with the
     # sample standard deviation as torch and TRL compute it; invalid items are left out.
@@ -217,7 +226,7 @@ Aggregate = Literal["min", "prod", "mean", "last"]
 Shaping = Literal["none", "raw", "delta", "group"]
 
 
-class StepOptions(_Request):
+class StepOptions(GoalOptions):
     """How steps are found, aggregated and shaped.
 
     steps_from: ``steps`` (the item's list), ``separator`` (split the final assistant
@@ -237,6 +246,8 @@ class StepOptions(_Request):
     # "steps": a trajectory longer than the model's context is scored up to the last
     # step that fits, the rest reported unscored; "error": 413 instead.
     truncate: Literal["steps", "error"] = "steps"
+    # clip_goal frames: each step reward is the mean over the last `window` frames.
+    window: int | None = Field(default=None, ge=1, le=1000)
 
 
 class StepSpan(_Response):

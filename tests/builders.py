@@ -290,3 +290,95 @@ def build_yes_sayer(out_dir: Path, word: str = " Yes") -> Path:
         model.lm_head.bias.zero_()
         model.lm_head.bias[token] = 1000.0
     return _save(model, tokenizer, out_dir)
+
+
+# --------------------------------------------------------------------------- vision-language models
+
+VL_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+    "{% if message['content'] is string %}{{ message['content'] }}{% else %}"
+    "{% for part in message['content'] %}{% if part['type'] == 'text' %}{{ part['text'] }}"
+    "{% else %}<|vision_start|><|image_pad|><|vision_end|>{% endif %}{% endfor %}{% endif %}"
+    "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def build_qwen2_vl(out_dir: Path, head: str = "value_head", seed: int = 0, hidden: int = 64,
+                   layers: int = 2, vision_depth: int = 1, max_pixels: int = 112 * 112) -> Path:
+    """A tiny Qwen2VLForConditionalGeneration with its PIL image processor and a reward
+    head stored beside it: ``v_head.summary.*`` (value head), ``score.0/2.*`` (MLP), or
+    none (yes / no readout from the LM head)."""
+    import torch
+    from safetensors.torch import load_file, save_file
+    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+    tokenizer = build_tokenizer("qwen")
+    tokenizer.add_special_tokens({"additional_special_tokens": [
+        "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]})
+    tokenizer.chat_template = VL_TEMPLATE
+    token = tokenizer.convert_tokens_to_ids
+    heads = max(1, hidden // 16)
+    config = Qwen2VLConfig(
+        text_config=dict(
+            vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=hidden * 2,
+            num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=heads,
+            max_position_embeddings=4096, initializer_range=0.2,
+            rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]},
+            pad_token_id=tokenizer.pad_token_id,
+        ),
+        vision_config=dict(depth=vision_depth, embed_dim=32, hidden_size=hidden, num_heads=2,
+                           mlp_ratio=2, patch_size=14, spatial_merge_size=2, temporal_patch_size=2),
+        image_token_id=token("<|image_pad|>"), video_token_id=token("<|video_pad|>"),
+        vision_start_token_id=token("<|vision_start|>"), vision_end_token_id=token("<|vision_end|>"),
+        pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=False,
+    )
+    torch.manual_seed(seed)
+    model = Qwen2VLForConditionalGeneration(config)
+    _save(model, tokenizer, out_dir)
+    Qwen2VLImageProcessorPil(min_pixels=56 * 56, max_pixels=max_pixels).save_pretrained(out_dir)
+    weights = load_file(out_dir / "model.safetensors")
+    if head == "value_head":
+        weights["v_head.summary.weight"] = torch.randn(1, hidden) * 0.3
+        weights["v_head.summary.bias"] = torch.randn(1)
+    elif head == "mlp":
+        weights["score.0.weight"] = torch.randn(hidden, hidden) * 0.2
+        weights["score.0.bias"] = torch.randn(hidden) * 0.2
+        weights["score.2.weight"] = torch.randn(1, hidden) * 0.3
+        weights["score.2.bias"] = torch.randn(1)
+    save_file(weights, out_dir / "model.safetensors", metadata={"format": "pt"})
+    return out_dir
+
+
+def build_clip(out_dir: Path, seed: int = 0, image_size: int = 32) -> Path:
+    """A tiny CLIPModel with a BPE tokenizer (BOS / EOS added, EOS pooled) and the PIL
+    CLIP image processor."""
+    import torch
+    from tokenizers import processors
+    from transformers import CLIPConfig, CLIPModel
+    from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil
+
+    tokenizer = build_tokenizer("llama")
+    bos, eos = "<|begin_of_text|>", "<|end_of_text|>"
+    backend = tokenizer.backend_tokenizer
+    backend.post_processor = processors.TemplateProcessing(
+        single=f"{bos} $A {eos}", pair=f"{bos} $A {eos} $B {eos}",
+        special_tokens=[(bos, backend.token_to_id(bos)), (eos, backend.token_to_id(eos))],
+    )
+    tokenizer.eos_token = eos
+    config = CLIPConfig(
+        text_config=dict(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
+                         num_hidden_layers=2, num_attention_heads=2, max_position_embeddings=77,
+                         eos_token_id=tokenizer.convert_tokens_to_ids(eos),
+                         bos_token_id=tokenizer.convert_tokens_to_ids(bos),
+                         pad_token_id=tokenizer.pad_token_id),
+        vision_config=dict(image_size=image_size, patch_size=8, hidden_size=32, intermediate_size=64,
+                           num_hidden_layers=2, num_attention_heads=2),
+        projection_dim=16,
+    )
+    torch.manual_seed(seed)
+    model = CLIPModel(config)
+    _save(model, tokenizer, out_dir)
+    CLIPImageProcessorPil(size={"shortest_edge": image_size},
+                          crop_size={"height": image_size, "width": image_size}).save_pretrained(out_dir)
+    return out_dir

@@ -75,3 +75,31 @@ def yes_sayer(tmp_path_factory) -> Path:
     from tests.builders import build_yes_sayer
 
     return build_yes_sayer(tmp_path_factory.mktemp("yes_sayer"))
+
+
+@pytest.fixture(scope="session")
+def vl_value(tmp_path_factory) -> Path:
+    from tests.builders import build_qwen2_vl
+
+    return build_qwen2_vl(tmp_path_factory.mktemp("vl_value"), head="value_head")
+
+
+@pytest.fixture(scope="session")
+def vl_mlp(tmp_path_factory) -> Path:
+    from tests.builders import build_qwen2_vl
+
+    return build_qwen2_vl(tmp_path_factory.mktemp("vl_mlp"), head="mlp", seed=1)
+
+
+@pytest.fixture(scope="session")
+def vl_judge(tmp_path_factory) -> Path:
+    from tests.builders import build_qwen2_vl
+
+    return build_qwen2_vl(tmp_path_factory.mktemp("vl_judge"), head="none", seed=2)
+
+
+@pytest.fixture(scope="session")
+def clip_model(tmp_path_factory) -> Path:
+    from tests.builders import build_clip
+
+    return build_clip(tmp_path_factory.mktemp("clip"))
