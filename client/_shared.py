@@ -43,9 +43,11 @@ RETRY_STATUSES = frozenset({429, 502, 503})
 
 @dataclass(frozen=True)
 class ClientConfig:
-    base_url: str
+    base_url: str  # one URL, or several separated by commas
     api_key: str | None = None
-    timeout_s: float = 300.0
+    timeout_s: float = 300.0  # one HTTP attempt
+    deadline_s: float | None = None  # the whole call, retries included
+    failover_cooldown_s: float = 5.0
     max_retries: int = 3
     initial_backoff_s: float = 0.5
     max_backoff_s: float = 8.0
@@ -193,9 +195,12 @@ class BaseClient:
     """Configuration, cloning and URLs; the sync and async clients add the I/O."""
 
     def __init__(self, base_url, *, api_key, timeout, max_retries, chunk_size, max_concurrency,
-                 headers, http_client, make_http):
+                 headers, http_client, make_http, deadline=None):
+        if isinstance(base_url, (list, tuple)):
+            base_url = ",".join(base_url)
         self._config = ClientConfig(
             base_url=base_url or os.environ.get("REWARDSERVE_BASE_URL") or DEFAULT_BASE_URL,
+            deadline_s=deadline,
             api_key=api_key if api_key is not None else os.environ.get("REWARDSERVE_API_KEY"),
             timeout_s=timeout,
             max_retries=max_retries,
@@ -207,21 +212,32 @@ class BaseClient:
         self._http = http_client or make_http(
             limits=httpx.Limits(max_connections=max(max_concurrency, 10))
         )
+        self._replicas = self._make_replicas()
+
+    def _make_replicas(self):
+        from rewardserve.client._replicas import Replicas, split_urls
+
+        return Replicas(split_urls(self._config.base_url), self._config.failover_cooldown_s)
 
     @property
     def config(self) -> ClientConfig:
         return self._config
 
     def with_options(self, **changes: Any):
-        """A client with some settings changed (``timeout_s``, ``max_retries``,
-        ``chunk_size``, ``api_key``, ...), sharing this one's connection pool."""
+        """A client with some settings changed (``timeout_s``, ``deadline_s``,
+        ``max_retries``, ``chunk_size``, ``api_key``, ...), sharing this one's connection
+        pool (and replica health, unless ``base_url`` changes)."""
         clone = object.__new__(type(self))
         clone._config = self._config.with_changes(**changes)
         clone._http, clone._owns_http = self._http, False
+        same = clone._config.base_url == self._config.base_url
+        clone._replicas = self._replicas if same else clone._make_replicas()
         return clone
 
-    def _url(self, path: str) -> str:
-        return self._config.base_url.rstrip("/") + path
+    def _plan(self, method: str, path: str):
+        from rewardserve.client._replicas import CallPlan
+
+        return CallPlan(self._config, self._replicas, f"{method} {path}")
 
     def _headers(self, has_body: bool) -> dict[str, str]:
         headers = self._config.request_headers()

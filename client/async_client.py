@@ -52,11 +52,12 @@ class AsyncRewardClient(BaseClient):
         max_concurrency: int = 8,
         headers: Mapping[str, str] | None = None,
         http_client: httpx.AsyncClient | None = None,
+        deadline: float | None = None,
     ):
         super().__init__(
             base_url, api_key=api_key, timeout=timeout, max_retries=max_retries,
             chunk_size=chunk_size, max_concurrency=max_concurrency, headers=headers,
-            http_client=http_client, make_http=httpx.AsyncClient,
+            http_client=http_client, make_http=httpx.AsyncClient, deadline=deadline,
         )
 
     # ------------------------------------------------------------------ endpoints
@@ -104,7 +105,7 @@ class AsyncRewardClient(BaseClient):
 
     async def ready(self) -> bool:
         try:
-            response = await self._http.get(self._url("/ready"), timeout=self._config.timeout_s)
+            response = await self._http.get(self._replicas.pick() + "/ready", timeout=self._config.timeout_s)
         except httpx.TransportError:
             return False
         return response.is_success
@@ -127,21 +128,19 @@ class AsyncRewardClient(BaseClient):
         return merge_responses(len(call.items), chunks, list(responses))
 
     async def _request(self, method: str, path: str, content: bytes | None = None) -> httpx.Response:
-        config, headers, attempt = self._config, self._headers(content is not None), 0
+        plan, headers = self._plan(method, path), self._headers(content is not None)
         while True:
+            base = self._replicas.pick()
             response = exc = None
             try:
-                response = await self._http.request(method, self._url(path), content=content,
-                                                    headers=headers, timeout=config.timeout_s)
+                response = await self._http.request(method, base + path, content=content,
+                                                  headers=headers, timeout=plan.timeout())
             except httpx.TransportError as caught:
                 exc = caught
-            error, retryable, retry_after = attempt_error(response, exc, f"{method} {path}")
-            if error is None:
+            delay = plan.after(base, response, exc)
+            if delay is None:
                 return response
-            if not retryable or attempt >= config.max_retries:
-                raise error
-            await asyncio.sleep(config.backoff_s(attempt, retry_after))
-            attempt += 1
+            await asyncio.sleep(delay)
 
     async def close(self) -> None:
         if self._owns_http:

@@ -45,7 +45,9 @@ class RewardClient(BaseClient):
     Long item lists are split into chunks of ``chunk_size`` (groups kept whole) sent
     ``max_concurrency`` at a time; results come back in the order given. Connection
     errors, timeouts, 429 and 502/503 are retried with exponential backoff and jitter,
-    waiting what ``retry-after`` asks when the service says. ``base_url`` and
+    waiting what ``retry-after`` asks when the service says. ``base_url`` may name
+    several replicas (a list, or comma-separated): calls are spread over them and a
+    replica that fails is skipped for a while. ``deadline`` bounds a whole call. ``base_url`` and
     ``api_key`` default to ``REWARDSERVE_BASE_URL`` and ``REWARDSERVE_API_KEY``.
     """
 
@@ -60,11 +62,12 @@ class RewardClient(BaseClient):
         max_concurrency: int = 8,
         headers: Mapping[str, str] | None = None,
         http_client: httpx.Client | None = None,
+        deadline: float | None = None,
     ):
         super().__init__(
             base_url, api_key=api_key, timeout=timeout, max_retries=max_retries,
             chunk_size=chunk_size, max_concurrency=max_concurrency, headers=headers,
-            http_client=http_client, make_http=httpx.Client,
+            http_client=http_client, make_http=httpx.Client, deadline=deadline,
         )
 
     # ------------------------------------------------------------------ endpoints
@@ -115,7 +118,7 @@ class RewardClient(BaseClient):
     def ready(self) -> bool:
         """True when the service has every model loaded (no retries)."""
         try:
-            return self._http.get(self._url("/ready"), timeout=self._config.timeout_s).is_success
+            return self._http.get(self._replicas.pick() + "/ready", timeout=self._config.timeout_s).is_success
         except httpx.TransportError:
             return False
 
@@ -137,21 +140,19 @@ class RewardClient(BaseClient):
         return merge_responses(len(call.items), chunks, responses)
 
     def _request(self, method: str, path: str, content: bytes | None = None) -> httpx.Response:
-        config, headers, attempt = self._config, self._headers(content is not None), 0
+        plan, headers = self._plan(method, path), self._headers(content is not None)
         while True:
+            base = self._replicas.pick()
             response = exc = None
             try:
-                response = self._http.request(method, self._url(path), content=content,
-                                              headers=headers, timeout=config.timeout_s)
+                response = self._http.request(method, base + path, content=content,
+                                                  headers=headers, timeout=plan.timeout())
             except httpx.TransportError as caught:
                 exc = caught
-            error, retryable, retry_after = attempt_error(response, exc, f"{method} {path}")
-            if error is None:
+            delay = plan.after(base, response, exc)
+            if delay is None:
                 return response
-            if not retryable or attempt >= config.max_retries:
-                raise error
-            time.sleep(config.backoff_s(attempt, retry_after))
-            attempt += 1
+            time.sleep(delay)
 
     def close(self) -> None:
         if self._owns_http:
