@@ -91,7 +91,14 @@ def parse_retry_after(value: str | None) -> float | None:
 
 
 def as_items(items: Iterable[Any], item_class: type = Item) -> list:
-    return [i if isinstance(i, item_class) else item_class.model_validate(i) for i in items]
+    def one(item):
+        if isinstance(item, item_class):
+            return item
+        if isinstance(item, Item):  # an Item where a RubricItem is wanted, say
+            item = item.model_dump(exclude_unset=True)
+        return item_class.model_validate(item)
+
+    return [one(i) for i in items]
 
 
 def plan_chunks(items: list, chunk_size: int) -> list[list[int]]:

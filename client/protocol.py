@@ -434,6 +434,25 @@ class CompareResponse(_Response):
     usage: Usage = Field(default_factory=Usage)
 
 
+# --------------------------------------------------------------------------- OpenRLHF /get_reward
+
+
+class OpenRLHFRewardRequest(BaseModel):
+    """OpenRLHF's ``--remote_rm_url`` body. Extra keys OpenRLHF versions add are ignored."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    query: list[str] = Field(min_length=1)
+    prompts: list[str] | None = None
+    labels: list[Any] | None = None
+
+
+class OpenRLHFRewardResponse(_Response):
+    rewards: list[float]
+    scores: list[float]
+    extra_logs: dict[str, list[float]] = Field(default_factory=dict)
+
+
 # --------------------------------------------------------------------------- vLLM /pooling
 
 

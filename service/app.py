@@ -18,6 +18,7 @@ from fastapi.responses import Response
 from rewardserve.client import __version__
 from rewardserve.models.rubric import RuleRunner
 from rewardserve.service.errors import install_error_handlers
+from rewardserve.service.compat import router as compat_routes
 from rewardserve.service.judging import router as judging_routes
 from rewardserve.service.metrics import Metrics
 from rewardserve.service.middleware import BodyLimit, RequestMetrics
@@ -73,6 +74,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(open_routes)
     app.include_router(scoring_routes)
     app.include_router(judging_routes)
+    app.include_router(compat_routes)
     # The last added runs outermost: metrics see every response, the size limit's 413 too.
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestMetrics, metrics=metrics)

@@ -30,6 +30,7 @@ class Settings(BaseSettings):
     config: Path | None = None
     models: list[ModelSpec] = Field(default_factory=list)
     builtin_rules: bool = True
+    default_model: str | None = None  # for routes that name no model (OpenRLHF /get_reward)
     api_keys: Annotated[list[str], NoDecode] = Field(default_factory=list)
     api_keys_file: Path | None = None
     max_body_bytes: int = Field(default=32 * 1024 * 1024, gt=0)

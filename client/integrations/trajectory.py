@@ -1,0 +1,65 @@
+"""Agent trajectories: step rewards and the trajectory reward in one call, placed on
+tokens for per-token advantages.
+
+    rewards = trajectory_rewards(client, "prm", messages, outcome_model="skywork")
+    per_token = token_rewards(offsets, ends, rewards.step_rewards)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from rewardserve.client.protocol import StepsResult, StepSpan
+from rewardserve.client.sync_client import RewardClient
+
+
+@dataclass
+class TrajectoryRewards:
+    step_rewards: list[float | None]  # one per assistant turn (None: not scored)
+    spans: list[StepSpan]  # where each step is: message index and character offsets
+    reward: float | None  # the outcome model's score, else the PRM's aggregate
+    steps: StepsResult
+
+
+def trajectory_rewards(
+    client: RewardClient,
+    prm_model: str,
+    messages: list[Mapping[str, Any]],
+    *,
+    outcome_model: str | None = None,
+    **step_options: Any,
+) -> TrajectoryRewards:
+    """Step rewards from a process model (one per assistant turn; tool calls and
+    results stay context) and the trajectory reward (from ``outcome_model`` when given,
+    else the PRM's aggregate)."""
+    item = {"messages": list(messages)}
+    step_options.setdefault("steps_from", "turns")
+    (steps,) = client.score_steps(prm_model, [item], **step_options).results
+    reward = steps.score if steps.valid else None
+    if outcome_model is not None:
+        (outcome,) = client.score(outcome_model, [item]).results
+        reward = outcome.score if outcome.valid else None
+    rewards = list(steps.step_scores) if steps.valid else []
+    return TrajectoryRewards(rewards, list(steps.spans), reward, steps)
+
+
+def step_ends(spans: list[StepSpan], message_starts: Mapping[int | None, int]) -> list[int]:
+    """Each step's last character in the trainer's own text, given where each message's
+    content starts in it (``message_starts[index]``; ``None`` for a plain response)."""
+    return [message_starts[span.message] + span.end - 1 for span in spans]
+
+
+def token_rewards(offsets: list[tuple[int, int]], ends: list[int], rewards: list[float | None]) -> list[float]:
+    """A reward per token: each step's reward on the token holding the step's last
+    character (the usual process-reward placement), 0 elsewhere. ``offsets`` are the
+    tokenizer's (start, end) character offsets."""
+    out = [0.0] * len(offsets)
+    for end, reward in zip(ends, rewards):
+        if reward is None:
+            continue
+        for index, (start, stop) in enumerate(offsets):
+            if start <= end < stop:
+                out[index] += reward
+                break
+    return out

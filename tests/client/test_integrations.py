@@ -1,0 +1,142 @@
+"""Trainer integrations against a live service: TRL's real GRPOTrainer, verl's reward
+function shapes, OpenRLHF's /get_reward and python reward mode, agent trajectories."""
+
+from __future__ import annotations
+
+import math
+import os
+
+import httpx
+import pytest
+
+from rewardserve.client import RewardClient
+from rewardserve.client.integrations import openrlhf, verl
+from rewardserve.client.integrations.trajectory import step_ends, token_rewards, trajectory_rewards
+from rewardserve.client.integrations.trl import async_reward_function, reward_function
+from tests.harness import serve_subprocess
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory, qwen2_prm, qwen3_rm):
+    config = tmp_path_factory.mktemp("cfg") / "models.yaml"
+    config.write_text(
+        "models:\n"
+        "  - {name: fuzzy, kind: rule, source: fuzzy}\n"
+        f"  - {{name: prm, source: {qwen2_prm}}}\n"
+        f"  - {{name: rm, source: {qwen3_rm}}}\n"
+    )
+    with serve_subprocess("--config", str(config)) as url:
+        yield url
+
+
+def test_trl_grpo_trainer_logs_the_service_rewards(service, tmp_path):
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    from tests.builders import build_causal_lm
+
+    policy = build_causal_lm(tmp_path / "policy", seed=5)
+    dataset = Dataset.from_list([{"prompt": f"Say yes {k}.", "reference": "yes yes yes"} for k in range(8)])
+    client = RewardClient(service)
+    inner = reward_function("fuzzy", client=client, reference_column="reference")
+    seen: list[tuple[list, list, list]] = []
+
+    def fuzzy_reward(prompts, completions, **columns):
+        rewards = inner(prompts, completions, **columns)
+        seen.append((list(prompts), list(completions), list(rewards)))
+        return rewards
+
+    args = GRPOConfig(
+        output_dir=str(tmp_path / "out"), per_device_train_batch_size=4, num_generations=4,
+        max_completion_length=6, max_steps=3, logging_steps=1, learning_rate=1e-4,
+        report_to=[], use_cpu=True, bf16=False, save_strategy="no", seed=0,
+    )
+    trainer = GRPOTrainer(model=str(policy), reward_funcs=[fuzzy_reward], args=args, train_dataset=dataset)
+    trainer.train()
+
+    logged = [h["rewards/fuzzy_reward/mean"] for h in trainer.state.log_history if "rewards/fuzzy_reward/mean" in h]
+    assert len(logged) == 3 and len(seen) == 3
+    for (prompts, completions, rewards), mean in zip(seen, logged):
+        again = client.score("fuzzy", [{"prompt": p, "response": c, "reference": "yes yes yes"}
+                                       for p, c in zip(prompts, completions)])
+        assert [r.score for r in again.results] == pytest.approx(rewards)
+        assert mean == pytest.approx(sum(rewards) / len(rewards), abs=1e-5)
+
+
+async def test_trl_reward_functions_all_endpoints(service):
+    prompts = ["What is 2+2?", "What is 3+3?"]
+    completions = ["\\boxed{4}", "\\boxed{7}"]
+    math_fn = reward_function("math", base_url=service, reference_column="answer")
+    assert math_fn.__name__ == "math_score"
+    assert math_fn(prompts, completions, answer=["4", "6"], trainer_state=object()) == [1.0, 0.0]
+    # An unscorable item is None (TRL leaves it out), never 0.
+    assert math_fn(prompts, completions, answer=["4", None]) == [1.0, None]
+    conversational = [[{"role": "user", "content": p}] for p in prompts]
+    answers = [[{"role": "assistant", "content": c}] for c in completions]
+    assert await async_reward_function("math", base_url=service, reference_column="answer")(
+        conversational, answers, answer=["4", "6"]) == [1.0, 0.0]
+    steps = reward_function("prm", endpoint="steps", base_url=service, aggregate="last")(
+        prompts, ["a\n\nb", "c"])
+    assert all(0 <= s <= 1 for s in steps)
+    rubric = reward_function(None, endpoint="rubric", base_url=service, criteria=[
+        {"name": "m", "fn": "math_equiv"}, {"name": "f", "fn": "regex", "args": {"pattern": "boxed"}}],
+        aggregation={"mode": "all"})
+    assert rubric(prompts, completions, reference=["4", "6"]) == [1.0, 0.0]
+    outcome = reward_function("rm", base_url=service)(prompts, completions)
+    assert all(isinstance(x, float) for x in outcome)
+
+
+def test_verl_compute_score_shapes(service):
+    kwargs = {"model": "math", "base_url": service}
+    assert verl.compute_score("openai/gsm8k", "so #### \\boxed{72}", "72", {"question": "q", "split": "train"}, **kwargs) == 1.0
+    assert verl.compute_score("openai/gsm8k", "\\boxed{71}", "72", None, **kwargs) == 0.0
+    batch = verl.compute_score_batch(
+        ["a", "b", "c"], ["\\boxed{1}", "\\boxed{2}", "\\boxed{3}"], ["1", "5", "3"],
+        [{"index": 0}, {"index": 1}, {"index": 2}], **kwargs)
+    assert batch == [1.0, 0.0, 1.0]
+    with pytest.raises(Exception, match="no reward"):
+        verl.compute_score("x", "\\boxed{1}", None, None, **kwargs)
+    assert verl.compute_score("x", "\\boxed{1}", None, None, invalid_score=-1.0, **kwargs) == -1.0
+
+
+def test_openrlhf_get_reward_route_and_python_mode(service, monkeypatch):
+    prompts = ["<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n"] * 2
+    queries = [prompts[0] + "\\boxed{4}<|im_end|>", prompts[1] + "\\boxed{5}<|im_end|>"]
+    body = {"query": queries, "prompts": prompts, "labels": ["4", "4"]}
+    response = httpx.post(service + "/get_reward?model=math", json=body, timeout=30)
+    assert response.status_code == 200, response.text
+    assert response.json()["rewards"] == [1.0, 0.0] and response.json()["scores"] == [1.0, 0.0]
+    unnamed = httpx.post(service + "/get_reward", json=body, timeout=30)  # several models: name one
+    assert unnamed.status_code == 422 and unnamed.json()["error"]["param"] == "model"
+    broken = dict(body, labels=["4", None])
+    assert httpx.post(service + "/get_reward?model=math", json=broken, timeout=30).status_code == 422
+    stand_in = httpx.post(service + "/get_reward?model=math&invalid=-1", json=broken, timeout=30).json()
+    assert stand_in["rewards"] == [1.0, -1.0]
+    monkeypatch.setenv("REWARDSERVE_BASE_URL", service)
+    monkeypatch.setenv("REWARDSERVE_MODEL", "math")
+    out = openrlhf.reward_func(queries, prompts, ["4", "4"])
+    assert out["rewards"].tolist() == [1.0, 0.0]
+
+
+def test_trajectory_rewards_and_token_placement(service):
+    messages = [
+        {"role": "user", "content": "find x"},
+        {"role": "assistant", "content": "Searching.",
+         "tool_calls": [{"id": "1", "function": {"name": "search", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "1", "content": "x=4"},
+        {"role": "assistant", "content": "x is 4."},
+    ]
+    client = RewardClient(service)
+    out = trajectory_rewards(client, "prm", messages)
+    assert len(out.step_rewards) == 2 and out.reward == pytest.approx(min(out.step_rewards))
+    with_outcome = trajectory_rewards(client, "prm", messages, outcome_model="rm")
+    assert with_outcome.reward == client.score("rm", [{"messages": messages}]).results[0].score
+    # The trainer's own text: messages one after another; its tokens cover 5 chars each.
+    starts = {1: 0, 3: 20}
+    ends = step_ends(out.spans, starts)
+    assert ends == [len("Searching.") - 1, 20 + len("x is 4.") - 1]
+    offsets = [(k, k + 5) for k in range(0, 30, 5)]
+    per_token = token_rewards(offsets, ends, out.step_rewards)
+    assert per_token[1] == out.step_rewards[0] and per_token[5] == out.step_rewards[1]
+    assert sum(per_token) == pytest.approx(sum(out.step_rewards)) and not math.isnan(sum(per_token))
+    assert os.environ.get("REWARDSERVE_MODEL") is None
