@@ -1,8 +1,10 @@
-"""``rewardserve serve [--config models.yaml] [--model NAME=SOURCE ...] [--host H] [--port P]``"""
+"""``rewardserve serve [--config models.yaml] [--model NAME=SOURCE ...] [--host H] [--port P]``
+``rewardserve grpo --config grpo.yaml [--policy ...] [--steps N]``"""
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 
@@ -23,7 +25,25 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, help="port (default 8000)")
     serve.add_argument("--no-builtin-rules", action="store_true", help="do not serve math / exact_match")
     serve.add_argument("--log-level", help="debug, info, warning, error")
+    grpo = commands.add_parser("grpo", help="train a causal LM with GRPO on the service's rewards")
+    grpo.add_argument("--config", help="YAML with the GRPO settings (client/grpo/config.py)")
+    grpo.add_argument("--policy", help="the policy: a local path or hub id")
+    grpo.add_argument("--prompts", help="JSONL of prompts")
+    grpo.add_argument("--output-dir")
+    grpo.add_argument("--service", help="service URL(s), comma-separated")
+    grpo.add_argument("--steps", type=int)
     return parser
+
+
+def grpo(args: argparse.Namespace) -> None:
+    from rewardserve.client.grpo.config import load_config
+    from rewardserve.client.grpo.loop import train
+
+    overrides = {"policy": args.policy, "prompts": args.prompts, "output_dir": args.output_dir,
+                 "service": args.service, "steps": args.steps}
+    history = train(load_config(args.config, overrides))
+    if history:
+        print(json.dumps(history[-1]))
 
 
 def serve(args: argparse.Namespace) -> None:
@@ -62,6 +82,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         if args.command == "serve":
             serve(args)
+        elif args.command == "grpo":
+            grpo(args)
     except (ValueError, KeyError, FileNotFoundError) as exc:
         print(f"rewardserve: {exc}", file=sys.stderr)
         raise SystemExit(2) from exc

@@ -1,0 +1,65 @@
+"""The GRPO loop's settings: one YAML (or JSON) file, overridable from the CLI."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class RewardSource(BaseModel):
+    """One term of the reward: ``weight`` x the score an endpoint gives.
+
+    endpoint score / steps (the trajectory aggregate) / verify: ``model`` names the
+    served model; rubric: ``model`` is the judge (optional) and ``criteria`` are given.
+    ``options`` go to the endpoint (activation, aggregate, template, aggregation, ...)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    endpoint: Literal["score", "steps", "verify", "rubric"] = "score"
+    model: str | None = None
+    weight: float = 1.0
+    criteria: list[dict[str, Any]] | None = None
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class GRPOConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    policy: str  # a local path or hub id of a causal LM
+    prompts: Path  # JSONL: {"prompt": str | messages, "reference": ..., any other fields}
+    output_dir: Path = Path("grpo-out")
+    service: str | list[str] = "http://127.0.0.1:8000"
+    api_key: str | None = None
+    rewards: list[RewardSource] = Field(min_length=1)
+
+    steps: int = Field(default=100, ge=1)
+    prompts_per_step: int = Field(default=4, ge=1)
+    group_size: int = Field(default=8, ge=2)  # G completions per prompt
+    max_new_tokens: int = Field(default=64, ge=1)
+    temperature: float = Field(default=1.0, gt=0)
+    top_p: float = Field(default=1.0, gt=0, le=1)
+
+    learning_rate: float = Field(default=1e-5, gt=0)
+    clip_epsilon: float = Field(default=0.2, gt=0)
+    kl_coef: float = Field(default=0.0, ge=0)  # > 0: KL to a frozen copy of the start policy
+    grad_accumulation: int = Field(default=1, ge=1)  # micro-batches per optimizer step
+    max_grad_norm: float = Field(default=1.0, gt=0)
+    stratify_by: str | None = None  # a prompt field: normalise advantages within its strata
+
+    save_every: int = Field(default=50, ge=1)
+    resume: bool = True
+    seed: int = 0
+    chat_template: bool = True  # render prompts with the policy's chat template when it has one
+    progress: bool = True
+
+
+def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None) -> GRPOConfig:
+    data: dict[str, Any] = {}
+    if path is not None:
+        with open(path, encoding="utf-8") as f:
+            data = yaml.safe_load(f) or {}
+    data.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    return GRPOConfig.model_validate(data)

@@ -1,0 +1,239 @@
+"""GRPO, one step at a time.
+
+Each step:
+  1. take a few prompts and sample G completions of each from the policy;
+  2. score every completion on the service (a weighted mix of endpoints);
+  3. turn rewards into advantages: normalise within each prompt's group (or within
+     strata of a prompt field, Stratified GRPO); completions without a reward get none;
+  4. update the policy with the clipped policy-gradient loss, plus KL to the frozen
+     starting policy if asked, over micro-batches (gradient accumulation);
+  5. log a metrics row, refresh the plot, and checkpoint every ``save_every`` steps.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from rewardserve.client.grpo.config import GRPOConfig
+from rewardserve.client.grpo.plot import plot_metrics
+from rewardserve.client.grpo.rewards import RewardMix
+
+EPS = 1e-6
+
+
+@dataclass
+class Rollout:
+    """G completions of each prompt, as token ids, with what the update needs."""
+
+    rows: list[dict]  # the prompt row of each completion
+    texts: list[str]  # the completions, decoded
+    ids: torch.Tensor  # [N, prompt + completion] left-padded prompt, then the completion
+    mask: torch.Tensor  # [N, T] attention mask
+    completion_mask: torch.Tensor  # [N, T] 1 on the completion's tokens
+    old_logps: torch.Tensor  # [N, T] per-token log-probs at sampling time (0 off-completion)
+    ref_logps: torch.Tensor | None
+
+
+def train(config: GRPOConfig) -> list[dict]:
+    """Run the loop; returns the metrics rows (also in ``output_dir/metrics.jsonl``)."""
+    from rewardserve.client.sync_client import RewardClient
+
+    torch.manual_seed(config.seed)
+    random.seed(config.seed)
+    out = Path(config.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    policy, tokenizer, optimizer, start, history = load_or_resume(config, out)
+    reference = frozen_copy(config, policy) if config.kl_coef > 0 else None
+    rewards = RewardMix(RewardClient(config.service, api_key=config.api_key), config.rewards)
+    prompts = [json.loads(line) for line in open(config.prompts, encoding="utf-8") if line.strip()]
+    order = list(range(len(prompts)))
+    bar = progress(config, start)
+
+    for step in range(start, config.steps):
+        began = time.monotonic()
+        batch = [prompts[order[(step * config.prompts_per_step + k) % len(order)]]
+                 for k in range(config.prompts_per_step)]
+        rollout = sample(config, policy, reference, tokenizer, batch)             # 1
+        reward, per_source, valid = rewards.score(rollout.rows, rollout.texts)    # 2
+        advantages = group_advantages(reward, valid, groups(config, rollout.rows))  # 3
+        loss, kl = update(config, policy, optimizer, rollout, advantages)         # 4
+        row = {
+            "step": step + 1, "loss": loss, "kl": kl,
+            "reward_mean": float(reward[valid].mean()) if valid.any() else None,
+            "reward_std": float(reward[valid].std()) if valid.sum() > 1 else None,
+            "invalid": int((~valid).sum()), "seconds": round(time.monotonic() - began, 3),
+            **{f"reward/{k}": v for k, v in per_source.items()},
+        }
+        history.append(row)                                                       # 5
+        with open(out / "metrics.jsonl", "a", encoding="utf-8") as f:
+            f.write(json.dumps(row) + "\n")
+        plot_metrics(history, out / "metrics.png")
+        if (step + 1) % config.save_every == 0 or step + 1 == config.steps:
+            save_checkpoint(out, step + 1, policy, tokenizer, optimizer)
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(reward=f"{row['reward_mean'] or 0:.3f}", kl=f"{kl:.4f}")
+    if bar is not None:
+        bar.close()
+    return history
+
+
+# --------------------------------------------------------------------------- 1. sampling
+
+
+@torch.no_grad()
+def sample(config: GRPOConfig, policy, reference, tokenizer, batch: list[dict]) -> Rollout:
+    texts = [render_prompt(config, tokenizer, row["prompt"]) for row in batch]
+    encoded = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+    prompt_len = encoded["input_ids"].shape[1]
+    generated = policy.generate(
+        **encoded, do_sample=True, temperature=config.temperature, top_p=config.top_p,
+        max_new_tokens=config.max_new_tokens, num_return_sequences=config.group_size,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    completion = generated[:, prompt_len:]
+    # A completion ends at its first EOS (kept, so the policy learns to stop); after it, padding.
+    done = (completion == tokenizer.eos_token_id).int().cumsum(1)
+    keep = (done == 0) | ((done == 1) & (completion == tokenizer.eos_token_id))
+    mask = torch.cat([encoded["attention_mask"].repeat_interleave(config.group_size, 0), keep.long()], 1)
+    completion_mask = torch.cat([torch.zeros_like(encoded["input_ids"]).repeat_interleave(config.group_size, 0),
+                                 keep.long()], 1)
+    rows = [row for row in batch for _ in range(config.group_size)]
+    decoded = tokenizer.batch_decode(completion.masked_fill(~keep, tokenizer.pad_token_id), skip_special_tokens=True)
+    old = token_logps(policy, generated, mask) * completion_mask
+    ref = token_logps(reference, generated, mask) * completion_mask if reference is not None else None
+    return Rollout(rows, decoded, generated, mask, completion_mask, old, ref)
+
+
+def render_prompt(config: GRPOConfig, tokenizer, prompt) -> str:
+    messages = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
+    if config.chat_template and tokenizer.chat_template:
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return "\n".join(m["content"] for m in messages)
+
+
+def token_logps(model, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """log p(token t | tokens < t) for every position (0 at position 0)."""
+    logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
+    picked = torch.gather(torch.log_softmax(logits, -1), 2, ids[:, 1:, None]).squeeze(-1)
+    return torch.cat([torch.zeros_like(picked[:, :1]), picked], 1)
+
+
+# --------------------------------------------------------------------------- 3. advantages
+
+
+def groups(config: GRPOConfig, rows: list[dict]) -> list:
+    """Who is compared with whom: the completions of one prompt (GRPO), or every
+    completion whose prompt has the same ``stratify_by`` value (Stratified GRPO)."""
+    if config.stratify_by:
+        return [json.dumps(row.get(config.stratify_by), sort_keys=True) for row in rows]
+    return [i // config.group_size for i in range(len(rows))]
+
+
+def group_advantages(reward: torch.Tensor, valid: torch.Tensor, keys: list) -> torch.Tensor:
+    """(r - mean) / (std + eps) within each group, over valid rewards only; a completion
+    without a reward (or alone in its group) gets advantage 0."""
+    advantages = torch.zeros_like(reward)
+    for key in dict.fromkeys(keys):
+        members = torch.tensor([k == key for k in keys]) & valid
+        if members.sum() < 2:
+            continue
+        values = reward[members]
+        advantages[members] = (values - values.mean()) / (values.std() + EPS)
+    return advantages
+
+
+# --------------------------------------------------------------------------- 4. the update
+
+
+def update(config: GRPOConfig, policy, optimizer, rollout: Rollout, advantages: torch.Tensor) -> tuple[float, float]:
+    policy.train()
+    n = rollout.ids.shape[0]
+    micro = max(1, math.ceil(n / config.grad_accumulation))
+    total_tokens = rollout.completion_mask.sum().clamp_min(1)
+    total_loss = total_kl = 0.0
+    optimizer.zero_grad()
+    for start in range(0, n, micro):
+        part = slice(start, start + micro)
+        mask = rollout.completion_mask[part].float()
+        logps = token_logps(policy, rollout.ids[part], rollout.mask[part])
+        ratio = torch.exp(logps - rollout.old_logps[part])
+        adv = advantages[part, None]
+        clipped = torch.clamp(ratio, 1 - config.clip_epsilon, 1 + config.clip_epsilon)
+        per_token = -torch.min(ratio * adv, clipped * adv)
+        if rollout.ref_logps is not None:
+            # k3 estimator of KL(policy || reference), per token (as GRPO does).
+            delta = rollout.ref_logps[part] - logps
+            kl = torch.exp(delta) - delta - 1
+            per_token = per_token + config.kl_coef * kl
+            total_kl += ((kl * mask).sum() / total_tokens).item()
+        loss = (per_token * mask).sum() / total_tokens  # token-level mean over the whole batch
+        loss.backward()
+        total_loss += loss.item()
+    torch.nn.utils.clip_grad_norm_(policy.parameters(), config.max_grad_norm)
+    optimizer.step()
+    policy.eval()
+    return total_loss, total_kl
+
+
+# --------------------------------------------------------------------------- set-up, checkpoints
+
+
+def load_or_resume(config: GRPOConfig, out: Path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    latest = latest_checkpoint(out) if config.resume else None
+    source = latest or config.policy
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    tokenizer.padding_side = "left"  # generation continues from the right end
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    policy = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32).eval()
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=config.learning_rate)
+    history, start = [], 0
+    if latest is not None:
+        optimizer.load_state_dict(torch.load(latest / "optimizer.pt", weights_only=True))
+        start = json.loads((latest / "grpo_state.json").read_text())["step"]
+        metrics = out / "metrics.jsonl"
+        history = [json.loads(line) for line in open(metrics)][:start] if metrics.exists() else []
+        metrics.write_text("".join(json.dumps(r) + "\n" for r in history))
+        torch.manual_seed(config.seed + start)
+    return policy, tokenizer, optimizer, start, history
+
+
+def frozen_copy(config: GRPOConfig, policy):
+    from transformers import AutoModelForCausalLM
+
+    reference = AutoModelForCausalLM.from_pretrained(config.policy, dtype=torch.float32).eval()
+    for p in reference.parameters():
+        p.requires_grad_(False)
+    return reference
+
+
+def save_checkpoint(out: Path, step: int, policy, tokenizer, optimizer) -> Path:
+    path = out / f"checkpoint-{step}"
+    policy.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    torch.save(optimizer.state_dict(), path / "optimizer.pt")
+    (path / "grpo_state.json").write_text(json.dumps({"step": step}))
+    return path
+
+
+def latest_checkpoint(out: Path) -> Path | None:
+    found = [p for p in out.glob("checkpoint-*") if (p / "grpo_state.json").exists()]
+    return max(found, key=lambda p: int(p.name.split("-")[1])) if found else None
+
+
+def progress(config: GRPOConfig, start: int):
+    if not config.progress:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=config.steps, initial=start, desc="grpo", unit="step")
