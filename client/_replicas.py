@@ -78,6 +78,14 @@ class CallPlan:
             raise APITimeoutError(f"{self.what}: the call's deadline of {self.config.deadline_s:g}s passed")
         return min(self.config.timeout_s, remaining)
 
+    def headers(self, base: dict[str, str]) -> dict[str, str]:
+        """The attempt's headers: with a deadline, the time left goes to the service as
+        ``x-deadline-ms``, so it drops the work rather than compute what nobody awaits."""
+        if self.deadline is None:
+            return base
+        left_ms = max(0.0, (self.deadline - time.monotonic()) * 1000.0)
+        return {**base, "x-deadline-ms": f"{left_ms:.0f}"}
+
     def after(self, url: str, response: httpx.Response | None, exc: Exception | None) -> float | None:
         """None when the response is the answer; else the seconds to wait before the
         next attempt. Raises when the call is over."""

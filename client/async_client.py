@@ -134,7 +134,7 @@ class AsyncRewardClient(BaseClient):
             response = exc = None
             try:
                 response = await self._http.request(method, base + path, content=content,
-                                                  headers=headers, timeout=plan.timeout())
+                                                  headers=plan.headers(headers), timeout=plan.timeout())
             except httpx.TransportError as caught:
                 exc = caught
             delay = plan.after(base, response, exc)

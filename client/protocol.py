@@ -12,13 +12,35 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 API_VERSION = "v1"
+MAX_JSON_DEPTH = 64
 
 
 class _Request(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # NaN and Infinity are not numbers a request may carry (JSON has no such values).
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+def _plain_json(value: Any) -> Any:
+    """Free-form fields (references, metadata, rule arguments): finite numbers only, and
+    nested at most MAX_JSON_DEPTH deep. Walked without recursion."""
+    stack = [(value, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels")
+        if isinstance(node, float) and (node != node or node in (float("inf"), float("-inf"))):
+            raise ValueError("NaN and Infinity are not allowed")
+        if isinstance(node, dict):
+            stack.extend((v, depth + 1) for v in node.values())
+        elif isinstance(node, list):
+            stack.extend((v, depth + 1) for v in node)
+    return value
+
+
+JSONValue = Annotated[Any, AfterValidator(_plain_json)]
 
 
 class _Response(BaseModel):
@@ -116,9 +138,9 @@ class Item(_Request):
     messages: list[Message] | None = Field(default=None, min_length=1)
     prompt: str | list[Message] | None = None
     response: str | None = None
-    reference: Any = None
+    reference: JSONValue = None
     steps: list[str] | None = None
-    metadata: dict[str, Any] | None = None
+    metadata: dict[str, JSONValue] | None = None
 
     @model_validator(mode="after")
     def _one_shape(self) -> Item:
@@ -301,7 +323,7 @@ class VerifyOptions(SamplingOptions):
 
     mode: Literal["logprob", "generate"] = "logprob"
     template: str | None = None  # None: the model's default
-    variables: dict[str, Any] = Field(default_factory=dict)  # extra template fields
+    variables: dict[str, JSONValue] = Field(default_factory=dict)  # extra template fields
 
 
 class VerifySample(_Response):
@@ -339,7 +361,7 @@ class Criterion(_Request):
     name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=64)
     weight: float = Field(default=1.0, ge=0.0)
     fn: str | None = None
-    args: dict[str, Any] = Field(default_factory=dict)
+    args: dict[str, JSONValue] = Field(default_factory=dict)
     text: str | None = Field(default=None, max_length=4000)
     choices: list[str] | None = Field(default=None, min_length=2, max_length=10)  # best first
     polarity: Literal["positive", "negative"] = "positive"
@@ -402,12 +424,12 @@ class CompareItem(_Request):
     id: str | None = None
     prompt: str | list[Message] | None = None
     responses: list[str] = Field(min_length=2, max_length=16)
-    reference: Any = None
+    reference: JSONValue = None
 
 
 class CompareOptions(_Request):
     template: str | None = None  # verifier models: a pairwise template (A / B)
-    variables: dict[str, Any] = Field(default_factory=dict)
+    variables: dict[str, JSONValue] = Field(default_factory=dict)
 
 
 class CompareRequest(_Request):
@@ -444,7 +466,7 @@ class OpenRLHFRewardRequest(BaseModel):
 
     query: list[str] = Field(min_length=1)
     prompts: list[str] | None = None
-    labels: list[Any] | None = None
+    labels: list[JSONValue] | None = None
 
 
 class OpenRLHFRewardResponse(_Response):

@@ -146,7 +146,7 @@ class RewardClient(BaseClient):
             response = exc = None
             try:
                 response = self._http.request(method, base + path, content=content,
-                                                  headers=headers, timeout=plan.timeout())
+                                                  headers=plan.headers(headers), timeout=plan.timeout())
             except httpx.TransportError as caught:
                 exc = caught
             delay = plan.after(base, response, exc)

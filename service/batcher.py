@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from rewardserve.models.base import BatchPolicy, ItemError, Work
-from rewardserve.service.errors import NotReady
+from rewardserve.service.errors import DeadlineExceeded, NotReady
 from rewardserve.service.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -49,6 +49,7 @@ class _Pending:
     work: Work
     future: asyncio.Future
     enqueued: float
+    deadline: float | None = None  # time.monotonic() past which the work is not computed
 
 
 class QueueFull(Exception):
@@ -81,8 +82,9 @@ class Batcher:
     def start(self) -> None:
         self._loop_task = asyncio.create_task(self._run_forever(), name=f"batcher-{self.name}")
 
-    def submit(self, works: list[Work]) -> list[asyncio.Future]:
-        """Queue work and return one future per item, or refuse all of it."""
+    def submit(self, works: list[Work], deadline: float | None = None) -> list[asyncio.Future]:
+        """Queue work and return one future per item, or refuse all of it. Work still
+        queued at ``deadline`` (a ``time.monotonic()`` value) is dropped, not computed."""
         tokens = sum(w.length for w in works)
         if tokens > self.policy.max_queue_tokens:
             raise QueueTooSmall(
@@ -96,7 +98,7 @@ class Batcher:
         futures = []
         for work in works:
             future = loop.create_future()
-            self._queue.append(_Pending(work, future, now))
+            self._queue.append(_Pending(work, future, now, deadline))
             futures.append(future)
         self._queued_tokens += tokens
         self._update_gauges()
@@ -195,19 +197,34 @@ class Batcher:
         return batch
 
     def _drop_gone(self) -> None:
-        """Forget queued items whose future is already done (the client went away)."""
+        """Forget queued items whose client went away or whose deadline passed."""
+        self._expire(self._queue)
         gone = [p for p in self._queue if p.future.done()]
         if gone:
             self._queue = deque(p for p in self._queue if not p.future.done())
             self._queued_tokens -= sum(p.work.length for p in gone)
-            self._metrics.dropped.labels(self.name, "disconnected").inc(len(gone))
+            self._count_dropped(gone)
             self._update_gauges()
+
+    def _expire(self, pendings) -> None:
+        now = time.monotonic()
+        for pending in pendings:
+            if pending.deadline is not None and pending.deadline <= now and not pending.future.done():
+                pending.future.set_exception(DeadlineExceeded("the request's deadline passed before compute"))
+
+    def _count_dropped(self, gone: list[_Pending]) -> None:
+        deadline = sum(1 for p in gone if not p.future.cancelled()
+                       and isinstance(p.future.exception(), DeadlineExceeded))
+        if deadline:
+            self._metrics.dropped.labels(self.name, "deadline").inc(deadline)
+        if len(gone) - deadline:
+            self._metrics.dropped.labels(self.name, "disconnected").inc(len(gone) - deadline)
 
     async def _run_batch(self, batch: list[_Pending]) -> None:
         try:
-            live = [p for p in batch if not p.future.done()]  # last look before compute
-            if len(live) < len(batch):
-                self._metrics.dropped.labels(self.name, "disconnected").inc(len(batch) - len(live))
+            self._expire(batch)  # last look before compute
+            live = [p for p in batch if not p.future.done()]
+            self._count_dropped([p for p in batch if p.future.done()])
             batch = live
             if not batch:
                 return

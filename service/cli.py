@@ -47,9 +47,7 @@ def grpo(args: argparse.Namespace) -> None:
 
 
 def serve(args: argparse.Namespace) -> None:
-    import uvicorn
-
-    from rewardserve.service.app import create_app
+    from rewardserve.service.server import run
     from rewardserve.service.settings import Settings, parse_model_arg
 
     overrides = {
@@ -70,11 +68,7 @@ def serve(args: argparse.Namespace) -> None:
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    app = create_app(settings)
-    uvicorn.run(
-        app, host=settings.host, port=settings.port, log_level=settings.log_level,
-        timeout_graceful_shutdown=30,
-    )
+    run(settings)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -126,6 +126,8 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 400:  # a body FastAPI could not parse (bad UTF-8, too deep)
+            return error_response(422, "invalid_request", f"the body is not valid JSON: {exc.detail}", "body")
         kind = TYPE_BY_STATUS.get(exc.status_code, "invalid_request")
         return error_response(
             exc.status_code, kind, str(exc.detail), headers=getattr(exc, "headers", None)

@@ -27,6 +27,7 @@ from rewardserve.models.base import ItemError, RequestError
 from rewardserve.service.auth import require_api_key
 from rewardserve.service.errors import (
     InvalidRequest,
+    NotReady,
     PayloadTooLarge,
     ServiceError,
     from_request_error,
@@ -59,6 +60,8 @@ def serving(request: Request, model: str, n_items: int, endpoint: str) -> Served
             "per request; split the list (the client does this for you)",
             param="items",
         )
+    if svc.draining:
+        raise NotReady("this replica is shutting down; send the request to another one")
     served = svc.registry.get(model)
     request.state.model = model
     if endpoint not in served.model.endpoints:

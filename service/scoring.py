@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 from dataclasses import dataclass
 
 from fastapi import Request
@@ -16,7 +17,13 @@ from starlette.concurrency import run_in_threadpool
 from rewardserve.client.protocol import Item, ItemResult, StepsResult, Usage
 from rewardserve.models.base import ItemError, RequestError, Work
 from rewardserve.service.batcher import Outcome, QueueFull, QueueTooSmall
-from rewardserve.service.errors import Overloaded, PayloadTooLarge, from_request_error
+from rewardserve.service.errors import (
+    DeadlineExceeded,
+    InvalidRequest,
+    Overloaded,
+    PayloadTooLarge,
+    from_request_error,
+)
 from rewardserve.models.steps import delta_rewards, group_process_advantages
 from rewardserve.service.registry import Served
 
@@ -69,11 +76,32 @@ async def score_items(
     )
 
 
+DEADLINE_HEADER = "x-deadline-ms"
+
+
+def request_deadline(request: Request) -> float | None:
+    """``x-deadline-ms``: how long the client will wait, from now; work still queued
+    then is dropped and the request answered 504."""
+    value = request.headers.get(DEADLINE_HEADER)
+    if value is None:
+        return None
+    try:
+        ms = float(value)
+    except ValueError:
+        raise InvalidRequest(f"{DEADLINE_HEADER} must be a number of milliseconds", param=DEADLINE_HEADER)
+    if not math.isfinite(ms) or ms < 0:
+        raise InvalidRequest(f"{DEADLINE_HEADER} must be a non-negative number", param=DEADLINE_HEADER)
+    return time.monotonic() + ms / 1000.0
+
+
 async def compute(request: Request, served: Served, works: list[Work]) -> list[Outcome]:
     """Queue work on the model's batcher (or refuse it: 429 / 413) and await it."""
     model = served.model
+    deadline = request_deadline(request)
+    if deadline is not None and deadline <= time.monotonic():
+        raise DeadlineExceeded("the request's deadline passed before it was queued")
     try:
-        futures = served.batcher.submit(works) if works else []
+        futures = served.batcher.submit(works, deadline) if works else []
     except QueueFull as exc:
         request.app.state.svc.metrics.rejected.labels(model.name, "queue_full").inc()
         raise Overloaded(
@@ -82,18 +110,21 @@ async def compute(request: Request, served: Served, works: list[Work]) -> list[O
         ) from exc
     except QueueTooSmall as exc:
         raise PayloadTooLarge(str(exc), param="items") from exc
-    return await _wait_unless_gone(request, futures)
+    return await _wait_unless_gone(request, futures, deadline)
 
 
-async def _wait_unless_gone(request: Request, futures: list[asyncio.Future]) -> list[Outcome]:
-    """Await every future; if the client hangs up first, cancel them so the batcher
-    drops that work before computing it."""
+async def _wait_unless_gone(
+    request: Request, futures: list[asyncio.Future], deadline: float | None
+) -> list[Outcome]:
+    """Await every future; if the client hangs up or the deadline passes first, cancel
+    them so the batcher drops that work before computing it."""
     if not futures:
         return []
     gathered = asyncio.gather(*futures)
     watcher = asyncio.ensure_future(_disconnected(request))
+    timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
     try:
-        await asyncio.wait({gathered, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({gathered, watcher}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
     except asyncio.CancelledError:
         gathered.cancel()
         raise
@@ -101,8 +132,15 @@ async def _wait_unless_gone(request: Request, futures: list[asyncio.Future]) -> 
         watcher.cancel()
     if gathered.done():
         return gathered.result()
-    gathered.cancel()
-    raise ClientGone()
+    gathered.add_done_callback(lambda f: f.cancelled() or f.exception())  # consumed
+    if watcher.done() and not watcher.cancelled():
+        gathered.cancel()
+        raise ClientGone()
+    late = DeadlineExceeded("the request's deadline passed before its results were ready")
+    for future in futures:  # the batcher drops these before compute, counted as "deadline"
+        if not future.done():
+            future.set_exception(late)
+    raise late
 
 
 async def _disconnected(request: Request) -> None:

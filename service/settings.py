@@ -36,6 +36,10 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(default=32 * 1024 * 1024, gt=0)
     max_items_per_request: int = Field(default=4096, gt=0)
     log_level: str = "info"
+    # SIGTERM: refuse new work with 503 for drain_seconds, then wait for in-flight
+    # requests at most graceful_seconds.
+    drain_seconds: float = Field(default=5.0, ge=0)
+    graceful_seconds: int = Field(default=30, ge=0)
     # Images: data URLs only, unless hosts are allowlisted (comma-separated).
     image_url_allowlist: Annotated[list[str], NoDecode] = Field(default_factory=list)
     max_image_bytes: int = Field(default=20 * 1024 * 1024, gt=0)
