@@ -10,7 +10,11 @@ TORCH ?= torch==2.13.0
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: serve test install install-dev bench vllm-venv clean
+# The Compose specification's JSON schema, for the deployment tests: it ships inside the
+# docker-compose 1.29.2 wheel (not installed, only unpacked; its dependencies clash).
+COMPOSE_SCHEMA := $(VENV)/share/compose_spec.json
+
+.PHONY: serve test install install-dev system-deps bench vllm-venv clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -25,8 +29,21 @@ $(VENV)/.dev-installed: pyproject.toml $(VENV)/.serve-installed
 	$(PIP) install --quiet -e '.[serve,dev]'
 	touch $@
 
+$(COMPOSE_SCHEMA): | $(PY)
+	mkdir -p $(VENV)/share/wheels
+	$(PIP) download --quiet --no-deps --dest $(VENV)/share/wheels "docker-compose==1.29.2"
+	$(PY) -c "import glob, sys, zipfile; wheel = glob.glob('$(VENV)/share/wheels/docker_compose-1.29.2-*.whl')[0]; open(sys.argv[1], 'wb').write(zipfile.ZipFile(wheel).read('compose/config/compose_spec.json'))" $@
+
 install: $(VENV)/.serve-installed
-install-dev: $(VENV)/.dev-installed
+install-dev: $(VENV)/.dev-installed $(COMPOSE_SCHEMA) system-deps
+
+# nginx and promtool for the deployment tests, from Debian's packages when missing.
+system-deps:
+	@if ! command -v nginx >/dev/null || ! command -v promtool >/dev/null; then \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq nginx-light prometheus >/dev/null; \
+	fi
 
 serve: install
 	$(VENV)/bin/rewardserve serve $(ARGS)
