@@ -4,9 +4,11 @@ memory.
     .venv/bin/python bench/soak.py [--minutes 10] [--load 0.8]
 
 Serves a small Qwen3 reward model and the math rule in one process, measures capacity
-with 16 closed-loop callers, then sends requests at ``load`` x capacity on a fixed
-schedule (open loop: a slow answer does not slow the sender) for ``--minutes``, and
-prints requests, errors, p50 / p99 latency and the server's RSS at start and end.
+with 16 closed-loop callers, warms up for a minute, then sends requests at ``load`` x
+capacity on a fixed schedule (open loop: a slow answer does not slow the sender) for
+``--minutes``, and prints requests, errors, p50 / p99 latency and the server's RSS at
+start and end (each the mean of a minute of 5-second samples: RSS swings with the work
+in flight).
 """
 
 from __future__ import annotations
@@ -64,10 +66,13 @@ async def closed_loop(url: str, seconds: float, callers: int = 16) -> float:
         return done / (time.monotonic() - start)
 
 
-async def open_loop(url: str, rate: float, seconds: float) -> tuple[list[float], int, int]:
+async def open_loop(url: str, rate: float, seconds: float, pid: int, samples: list | None = None
+                    ) -> tuple[list[float], int, int]:
     import httpx
 
     rng = random.Random(2)
+    next_report = time.monotonic() + 60
+    next_sample = time.monotonic()
     latencies: list[float] = []
     errors = sent = 0
     tasks = []
@@ -88,6 +93,13 @@ async def open_loop(url: str, rate: float, seconds: float) -> tuple[list[float],
         while (now := time.monotonic()) - begin < seconds:
             tasks.append(asyncio.ensure_future(one(http, request_body(rng))))
             sent += 1
+            if samples is not None and now >= next_sample:
+                samples.append((now - begin, rss_mb(pid)))
+                next_sample += 5
+            if now >= next_report:
+                print(f"  {now - begin:5.0f} s: {sent} sent, {errors} errors, RSS {rss_mb(pid):.0f} MB", flush=True)
+                next_report += 60
+                tasks = [t for t in tasks if not t.done()]
             await asyncio.sleep(max(0.0, begin + sent / rate - time.monotonic()))
         await asyncio.gather(*tasks)
     return latencies, errors, sent
@@ -113,10 +125,16 @@ def main() -> None:
             wait_ready(url, proc, 120)
             capacity = asyncio.run(closed_loop(url, 20))
             rate = args.load * capacity
-            print(f"capacity {capacity:.1f} requests/s; soaking at {rate:.1f}/s for {args.minutes:g} min", flush=True)
-            rss_start = rss_mb(proc.pid)
-            latencies, errors, sent = asyncio.run(open_loop(url, rate, args.minutes * 60))
-            rss_end = rss_mb(proc.pid)
+            print(f"capacity {capacity:.1f} requests/s; warming up 1 min, then {rate:.1f}/s for "
+                  f"{args.minutes:g} min", flush=True)
+            asyncio.run(open_loop(url, rate, 60, proc.pid))  # every shape seen once, caches filled
+            samples: list[tuple[float, float]] = []
+            latencies, errors, sent = asyncio.run(open_loop(url, rate, args.minutes * 60, proc.pid, samples))
+            # RSS swings with the batches in flight: compare the first and last minutes' means.
+            first = [m for t, m in samples if t < 60]
+            last = [m for t, m in samples if t >= samples[-1][0] - 60]
+            rss_start, rss_end = sum(first) / len(first), sum(last) / len(last)
+            rss_peak = max(m for _, m in samples)
         finally:
             proc.terminate()
             proc.wait(timeout=60)
@@ -128,8 +146,8 @@ def main() -> None:
 
     print(f"requests {sent}, errors {errors} (target 0)")
     print(f"latency p50 {pct(0.50):.1f} ms, p99 {pct(0.99):.1f} ms")
-    print(f"server RSS {rss_start:.0f} MB at start, {rss_end:.0f} MB at end: "
-          f"{(rss_end / rss_start - 1) * 100:+.1f}% (target < 5%)")
+    print(f"server RSS (mean of the first / last minute) {rss_start:.0f} MB at start, {rss_end:.0f} MB at end: "
+          f"{(rss_end / rss_start - 1) * 100:+.1f}% (target < 5%); peak {rss_peak:.0f} MB")
 
 
 if __name__ == "__main__":

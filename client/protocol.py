@@ -485,8 +485,15 @@ class PoolingRequest(_Request):
     model: str | None = None
     input: str | list[str] | list[int] | list[list[int]]
     encoding_format: Literal["float"] = "float"
-    truncate_prompt_tokens: int | None = None
+    # vLLM's meaning: keep the last N tokens; -1 keeps as many as the model takes.
+    truncate_prompt_tokens: int | None = Field(None, ge=-1)
     user: str | None = None
+
+    @model_validator(mode="after")
+    def _truncation_not_zero(self) -> "PoolingRequest":
+        if self.truncate_prompt_tokens == 0:
+            raise ValueError("truncate_prompt_tokens must be -1 or at least 1")
+        return self
 
 
 class PoolingData(_Response):

@@ -13,9 +13,12 @@ model's worker thread). The service never looks inside ``Work.payload``.
 
 from __future__ import annotations
 
+import hashlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
+
+import numpy as np
 
 from rewardserve.client.protocol import Item, ItemResult, ModelCard, ScoreOptions
 from rewardserve.models.spec import ModelSpec
@@ -38,12 +41,23 @@ class RequestError(Exception):
 @dataclass
 class Work:
     """One forward unit. ``length`` is what the batcher budgets (tokens for models that
-    pad, 1 for rule calls); ``payload`` is the kind's own business."""
+    pad, 1 for rule calls); ``payload`` is the kind's own business. ``key`` identifies
+    the result (the token ids and everything else the result depends on): work with a
+    key is answered from the score cache when it can be, and computed once per batch."""
 
     length: int
     payload: Any
     prompt_tokens: int = 0
     truncated: bool = False
+    key: bytes | None = None
+
+
+def work_key(ids: list[int], *params: Any) -> bytes:
+    """A short, collision-safe key for a result: a hash of the token ids and params."""
+    digest = hashlib.blake2b(digest_size=20)
+    digest.update(np.asarray(ids, dtype=np.int64).tobytes())
+    digest.update(repr(params).encode())
+    return digest.digest()
 
 
 @dataclass(frozen=True)
@@ -95,12 +109,16 @@ class RewardModel(ABC):
     ):
         from rewardserve.models.images import ImagePolicy
 
+        from rewardserve.models.cache import LRUCache
+
         self.spec = spec
         self.name = spec.name
         self.image_policy: ImagePolicy = image_policy or ImagePolicy()
         # Preset options first, then the user's own options on top.
         self.options: dict[str, Any] = {**(preset or {}).get("options", {}), **spec.options}
         self.preset_name: str | None = (preset or {}).get("name")
+        # Results by Work.key: GRPO sends the same completion many times.
+        self.score_cache = LRUCache(int(self.options.get("score_cache_size", 20_000)))
 
     # ---- the contract
 
@@ -112,6 +130,13 @@ class RewardModel(ABC):
 
     @abstractmethod
     def predict(self, batch: list[Work]) -> list[ItemResult | ItemError]: ...
+
+    def combine(self, works: list[Work]) -> list[tuple[Work, list[int]]]:
+        """Forward units for a request's work: ``(unit, positions in works)``. A unit for
+        several items returns a list of results from ``predict``, one per member. Kinds
+        that share a prefix between items (one prompt, many completions) override this;
+        by default every item is its own unit."""
+        return [(work, [i]) for i, work in enumerate(works)]
 
     def probe(self) -> None:
         """Default probe: prepare and predict one tiny item; any failure raises."""

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 
 from rewardserve.client.protocol import Item, ItemResult, ScoreOptions
 from rewardserve.models.backends import Sequence, make_backend
-from rewardserve.models.base import BatchPolicy, ItemError, RewardModel, Work
+from rewardserve.models.base import BatchPolicy, ItemError, RewardModel, Work, work_key
 from rewardserve.models.chat import fit_length, readout_position, render_chat, split_pair
+from rewardserve.models.prefix import SharedUnit, read_units, share_prefixes
 from rewardserve.models.registry import register_kind
 
 
@@ -80,24 +81,32 @@ class OutcomeModel(RewardModel):
                     payload=_Scoring(seq, options.activation),
                     prompt_tokens=len(ids),
                     truncated=cut,
+                    key=work_key(ids, seq.positions, options.activation),
                 )
             )
         return entries
 
-    def predict(self, batch: list[Work]) -> list[ItemResult | ItemError]:
-        heads = self.backend.read([w.payload.seq for w in batch])
-        results: list[ItemResult | ItemError] = []
-        for work, (head,) in zip(batch, heads):
-            values = [_activate(float(v), work.payload.activation) for v in head]
-            if not all(math.isfinite(v) for v in values):
-                results.append(ItemError("the model produced a non-finite score"))
-                continue
-            results.append(
-                ItemResult(
-                    score=values[0],
-                    scores=values if len(values) > 1 else None,
-                    tokens=work.length,
-                    truncated=work.truncated,
-                )
-            )
+    def combine(self, works: list[Work]) -> list[tuple[Work, list[int]]]:
+        # A GRPO group's completions share the prompt: it runs once.
+        return share_prefixes(works, lambda w: w.payload.seq)
+
+    def predict(self, batch: list[Work]) -> list:
+        results: list = []
+        for work, rows in zip(batch, read_units(self.backend, batch, lambda w: w.payload.seq)):
+            if isinstance(work.payload, SharedUnit):
+                results.append([self._result(m, r) for m, r in zip(work.payload.members, rows)])
+            else:
+                results.append(self._result(work, rows))
         return results
+
+    def _result(self, work: Work, rows) -> ItemResult | ItemError:
+        (head,) = rows
+        values = [_activate(float(v), work.payload.activation) for v in head]
+        if not all(math.isfinite(v) for v in values):
+            return ItemError("the model produced a non-finite score")
+        return ItemResult(
+            score=values[0],
+            scores=values if len(values) > 1 else None,
+            tokens=work.length,
+            truncated=work.truncated,
+        )

@@ -21,7 +21,8 @@ from rewardserve.client.protocol import (
     StepSpan,
 )
 from rewardserve.models.backends import Sequence, make_backend
-from rewardserve.models.base import BatchPolicy, ItemError, RequestError, RewardModel, Work
+from rewardserve.models.base import BatchPolicy, ItemError, RequestError, RewardModel, Work, work_key
+from rewardserve.models.prefix import SharedUnit, read_units, share_prefixes
 from rewardserve.models.prm_formats import FORMATS, StepFormat
 from rewardserve.models.registry import register_kind
 from rewardserve.models.steps import aggregate, extract
@@ -118,38 +119,47 @@ class ProcessModel(RewardModel):
             aggregate=options.aggregate or self.default_aggregate,
             threshold=options.threshold,
         )
+        spans = tuple((span.message, span.start, span.end) for span in traj.spans)
         return Work(length=len(ids), payload=payload, prompt_tokens=len(ids),
-                    truncated=len(positions) < len(traj.steps))
+                    truncated=len(positions) < len(traj.steps),
+                    key=work_key(ids, tuple(positions), len(traj.steps), payload.aggregate,
+                                 payload.threshold, spans))
 
     # ------------------------------------------------------------------ predict
 
+    def combine(self, works: list[Work]) -> list[tuple[Work, list[int]]]:
+        # Trajectories of one prompt share it (up to their first step): it runs once.
+        return share_prefixes(works, lambda w: w.payload.seq)
+
     def predict(self, batch: list[Work]) -> list:
-        rows = self.backend.read([w.payload.seq for w in batch], self.format.token_ids)
+        rows = read_units(self.backend, batch, lambda w: w.payload.seq, self.format.token_ids)
         results: list = []
         for work, scored in zip(batch, rows):
             if isinstance(work.payload, _Pooling):
                 results.append([self.format.pooled(row) for row in scored])
-                continue
-            traj: _Trajectory = work.payload
-            values = [self.format.score(row) for row in scored]
-            if not all(math.isfinite(v) for v in values):
-                results.append(ItemError("the model produced a non-finite step score"))
-                continue
-            step_scores = values + [None] * (traj.n_steps - len(values))
-            stats = aggregate(step_scores, traj.threshold)
-            results.append(
-                StepsResult(
-                    score=stats.aggregates[traj.aggregate],
-                    step_scores=step_scores,
-                    steps_scored=len(values),
-                    aggregates=stats.aggregates,
-                    first_error_step=stats.first_error_step,
-                    spans=traj.spans,
-                    tokens=work.length,
-                    truncated=work.truncated,
-                )
-            )
+            elif isinstance(work.payload, SharedUnit):
+                results.append([self._result(m, r) for m, r in zip(work.payload.members, scored)])
+            else:
+                results.append(self._result(work, scored))
         return results
+
+    def _result(self, work: Work, scored) -> StepsResult | ItemError:
+        traj: _Trajectory = work.payload
+        values = [self.format.score(row) for row in scored]
+        if not all(math.isfinite(v) for v in values):
+            return ItemError("the model produced a non-finite step score")
+        step_scores = values + [None] * (traj.n_steps - len(values))
+        stats = aggregate(step_scores, traj.threshold)
+        return StepsResult(
+            score=stats.aggregates[traj.aggregate],
+            step_scores=step_scores,
+            steps_scored=len(values),
+            aggregates=stats.aggregates,
+            first_error_step=stats.first_error_step,
+            spans=traj.spans,
+            tokens=work.length,
+            truncated=work.truncated,
+        )
 
     # ------------------------------------------------------------------ vLLM /pooling
 
@@ -168,6 +178,15 @@ class ProcessModel(RewardModel):
         works = []
         for index, given in enumerate(inputs):
             ids = self.backend.tokenizer.encode(given) if isinstance(given, str) else list(given)
+            bad = next((t for t in ids if not 0 <= t < self.backend.vocab_size), None)
+            if bad is not None:
+                raise RequestError(
+                    f"input[{index}] holds token id {bad}, outside this model's vocabulary "
+                    f"[0, {self.backend.vocab_size})",
+                    param=f"input[{index}]",
+                )
+            if keep_last == -1:
+                keep_last = self.backend.max_tokens
             if keep_last:
                 ids = ids[-keep_last:]
             if not ids:

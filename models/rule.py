@@ -11,7 +11,7 @@ import os
 from concurrent.futures import TimeoutError as FutureTimeout
 
 from rewardserve.client.protocol import Item, ItemResult, ScoreOptions
-from rewardserve.models.base import BatchPolicy, ItemError, RewardModel, Work
+from rewardserve.models.base import BatchPolicy, ItemError, RewardModel, Work, work_key
 from rewardserve.models.registry import register_kind
 from rewardserve.models.rules import RuleError, get_rule
 from rewardserve.models.rules.isolation import RulePool
@@ -44,7 +44,11 @@ class RuleModel(RewardModel):
         return "rule"
 
     def prepare(self, items: list[Item], options: ScoreOptions) -> list[Work | ItemError]:
-        return [Work(length=1, payload=(it.response_text(), it.reference)) for it in items]
+        return [
+            Work(length=1, payload=(it.response_text(), it.reference),
+                 key=work_key([], self.rule.name, self.args, it.response_text(), it.reference))
+            for it in items
+        ]
 
     def predict(self, batch: list[Work]) -> list[ItemResult | ItemError]:
         if self.pool is None:

@@ -25,10 +25,11 @@ from rewardserve.client.protocol import (
     VerifySample,
 )
 from rewardserve.models.backends import Sequence, make_backend
-from rewardserve.models.base import BatchPolicy, ItemError, RequestError, RewardModel, Work
+from rewardserve.models.base import BatchPolicy, ItemError, RequestError, RewardModel, Work, work_key
 from rewardserve.models.cache import LRUCache
 from rewardserve.models.chat import render_chat
 from rewardserve.models.judging import JudgeTemplate, ParseError, item_variables, load_templates
+from rewardserve.models.prefix import shared_prefix_groups
 from rewardserve.models.registry import register_kind
 
 
@@ -164,7 +165,8 @@ class VerifierModel(RewardModel):
                     ids = self.encode_prompt(template, variables, prefill)
                     payload = _Logprob(Sequence(ids, (len(ids) - 1,)), choices,
                                        key=(tuple(ids), choices.token_ids))
-                    entries.append(Work(len(ids), payload, prompt_tokens=len(ids)))
+                    entries.append(Work(len(ids), payload, prompt_tokens=len(ids),
+                                        key=work_key(ids, choices.token_ids, choices.values)))
                 else:
                     ids = self.encode_prompt(template, variables, template.prefill)
                     cost = len(ids) + options.max_new_tokens * options.n
@@ -172,6 +174,21 @@ class VerifierModel(RewardModel):
             except ItemError as exc:
                 entries.append(exc)
         return entries
+
+    def combine(self, works: list[Work]) -> list[tuple[Work, list[int]]]:
+        """Judge prompts of one request share their system prompt and often the
+        question: such logprob work becomes one shared-prefix unit."""
+        logprob = [i for i, w in enumerate(works) if isinstance(w.payload, _Logprob)]
+        units = [(w, [i]) for i, w in enumerate(works) if not isinstance(w.payload, _Logprob)]
+        seqs = [works[i].payload.seq for i in logprob]
+        for prefix, members in shared_prefix_groups([s.ids for s in seqs]):
+            indices = [logprob[m] for m in members]
+            if prefix == 0:
+                units.append((works[indices[0]], indices))
+            else:
+                prompts = [works[i].payload.seq.ids for i in indices]
+                units.append((self.prepare_judge(prompts, [works[i].payload.choices for i in indices]), indices))
+        return units
 
     def prepare_judge(self, prompts: list[list[int]], choices: list[Choices]) -> Work:
         """One item's judge prompts as one unit: their longest common token prefix runs

@@ -18,6 +18,7 @@ from fastapi.responses import Response
 from rewardserve.client import __version__
 from rewardserve.models.rubric import RuleRunner
 from rewardserve.service.errors import install_error_handlers
+from rewardserve.service.memory import MallocTrim
 from rewardserve.service.compat import router as compat_routes
 from rewardserve.service.judging import router as judging_routes
 from rewardserve.service.metrics import Metrics
@@ -46,7 +47,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     state = ServiceState(
         settings=settings,
         metrics=metrics,
-        registry=ModelRegistry(settings.model_specs(), metrics, settings.image_policy()),
+        registry=ModelRegistry(settings.model_specs(), metrics, settings.image_policy(),
+                               after_batch=MallocTrim(settings.malloc_trim_seconds)),
         api_keys=settings.accepted_keys(),
         rule_runner=RuleRunner(),
     )

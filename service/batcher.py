@@ -63,8 +63,10 @@ class QueueTooSmall(Exception):
 
 
 class Batcher:
-    def __init__(self, name: str, predict: Predict, policy: BatchPolicy, metrics: Metrics):
+    def __init__(self, name: str, predict: Predict, policy: BatchPolicy, metrics: Metrics,
+                 after_batch: Callable[[], None] | None = None):
         self.name = name
+        self._after_batch = after_batch  # runs on the worker thread (memory trimming)
         self.policy = policy
         self._predict = predict
         self._metrics = metrics
@@ -232,7 +234,7 @@ class Batcher:
             works = [p.work for p in batch]
             start = time.monotonic()
             loop = asyncio.get_running_loop()
-            results = await loop.run_in_executor(self._executor, self._predict_isolating, works)
+            results = await loop.run_in_executor(self._executor, self._predict_then_tidy, works)
             elapsed = time.monotonic() - start
             self._record(batch, results, tokens, elapsed)
             for pending, result in zip(batch, results):
@@ -248,6 +250,12 @@ class Batcher:
                 raise
         finally:
             self._slots.release()
+
+    def _predict_then_tidy(self, works: list[Work]) -> list:
+        results = self._predict_isolating(works)
+        if self._after_batch is not None:
+            self._after_batch()
+        return results
 
     def _predict_isolating(self, works: list[Work]) -> list:
         """Run a batch; if it fails as a whole, split it to find the item at fault so

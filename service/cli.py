@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 
 from rewardserve.client import __version__
@@ -47,6 +48,9 @@ def grpo(args: argparse.Namespace) -> None:
 
 
 def serve(args: argparse.Namespace) -> None:
+    # oneDNN caches a kernel per input shape (1024 by default); with a new sequence length
+    # in nearly every batch that cache alone held ~200 MB here. Read when torch loads.
+    os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "256")
     from rewardserve.service.server import run
     from rewardserve.service.settings import Settings, parse_model_arg
 

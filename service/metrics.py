@@ -82,6 +82,18 @@ class Metrics:
             ["model", "reason"],
             registry=r,
         )
+        self.cache_hits = Counter(
+            "rewardserve_cache_hits", "Items answered from the score cache", ["model"], registry=r
+        )
+        self.cache_misses = Counter(
+            "rewardserve_cache_misses", "Items the score cache did not know", ["model"], registry=r
+        )
+        self.deduplicated = Counter(
+            "rewardserve_items_deduplicated",
+            "Items computed once for another identical item",
+            ["model"],
+            registry=r,
+        )
         self.model_ready = Gauge(
             "rewardserve_model_ready", "1 when the model is loaded and probed", ["model"], registry=r
         )

@@ -25,8 +25,9 @@ class Served:
 
 
 class ModelRegistry:
-    def __init__(self, specs: list[ModelSpec], metrics: Metrics, image_policy=None):
+    def __init__(self, specs: list[ModelSpec], metrics: Metrics, image_policy=None, after_batch=None):
         self._metrics = metrics
+        self._after_batch = after_batch
         # Building a model reads only its preset and config.json; weights come in load().
         self._served = {spec.name: Served(build_model(spec, image_policy)) for spec in specs}
         self.loaded = asyncio.Event()
@@ -60,7 +61,7 @@ class ModelRegistry:
             log.exception("model %s failed to load", model.name)
             served.error = f"{type(exc).__name__}: {exc}"
             return
-        served.batcher = Batcher(model.name, model.predict, model.policy(), self._metrics)
+        served.batcher = Batcher(model.name, model.predict, model.policy(), self._metrics, self._after_batch)
         served.batcher.start()
         served.ready = True
         self._metrics.model_ready.labels(model.name).set(1)

@@ -52,28 +52,73 @@ class Scored:
 async def score_items(
     request: Request, served: Served, items: list[Item], options
 ) -> Scored:
-    """Prepare the items with the model's kind, compute them, and put each item's result
-    (or its error) back in request order."""
+    """Prepare the items with the model's kind, answer what the score cache knows,
+    compute each distinct piece of work once (in units that share prefixes), and put
+    each item's result (or its error) back in request order."""
+    model = served.model
     try:
-        entries = await run_in_threadpool(served.model.prepare, items, options)
+        entries = await run_in_threadpool(model.prepare, items, options)
     except RequestError as exc:
         raise from_request_error(exc) from exc
-    works = [e for e in entries if isinstance(e, Work)]
-    outcomes = await compute(request, served, works)
+    works = [(i, e) for i, e in enumerate(entries) if isinstance(e, Work)]
+    answers: dict[int, object] = {i: e for i, e in enumerate(entries) if not isinstance(e, Work)}
+
+    todo, twins = _cached_and_distinct(served, works, answers, request.app.state.svc.metrics)
+    units = await run_in_threadpool(model.combine, [w for _, w in todo]) if todo else []
+    outcomes = await compute(request, served, [unit for unit, _ in units])
+    for (unit, members), outcome in zip(units, outcomes):
+        results = outcome.result if isinstance(outcome.result, list) else [outcome.result]
+        for member, result in zip(members, results):
+            index, work = todo[member]
+            for twin in twins.get(index, [index]):
+                answers[twin] = result
+            if work.key is not None and isinstance(result, ItemResult) and result.valid:
+                model.score_cache.put(work.key, result)
+
     results: list[ItemResult] = []
-    done = iter(outcomes)
-    for item, entry in zip(items, entries):
-        result = next(done).result if isinstance(entry, Work) else entry
+    for index, item in enumerate(items):
+        result = answers[index]
         if isinstance(result, ItemError):
             result = ItemResult(score=None, valid=False, error=str(result))
         results.append(result.model_copy(update={"id": item.id}))
-    usage = Usage(items=len(items), prompt_tokens=sum(w.prompt_tokens for w in works))
+    computed = {index for index, _ in todo}
+    usage = Usage(
+        items=len(items),
+        prompt_tokens=sum(w.prompt_tokens for _, w in works),
+        cached_tokens=sum(w.prompt_tokens for i, w in works if i not in computed),
+    )
     return Scored(
         results,
         usage,
         queue_s=max((o.queue_s for o in outcomes), default=0.0),
         inference_s=max((o.inference_s for o in outcomes), default=0.0),
     )
+
+
+def _cached_and_distinct(served: Served, works, answers: dict, metrics) -> tuple[list, dict[int, list[int]]]:
+    """Fill ``answers`` from the score cache; of the rest, keep one per key (GRPO sends
+    the same completion often). Returns the work to compute and, per computed index,
+    every index that shares its result."""
+    name = served.model.name
+    todo, first_of, twins = [], {}, {}
+    hits = 0
+    for index, work in works:
+        cached = served.model.score_cache.get(work.key) if work.key is not None else None
+        if cached is not None:
+            answers[index] = cached
+            hits += 1
+        elif work.key is not None and work.key in first_of:
+            twins[first_of[work.key]].append(index)
+        else:
+            if work.key is not None:
+                first_of[work.key] = index
+                twins[index] = [index]
+            todo.append((index, work))
+    keyed = sum(1 for _, w in works if w.key is not None)
+    metrics.cache_hits.labels(name).inc(hits)
+    metrics.cache_misses.labels(name).inc(keyed - hits)
+    metrics.deduplicated.labels(name).inc(sum(len(t) - 1 for t in twins.values()))
+    return todo, twins
 
 
 DEADLINE_HEADER = "x-deadline-ms"

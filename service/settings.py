@@ -39,6 +39,8 @@ class Settings(BaseSettings):
     # SIGTERM: refuse new work with 503 for drain_seconds, then wait for in-flight
     # requests at most graceful_seconds.
     drain_seconds: float = Field(default=5.0, ge=0)
+    # Return freed memory to the OS at most this often (0: never); see service/memory.py.
+    malloc_trim_seconds: float = Field(default=1.0, ge=0)
     graceful_seconds: int = Field(default=30, ge=0)
     # Images: data URLs only, unless hosts are allowlisted (comma-separated).
     image_url_allowlist: Annotated[list[str], NoDecode] = Field(default_factory=list)

@@ -89,9 +89,10 @@ def metric(text: str, name: str, **labels: str) -> float:
     return total
 
 
-def item_of_tokens(model_dir, tokens: int) -> dict:
+def item_of_tokens(model_dir, tokens: int, word: str = "apple") -> dict:
     """A prompt-less item whose chat-templated text is ``tokens`` tokens long, give or
-    take a couple (queue and limit tests need sizes, not words)."""
+    take a couple (queue and limit tests need sizes, not words). Items made of different
+    ``word``s are distinct work: identical items in one request are computed once."""
     from transformers import AutoTokenizer
 
     from rewardserve.client.protocol import Item
@@ -100,10 +101,10 @@ def item_of_tokens(model_dir, tokens: int) -> dict:
     tok = AutoTokenizer.from_pretrained(model_dir)
 
     def size(words: int) -> int:
-        item = Item(response="apple " * words)
+        item = Item(response=f"{word} " * words)
         return len(tok(render_chat(tok, item.conversation()))["input_ids"])
 
     words = 1
     while size(words) < tokens:
         words += 1
-    return {"response": "apple " * words}
+    return {"response": f"{word} " * words}

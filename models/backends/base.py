@@ -34,6 +34,7 @@ class Backend(ABC):
     task: str
     tokenizer: Any
     max_tokens: int
+    vocab_size: int
     pad_token_id: int | None
     # BatchPolicy fields this backend runs best with on its device (the spec still wins).
     batch_preferences: dict = {}

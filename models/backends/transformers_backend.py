@@ -63,6 +63,9 @@ class TransformersBackend(Backend):
             packed = pack_linears(self.base if self._whole is None else self._whole)
             log.info("%s: %d linear layers run through oneDNN", spec.name, packed)
         self.pad_token_id = config.pad_token_id
+        # Token ids sent by callers (/pooling) are checked against it: an id past the
+        # embedding table is a bad request, not an IndexError mid-batch.
+        self.vocab_size = getattr(config, "vocab_size", None) or len(self.tokenizer)
         self.max_tokens = spec.max_tokens or _position_limit(config, self.tokenizer)
         self._softcap = getattr(config, "final_logit_softcapping", None)
         self._pad = self.pad_token_id if self.pad_token_id is not None else 0

@@ -71,7 +71,7 @@ async def test_async_client_chunked_equals_one_request(live):
 
 async def test_async_client_models_health_and_typed_errors(live, qwen3_rm):
     _, http = live
-    live_item = item_of_tokens(qwen3_rm, 130)
+    live_items = [item_of_tokens(qwen3_rm, 130, word) for word in ("apple", "pear", "plum")]
     client = async_client(http)
     names = {m.name for m in (await client.models()).data}
     assert {"qwen", "math", "exact_match"} <= names
@@ -84,14 +84,15 @@ async def test_async_client_models_health_and_typed_errors(live, qwen3_rm):
     with pytest.raises(AuthenticationError):
         await async_client(http).with_options(api_key="wrong").score("qwen", [{"response": "x"}])
     with pytest.raises(PayloadTooLargeError):
-        await client.score("slowq", [live_item] * 3)
+        await client.score("slowq", live_items)
 
 
 async def test_async_client_retries_a_real_429(live, qwen3_rm):
     app, http = live
     client = async_client(http, max_retries=5)
     item = item_of_tokens(qwen3_rm, 130)  # two fit the 300-token queue, three do not
-    first = asyncio.create_task(client.score("slowq", [item, item]))
+    other = item_of_tokens(qwen3_rm, 130, "pear")
+    first = asyncio.create_task(client.score("slowq", [item, other]))
     await asyncio.sleep(0.3)
     start = time.monotonic()
     second = await client.score("slowq", [item])  # refused with 429, retried after retry-after

@@ -125,7 +125,7 @@ async def test_422_malformed_json(service):
 async def test_429_with_retry_after_when_the_queue_is_full(service, qwen3_rm):
     app, http = service
     item = item_of_tokens(qwen3_rm, 130)
-    first = [item] * 2  # fits the 300-token queue and waits 3 s there for company
+    first = [item, item_of_tokens(qwen3_rm, 130, "pear")]  # fits the 300-token queue and waits 3 s there for company
     second = [item]
 
     async def send(items):
@@ -139,8 +139,9 @@ async def test_429_with_retry_after_when_the_queue_is_full(service, qwen3_rm):
     assert (await task).status_code == 200
     text = app.state.svc.metrics.render().decode()
     assert metric(text, "rewardserve_requests_rejected_total", model="slowq", reason="queue_full") == 1
-    # A request bigger than the whole queue can never fit: 413, not 429.
-    huge = [item] * 3
+    # A request bigger than the whole queue can never fit: 413, not 429 (new items:
+    # the two above are in the score cache now and would cost no queue room).
+    huge = [item_of_tokens(qwen3_rm, 130, word) for word in ("fig", "kiwi", "lime")]
     error_of(await send(huge), 413, "payload_too_large")
 
 

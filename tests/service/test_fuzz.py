@@ -23,6 +23,7 @@ def test_schemathesis_finds_no_server_errors(qwen3_rm, qwen2_prm, tmp_path):
             [cli, "run", f"{url}/openapi.json", "--checks", "not_a_server_error", "--max-examples", "20",
              "--seed", "7", "--request-timeout", "30"],
             capture_output=True, text=True, timeout=600,
+            cwd=tmp_path,  # its crash cache goes here, not into the checkout
         )
         assert httpx.get(url + "/health", timeout=5).status_code == 200  # still alive
     summary = done.stdout[-3000:]

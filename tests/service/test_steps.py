@@ -247,3 +247,16 @@ async def test_vllm_pooling_drop_in(service, qwen2_prm):
     assert body["usage"]["prompt_tokens"] == 2 * len(tokenizer.encode(text))
     refused = await http.post("/pooling", json={"model": "skywork", "input": "x"})
     assert refused.status_code == 422
+
+
+async def test_pooling_refuses_token_ids_outside_the_vocabulary(service):
+    _, http = service
+    for ids in ([-547, 3], [10**9]):
+        response = await http.post("/pooling", json={"model": "qwen", "input": ids})
+        assert response.status_code == 422, response.text
+        error = response.json()["error"]
+        assert error["param"] == "input[0]" and "vocabulary" in error["message"]
+    zero = await http.post("/pooling", json={"model": "qwen", "input": [3, 4], "truncate_prompt_tokens": 0})
+    assert zero.status_code == 422 and "truncate_prompt_tokens" in zero.text
+    whole = await http.post("/pooling", json={"model": "qwen", "input": [3, 4], "truncate_prompt_tokens": -1})
+    assert whole.status_code == 200, whole.text

@@ -1,0 +1,100 @@
+"""Finding items that share a token prefix (a GRPO group's prompt, a judge's context), so
+the prefix runs once and each item's rest runs on its KV cache."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from rewardserve.models.backends.base import Sequence
+from rewardserve.models.base import Work
+
+# Sharing pays when it saves at least this many prefix tokens (one prefix instead of n).
+MIN_SAVED_TOKENS = 64
+MIN_PREFIX = 16
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    k = 0
+    while k < n and a[k] == b[k]:
+        k += 1
+    return k
+
+
+def shared_prefix_groups(
+    seqs: list[list[int]], first_readout: list[int] | None = None
+) -> list[tuple[int, list[int]]]:
+    """``(prefix length, member indices)`` covering every sequence once. Members of a
+    group share their first ``prefix length`` tokens; a sequence alone has prefix 0. The
+    prefix stops before each member's first read position (``first_readout``) and leaves
+    every member at least one token of its own."""
+    order = sorted(range(len(seqs)), key=lambda i: seqs[i])
+    limit = [min(len(s) - 1, first_readout[i] if first_readout else len(s) - 1) for i, s in enumerate(seqs)]
+    groups: list[tuple[int, list[int]]] = []
+    k = 0
+    while k < len(order):
+        head = order[k]
+        members, prefix = [head], limit[head]
+        j = k + 1
+        while j < len(order):
+            candidate = order[j]
+            shared = min(prefix, common_prefix(seqs[head], seqs[candidate]), limit[candidate])
+            if shared < MIN_PREFIX:
+                break
+            members.append(candidate)
+            prefix = shared
+            j += 1
+        if len(members) > 1 and (len(members) - 1) * prefix >= MIN_SAVED_TOKENS:
+            groups.append((prefix, members))
+        else:
+            groups.extend((0, [m]) for m in members)
+        k = j if len(members) > 1 else k + 1
+    return groups
+
+
+# --------------------------------------------------------------------------- units for kinds
+
+
+@dataclass(frozen=True)
+class SharedUnit:
+    """Several items' work as one forward unit: ``prefix`` runs once, each member's
+    ``suffix`` runs on its KV cache (positions relative to the suffix)."""
+
+    prefix: list[int]
+    members: list  # the members' own Work, for their payloads
+    suffixes: list[Sequence]
+
+
+def share_prefixes(works: list[Work], seq_of: Callable[[Work], Sequence]) -> list[tuple[Work, list[int]]]:
+    """``RewardModel.combine`` for kinds that read sequences: one unit per group of items
+    sharing a prefix worth sharing, the other items alone."""
+    seqs = [seq_of(w) for w in works]
+    groups = shared_prefix_groups([s.ids for s in seqs], [min(s.positions) for s in seqs])
+    units: list[tuple[Work, list[int]]] = []
+    for prefix, members in groups:
+        if prefix == 0:
+            units.append((works[members[0]], members))
+            continue
+        suffixes = [Sequence(seqs[m].ids[prefix:], tuple(p - prefix for p in seqs[m].positions)) for m in members]
+        unit = Work(
+            length=prefix + sum(len(s.ids) for s in suffixes),
+            payload=SharedUnit(seqs[members[0]].ids[:prefix], [works[m] for m in members], suffixes),
+            prompt_tokens=sum(works[m].prompt_tokens for m in members),
+        )
+        units.append((unit, members))
+    return units
+
+
+def read_units(backend, batch: list[Work], seq_of: Callable[[Work], Sequence], token_ids=None) -> list:
+    """What the backend reads for each unit of a batch: the rows at a plain work's
+    positions, or for a shared unit a list of such rows, one per member."""
+    out: list = [None] * len(batch)
+    plain = [i for i, w in enumerate(batch) if not isinstance(w.payload, SharedUnit)]
+    if plain:
+        for i, rows in zip(plain, backend.read([seq_of(batch[i]) for i in plain], token_ids)):
+            out[i] = rows
+    for i, work in enumerate(batch):
+        if isinstance(work.payload, SharedUnit):
+            out[i] = backend.read_shared(work.payload.prefix, work.payload.suffixes, token_ids)
+    return out
