@@ -150,7 +150,11 @@ class RewardModel(ABC):
             raise RuntimeError(f"probe failed: {result}")
 
     def close(self) -> None:
-        """Release pools and processes. Weights go with the object."""
+        """Release pools and processes (a vLLM engine's among them). Weights go with the
+        object."""
+        backend = getattr(self, "backend", None)
+        if backend is not None and hasattr(backend, "close"):
+            backend.close()
 
     # ---- description
 

@@ -122,6 +122,23 @@ class SeparatorChat(StepFormat):
         return (z / z.sum()).tolist()
 
 
+class ClassifierTags(SeparatorChat):
+    """A sequence classifier (an outcome reward model's scalar head) read at a tag after
+    every step: the chat layout of SeparatorChat, the head of AutoModelForSequence-
+    Classification. Step score: sigmoid of the logit (``activation: none`` keeps it raw)."""
+
+    task = "classify"
+
+    def score(self, row: np.ndarray) -> float:
+        x = float(row[0])
+        if self.options.get("activation", "sigmoid") == "none":
+            return x
+        return 1.0 / (1.0 + math.exp(-x)) if x >= 0 else math.exp(x) / (1.0 + math.exp(x))
+
+    def pooled(self, row: np.ndarray) -> list[float]:
+        return [self.score(row)]
+
+
 class TagLM(StepFormat):
     task = "lm"
 
@@ -222,6 +239,7 @@ class ChatTurn(StepFormat):
 
 FORMATS: dict[str, type[StepFormat]] = {
     "separator_chat": SeparatorChat,
+    "classifier_tags": ClassifierTags,
     "tag_lm": TagLM,
     "value_head": ValueHead,
     "chat_turn": ChatTurn,

@@ -102,8 +102,10 @@ def build_sequence_classifier(
     head_dim: int = 16,
     max_positions: int = 512,
     seed: int = 0,
+    extra_tokens: tuple[str, ...] = (),
 ) -> Path:
-    """Save a tiny ``Qwen3ForSequenceClassification`` / ``LlamaForSequenceClassification``."""
+    """Save a tiny ``Qwen3ForSequenceClassification`` / ``LlamaForSequenceClassification``
+    (``extra_tokens``: special tokens added to the vocabulary, such as a step tag)."""
     import torch
     from transformers import (
         LlamaConfig,
@@ -113,6 +115,8 @@ def build_sequence_classifier(
     )
 
     tokenizer = build_tokenizer("qwen" if arch == "qwen3" else "llama")
+    if extra_tokens:
+        tokenizer.add_special_tokens({"additional_special_tokens": list(extra_tokens)})
     common = dict(
         vocab_size=len(tokenizer),
         hidden_size=hidden,
@@ -263,6 +267,18 @@ def build_rlhflow_prm(out_dir: Path, seed: int = 0) -> Path:
     torch.manual_seed(seed)
     model = LlamaForCausalLM(_tiny_config(LlamaConfig, tokenizer))
     return _save(model, tokenizer, out_dir)
+
+
+def build_qwen3_lm(out_dir: Path, seed: int = 0, **size) -> Path:
+    """A tiny Qwen3 causal LM with a ChatML template (head_dim 64 by default: what
+    vLLM's CPU attention takes)."""
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    size = {"hidden": 128, "heads": 2, "head_dim": 64, **size}
+    tokenizer = build_tokenizer("qwen")
+    torch.manual_seed(seed)
+    return _save(Qwen3ForCausalLM(_tiny_config(Qwen3Config, tokenizer, **size)), tokenizer, out_dir)
 
 
 def build_causal_lm(out_dir: Path, seed: int = 0) -> Path:

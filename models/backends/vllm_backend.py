@@ -1,0 +1,166 @@
+"""The vLLM engine as a backend: the same token ids and readout positions the kinds hand
+to transformers, run by vLLM's async engine (continuous batching, prefix caching).
+
+The engine lives on an event loop of its own, in a daemon thread: the batcher's worker
+threads call ``read`` synchronously, and each call submits its sequences as concurrent
+engine requests and waits for all of them. vLLM batches across those requests (and
+across batches in flight: the batcher runs several at once for this backend), and its
+prefix cache is what shares a GRPO group's prompt, so ``read_shared`` just reads the
+whole sequences.
+
+    classify   pooling runner, task ``classify``: the head at the last token (or
+               ``token_classify`` when a kind reads it at other positions, as PRMs do)
+    prm_head   pooling runner, task ``token_classify``: the head at every token, read at
+               the step positions (vLLM's Qwen2ForProcessRewardModel)
+    lm         generate runner, one step, raw logits of ``token_ids`` at the last token
+               (``logprob_token_ids`` with ``logprobs_mode=raw_logits``)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import threading
+
+import numpy as np
+
+from rewardserve.models.backends.base import Backend, Sequence
+from rewardserve.models.spec import ModelSpec
+
+log = logging.getLogger("rewardserve.vllm")
+
+VLLM_TASKS = ("classify", "prm_head", "lm")
+
+
+def vllm_available() -> bool:
+    try:
+        import vllm  # noqa: F401
+    except Exception:  # ImportError, or a broken install that fails at import
+        return False
+    return True
+
+
+class VllmBackend(Backend):
+    name = "vllm"
+    # vLLM schedules its own batches: ours only group what arrives together, a few in
+    # flight, so the engine always has the next work queued.
+    batch_preferences = {"pads": False, "max_batch_tokens": 65536, "max_batch_items": 1024,
+                         "max_wait_ms": 2.0, "concurrency": 4, "max_padding_ratio": 1.0}
+
+    def __init__(self, spec: ModelSpec, task: str):
+        if task not in VLLM_TASKS:
+            raise ValueError(
+                f"model {spec.name!r}: the vllm backend serves {', '.join(VLLM_TASKS)} models, "
+                f"not {task!r}; use backend: transformers"
+            )
+        from transformers import AutoTokenizer
+
+        self.task = task
+        self.spec = spec
+        self.tokenizer = AutoTokenizer.from_pretrained(spec.source)
+        self._ids = itertools.count()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name=f"vllm-{spec.name}", daemon=True)
+        self._thread.start()
+        self.engine = self._call(self._start_engine())
+        config = self.engine.model_config
+        self.max_tokens = spec.max_tokens or config.max_model_len
+        self.vocab_size = config.get_vocab_size()
+        self.pad_token_id = self.tokenizer.pad_token_id
+
+    async def _start_engine(self):
+        from vllm import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        options = self.spec.options
+        dtype = {"auto": "auto", "float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}[self.spec.dtype]
+        args = AsyncEngineArgs(
+            model=self.spec.source,
+            runner="generate" if self.task == "lm" else "pooling",
+            dtype=dtype,
+            enable_prefix_caching=True,
+            gpu_memory_utilization=float(options.get("gpu_memory_utilization", 0.85)),
+            max_model_len=self.spec.max_tokens,
+            logprobs_mode="raw_logits",
+            disable_log_stats=True,
+            seed=int(options.get("seed", 0)),
+        )
+        return AsyncLLM.from_engine_args(args)
+
+    def _call(self, coroutine):
+        """Run a coroutine on the engine's loop and wait for it (from any other thread)."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+
+    # ------------------------------------------------------------------ readouts
+
+    def read(self, seqs: list[Sequence], token_ids: list[int] | None = None) -> list[np.ndarray]:
+        if self.task == "lm":
+            if not token_ids:
+                raise ValueError("the lm task reads the logits of given token_ids")
+            return self._call(asyncio.gather(*(self._next_token_logits(s, token_ids) for s in seqs)))
+        return self._call(asyncio.gather(*(self._pooled(s) for s in seqs)))
+
+    def read_shared(
+        self, prefix: list[int], seqs: list[Sequence], token_ids: list[int] | None = None
+    ) -> list[np.ndarray]:
+        # vLLM's prefix cache computes the shared prefix once.
+        whole = [Sequence(prefix + s.ids, tuple(len(prefix) + p for p in s.positions)) for s in seqs]
+        return self.read(whole, token_ids)
+
+    async def _pooled(self, seq: Sequence) -> np.ndarray:
+        from vllm import PoolingParams
+
+        # A classifier read at its last token only pools that token (and may reuse the
+        # prefix cache); any other readout takes the head at every token.
+        last_only = self.task == "classify" and seq.positions == (len(seq.ids) - 1,)
+        params = PoolingParams(task="classify" if last_only else "token_classify", use_activation=False)
+        output = None
+        async for output in self.engine.encode({"prompt_token_ids": seq.ids}, params, self._request_id()):
+            pass
+        data = np.asarray(output.outputs.data.float().numpy(), dtype=np.float32)
+        if last_only:
+            return data.reshape(1, -1)
+        return data.reshape(len(seq.ids), -1)[list(seq.positions)]
+
+    async def _next_token_logits(self, seq: Sequence, token_ids: list[int]) -> np.ndarray:
+        from vllm import SamplingParams
+
+        if seq.positions != (len(seq.ids) - 1,):
+            raise ValueError("the vllm lm task reads the next-token logits after the last token only")
+        params = SamplingParams(max_tokens=1, temperature=0.0, logprobs=0, logprob_token_ids=list(token_ids))
+        output = None
+        async for output in self.engine.generate({"prompt_token_ids": seq.ids}, params, self._request_id()):
+            pass
+        step = output.outputs[0].logprobs[0]
+        return np.asarray([[step[t].logprob for t in token_ids]], dtype=np.float32)
+
+    def generate(self, prompt: list[int], *, n: int, temperature: float, top_p: float,
+                 max_new_tokens: int, seed: int | None) -> list[str]:
+        if self.task != "lm":
+            raise ValueError("generate needs a causal LM")
+        return self._call(self._generate(prompt, n, temperature, top_p, max_new_tokens, seed))
+
+    async def _generate(self, prompt, n, temperature, top_p, max_new_tokens, seed) -> list[str]:
+        from vllm import SamplingParams
+
+        sampling = temperature > 0
+        params = SamplingParams(
+            n=n if sampling else 1,
+            temperature=temperature,
+            top_p=top_p if sampling else 1.0,
+            max_tokens=max_new_tokens,
+            seed=seed,
+            skip_special_tokens=True,
+        )
+        output = None
+        async for output in self.engine.generate({"prompt_token_ids": prompt}, params, self._request_id()):
+            pass
+        return [choice.text for choice in output.outputs]
+
+    def _request_id(self) -> str:
+        return f"rs-{next(self._ids)}"
+
+    def close(self) -> None:
+        self.engine.shutdown()
+        self._loop.call_soon_threadsafe(self._loop.stop)
