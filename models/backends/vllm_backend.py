@@ -41,6 +41,10 @@ def vllm_available() -> bool:
     return True
 
 
+async def _gather(coroutines: list) -> list:
+    return list(await asyncio.gather(*coroutines))
+
+
 class VllmBackend(Backend):
     name = "vllm"
     # vLLM schedules its own batches: ours only group what arrives together, a few in
@@ -71,6 +75,7 @@ class VllmBackend(Backend):
 
     async def _start_engine(self):
         from vllm import AsyncEngineArgs
+        from vllm.config import PoolerConfig
         from vllm.v1.engine.async_llm import AsyncLLM
 
         options = self.spec.options
@@ -83,8 +88,13 @@ class VllmBackend(Backend):
             gpu_memory_utilization=float(options.get("gpu_memory_utilization", 0.85)),
             max_model_len=self.spec.max_tokens,
             logprobs_mode="raw_logits",
+            # Every token's head output, read here at the kind's positions: vLLM's own
+            # step filter only knows one tag id (Qwen's <extra_0> by default).
+            pooler_config=None if self.task == "lm" else PoolerConfig(tok_pooling_type="ALL"),
             disable_log_stats=True,
             seed=int(options.get("seed", 0)),
+            # Skips graph capture / compilation: starts in seconds, runs slower (tests).
+            enforce_eager=bool(options.get("enforce_eager", False)),
         )
         return AsyncLLM.from_engine_args(args)
 
@@ -98,8 +108,8 @@ class VllmBackend(Backend):
         if self.task == "lm":
             if not token_ids:
                 raise ValueError("the lm task reads the logits of given token_ids")
-            return self._call(asyncio.gather(*(self._next_token_logits(s, token_ids) for s in seqs)))
-        return self._call(asyncio.gather(*(self._pooled(s) for s in seqs)))
+            return self._call(_gather([self._next_token_logits(s, token_ids) for s in seqs]))
+        return self._call(_gather([self._pooled(s) for s in seqs]))
 
     def read_shared(
         self, prefix: list[int], seqs: list[Sequence], token_ids: list[int] | None = None
@@ -128,7 +138,8 @@ class VllmBackend(Backend):
 
         if seq.positions != (len(seq.ids) - 1,):
             raise ValueError("the vllm lm task reads the next-token logits after the last token only")
-        params = SamplingParams(max_tokens=1, temperature=0.0, logprobs=0, logprob_token_ids=list(token_ids))
+        params = SamplingParams(max_tokens=1, temperature=0.0, logprobs=len(token_ids),
+                                logprob_token_ids=list(token_ids))
         output = None
         async for output in self.engine.generate({"prompt_token_ids": seq.ids}, params, self._request_id()):
             pass

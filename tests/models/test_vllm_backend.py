@@ -43,8 +43,8 @@ def models(tmp_path_factory) -> dict[str, Path]:
 
 
 def specs(models: dict[str, Path], backend: str) -> list[ModelSpec]:
-    engine = {"backend": backend, "dtype": "float32", "max_tokens": 1024}
-    options = {"gpu_memory_utilization": 0.25} if backend == "vllm" else {}
+    engine = {"backend": backend, "dtype": "float32"}
+    options = {"gpu_memory_utilization": 0.25, "enforce_eager": True} if backend == "vllm" else {}
     return [
         ModelSpec(name="rm", kind="outcome", source=str(models["rm"]), options=options, **engine),
         ModelSpec(name="prm", source=str(models["prm"]), options=options, **engine),
@@ -102,10 +102,11 @@ async def both(reference, vllm_url, path: str, body: dict) -> tuple[dict, dict]:
 
 
 async def test_outcome_scores_match_transformers(reference, vllm_url):
-    body = {"model": "rm", "items": grpo_items(1), "normalize": "group"}
+    body = {"model": "rm", "items": grpo_items(1), "options": {"normalize": "group"}}
     ours, theirs = await both(reference, vllm_url, "/v1/score", body)
     for a, b in zip(ours["results"], theirs["results"]):
         assert b["valid"] and b["score"] == pytest.approx(a["score"], abs=TOLERANCE)
+        assert b["advantage"] == pytest.approx(a["advantage"], abs=0.05)
     models = httpx.get(vllm_url + "/v1/models", timeout=10).json()["data"]
     assert {m["name"]: m["backend"] for m in models} == dict.fromkeys(["rm", "prm", "rm_steps", "judge"], "vllm")
 
