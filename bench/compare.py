@@ -79,15 +79,15 @@ def words(rng: random.Random, lo: int, hi: int) -> str:
 
 
 def build_workloads(seed: int, scale: float = 1.0) -> list[Workload]:
-    """Word counts are chosen for the token lengths the issue names (~1.6 tokens/word
-    with the bench tokenizer)."""
+    """Word counts are chosen for the token lengths the issue names (the bench tokenizer
+    makes ~1.07 tokens of a word)."""
     rng = random.Random(seed)
     n = lambda k: max(1, int(k * scale))  # noqa: E731
     grpo = []
     for g in range(n(8)):
-        prompt = words(rng, 180, 190)
-        grpo.append([{"group_id": f"g{g}", "prompt": prompt, "response": words(rng, 25, 62)} for _ in range(8)])
-    pairs = [{"prompt": words(rng, 38, 100), "response": words(rng, 25, 62)} for _ in range(n(64))]
+        prompt = words(rng, 270, 290)
+        grpo.append([{"group_id": f"g{g}", "prompt": prompt, "response": words(rng, 37, 93)} for _ in range(8)])
+    pairs = [{"prompt": words(rng, 56, 150), "response": words(rng, 37, 93)} for _ in range(n(64))]
     prm = [{"prompt": words(rng, 20, 40), "steps": [words(rng, 8, 20) for _ in range(8)]} for _ in range(n(32))]
     rubric = []
     for _ in range(n(16)):
@@ -161,7 +161,8 @@ async def drive(send, requests: list, callers: int) -> tuple[float, list[float],
 def rewardserve_sender(url: str, w: Workload):
     async def send(http, i):
         r = await http.post(url + w.route, json={"model": w.model, "items": w.requests[i]})
-        r.raise_for_status()
+        if r.status_code != 200:
+            raise RuntimeError(f"{url}{w.route}: {r.status_code} {r.text[:300]}")
         results = r.json()["results"]
         return [x["step_scores"] if w.route == "/v1/score/steps" else [x["score"]] for x in results]
     return send
@@ -171,12 +172,12 @@ def vllm_sender(url: str, w: Workload):
     async def send(http, i):
         ids = [s for s, _ in w.seqs[i]]
         if w.route == "/v1/score/steps":
-            r = await http.post(url + "/pooling", json={"model": "rm", "input": ids, "task": "token_classify",
-                                                        "use_activation": False})
+            r = await http.post(url + "/pooling", json={"model": "rm", "input": ids, "use_activation": False})
             r.raise_for_status()
-            return [[row[0] for row in d["data"]] for d in r.json()["data"]]
+            return [[row[0] if isinstance(row, list) else row for row in d["data"]] for d in r.json()["data"]]
         r = await http.post(url + "/classify", json={"model": "rm", "input": ids, "use_activation": False})
-        r.raise_for_status()
+        if r.status_code != 200:
+            raise RuntimeError(f"{url}/classify: {r.status_code} {r.text[:300]}")
         return [d["probs"][:1] for d in r.json()["data"]]
     return send
 
@@ -311,13 +312,21 @@ def main() -> None:
                              str(config)], tmp / f"{label}.log", vllm_env, url + "/ready", url,
                      rewardserve_sender, workloads, warmup, args.callers, table)
         if Path(args.vllm_python).exists():
-            port = free_port()
-            url = f"http://127.0.0.1:{port}"
-            run_http("c", [args.vllm_python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
-                           "--runner", "pooling", "--served-model-name", "rm", "--port", str(port), "--host",
-                           "127.0.0.1", "--dtype", "float32", "--max-model-len", "2048", "--enable-prefix-caching",
-                           "--pooler-config", json.dumps({"step_tag_id": tag_id})],
-                     tmp / "c.log", vllm_env, url + "/health", url, vllm_sender, workloads, warmup, args.callers, table)
+            # vLLM's server serves one pooling task: classify for sequence scores, and a
+            # second start with token_classify (only the step tags' rows) for the PRM.
+            for task in ("classify", "token_classify"):
+                chosen_w = [(w, warm) for w, warm in zip(workloads, warmup) if (w.name == "prm") == (task != "classify")]
+                if not chosen_w:
+                    continue
+                port = free_port()
+                url = f"http://127.0.0.1:{port}"
+                pooler = {"task": task, "step_tag_id": tag_id} if task != "classify" else {"task": task}
+                run_http("c", [args.vllm_python, "-m", "vllm.entrypoints.openai.api_server", "--model",
+                               str(model_dir), "--runner", "pooling", "--served-model-name", "rm", "--port", str(port),
+                               "--host", "127.0.0.1", "--dtype", "float32", "--max-model-len", "2048",
+                               "--enable-prefix-caching", "--pooler-config", json.dumps(pooler)],
+                         tmp / f"c-{task}.log", vllm_env, url + "/health", url, vllm_sender,
+                         [w for w, _ in chosen_w], [warm for _, warm in chosen_w], args.callers, table)
         port = free_port()
         url = f"http://127.0.0.1:{port}"
         run_http("d", [sys.executable, str(ROOT / "bench" / "naive_server.py"), str(model_dir), str(port)],
