@@ -16,6 +16,7 @@ Systems, one after the other (nothing else runs meanwhile):
   (e) raw in-process forward of the same token ids, no sharing, padded batches of 8
       sorted by length, with the oneDNN linears rewardserve uses: the compute bound for
       unshared work.
+Every system runs ``--dtype`` (float32 by default).
 Workloads (fresh texts, so no cache of any system has seen them; each system first
 scores a small warm-up set of other texts):
   grpo    8 prompts x 8 completions, prompt ~300 tokens, completions 40-100; one
@@ -121,10 +122,10 @@ def attach_token_ids(model_dir: Path, workloads: list[Workload]) -> None:
         model.close()
 
 
-def model_spec(name: str, model_dir: Path, backend: str):
+def model_spec(name: str, model_dir: Path, backend: str, dtype: str = "float32"):
     from rewardserve.models.spec import ModelSpec
 
-    engine = {"backend": backend, "dtype": "float32", "max_tokens": 2048}
+    engine = {"backend": backend, "dtype": dtype, "max_tokens": 2048}
     options = {"gpu_memory_utilization": 0.25} if backend == "vllm" else {}
     if name == "rm":
         return ModelSpec(name="rm", kind="outcome", source=str(model_dir), options=options, **engine)
@@ -191,14 +192,15 @@ def naive_sender(url: str, w: Workload):
     return send
 
 
-def raw_forward(model_dir: Path, w: Workload, batch: int = 8) -> tuple[float, list]:
+def raw_forward(model_dir: Path, w: Workload, dtype: str, batch: int = 8) -> tuple[float, list]:
     import torch
     from transformers import AutoModelForSequenceClassification
 
     from rewardserve.models.backends.cpu_linear import pack_linears
 
-    model = AutoModelForSequenceClassification.from_pretrained(model_dir, dtype=torch.float32).eval()
-    pack_linears(model.model)
+    model = AutoModelForSequenceClassification.from_pretrained(model_dir, dtype=getattr(torch, dtype)).eval()
+    if dtype == "float32":
+        pack_linears(model.model)
     pad = model.config.pad_token_id
     flat = [s for r in w.seqs for s in r]
     order = sorted(range(len(flat)), key=lambda i: len(flat[i][0]))
@@ -276,6 +278,8 @@ def main() -> None:
     # vLLM on CPU keeps a core for its scheduler by default; on 2 cores that halves its
     # compute. 0 gives it both (measured faster here); the value is printed with the table.
     parser.add_argument("--vllm-reserved-cpus", default="0")
+    # Every system runs this dtype (bfloat16: on CPUs with avx512_bf16 / AMX).
+    parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     args = parser.parse_args()
 
     from tests.builders import build_sequence_classifier
@@ -304,7 +308,7 @@ def main() -> None:
                 print(f"({label}) skipped: {python} missing (make vllm-venv)")
                 continue
             config = tmp / f"{label}.yaml"
-            specs = [model_spec(n, model_dir, backend).model_dump(exclude_defaults=True) for n in ("rm", "rm_steps")]
+            specs = [model_spec(n, model_dir, backend, args.dtype).model_dump(exclude_defaults=True) for n in ("rm", "rm_steps")]
             config.write_text(yaml.safe_dump({"models": specs}))
             port = free_port()
             url = f"http://127.0.0.1:{port}"
@@ -320,20 +324,20 @@ def main() -> None:
                     continue
                 port = free_port()
                 url = f"http://127.0.0.1:{port}"
-                pooler = {"task": task, "step_tag_id": tag_id} if task != "classify" else {"task": task}
+                pooler = {"task": task, "tok_pooling_type": "STEP", "step_tag_id": tag_id} if task != "classify" else {"task": task}
                 run_http("c", [args.vllm_python, "-m", "vllm.entrypoints.openai.api_server", "--model",
                                str(model_dir), "--runner", "pooling", "--served-model-name", "rm", "--port", str(port),
-                               "--host", "127.0.0.1", "--dtype", "float32", "--max-model-len", "2048",
+                               "--host", "127.0.0.1", "--dtype", args.dtype, "--max-model-len", "2048",
                                "--enable-prefix-caching", "--pooler-config", json.dumps(pooler)],
                          tmp / f"c-{task}.log", vllm_env, url + "/health", url, vllm_sender,
                          [w for w, _ in chosen_w], [warm for _, warm in chosen_w], args.callers, table)
         port = free_port()
         url = f"http://127.0.0.1:{port}"
-        run_http("d", [sys.executable, str(ROOT / "bench" / "naive_server.py"), str(model_dir), str(port)],
+        run_http("d", [sys.executable, str(ROOT / "bench" / "naive_server.py"), str(model_dir), str(port), args.dtype],
                  tmp / "d.log", {}, url + "/health", url, naive_sender, workloads, warmup, args.callers, table)
         print("e: in process", flush=True)
         for w in workloads:
-            seconds, scores = raw_forward(model_dir, w)
+            seconds, scores = raw_forward(model_dir, w, args.dtype)
             table[("e", w.name)] = (seconds, [], scores)
             print(f"  {w.name}: {w.items / seconds:.2f} items/s", flush=True)
     report(workloads, table, args)
@@ -342,7 +346,7 @@ def main() -> None:
 def report(workloads: list[Workload], table: dict, args) -> None:
     names = {"a": "rewardserve (transformers)", "b": "rewardserve (vLLM backend)", "c": "vLLM server",
              "d": "naive server", "e": "raw forward, unshared"}
-    print(f"\nvLLM reserved CPUs: {args.vllm_reserved_cpus}; callers: {args.callers}")
+    print(f"\ndtype {args.dtype}; vLLM reserved CPUs: {args.vllm_reserved_cpus}; callers: {args.callers}")
     for w in workloads:
         print(f"\n{w.name}: {len(w.requests)} requests, {w.items} items, {w.tokens} tokens")
         print(f"  {'system':<28}{'items/s':>9}{'tokens/s':>10}{'p50 ms':>9}{'p99 ms':>9}{'max |diff| vs e':>17}")

@@ -2,7 +2,7 @@
 padded forward per request, one request at a time, no batching across requests, no
 prefix sharing, no cache (the shape of OpenRLHF's serve_rm).
 
-    python bench/naive_server.py MODEL_DIR PORT
+    python bench/naive_server.py MODEL_DIR PORT [float32|bfloat16]
 
 POST /score {"sequences": [[token ids], ...], "positions": [[readout positions], ...]}
 -> {"scores": [[head output at each position], ...]}. Positions default to the last
@@ -26,8 +26,8 @@ class ScoreRequest(BaseModel):
     positions: list[list[int]] | None = None
 
 
-def create_app(model_dir: str) -> FastAPI:
-    model = AutoModelForSequenceClassification.from_pretrained(model_dir, dtype=torch.float32).eval()
+def create_app(model_dir: str, dtype: str = "float32") -> FastAPI:
+    model = AutoModelForSequenceClassification.from_pretrained(model_dir, dtype=getattr(torch, dtype)).eval()
     pad = model.config.pad_token_id
     lock = threading.Lock()  # one forward at a time, as a single-model server runs them
     app = FastAPI()
@@ -55,4 +55,5 @@ def create_app(model_dir: str) -> FastAPI:
 
 
 if __name__ == "__main__":
-    uvicorn.run(create_app(sys.argv[1]), host="127.0.0.1", port=int(sys.argv[2]), log_level="warning")
+    dtype = sys.argv[3] if len(sys.argv) > 3 else "float32"
+    uvicorn.run(create_app(sys.argv[1], dtype), host="127.0.0.1", port=int(sys.argv[2]), log_level="warning")

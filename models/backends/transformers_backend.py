@@ -69,6 +69,7 @@ class TransformersBackend(Backend):
         self.max_tokens = spec.max_tokens or _position_limit(config, self.tokenizer)
         self._softcap = getattr(config, "final_logit_softcapping", None)
         self._pad = self.pad_token_id if self.pad_token_id is not None else 0
+        self._packing = spec.options.get("packing", True)
         if self.device.type == "cpu":
             self.batch_preferences = CPU_BATCH_PREFERENCES
 
@@ -121,6 +122,26 @@ class TransformersBackend(Backend):
             return [logits[i : i + 1].float().cpu().numpy() for i in range(len(seqs))]
         hidden = self.base(input_ids=ids, attention_mask=mask).last_hidden_state
         return self._heads_at(hidden, seqs, token_ids)
+
+    @torch.inference_mode()
+    def read_packed(self, units, token_ids: list[int] | None = None) -> list[list[np.ndarray]]:
+        """Units of (prefix, continuations) in one row, no padding (see packing.py); for
+        each unit, the rows read at each continuation's positions."""
+        from rewardserve.models.backends.packing import pack
+
+        packed = pack(units, self.device)
+        hidden = self.base(input_ids=packed.ids, position_ids=packed.position_ids,
+                           attention_mask=packed.mask).last_hidden_state
+        flat = [Sequence([], tuple(r)) for rows in packed.readouts for r in rows]
+        out = iter(self._heads_at(hidden.expand(len(flat), -1, -1), flat, token_ids))
+        return [[next(out) for _ in rows] for rows in packed.readouts]
+
+    @property
+    def packs(self) -> bool:
+        """Whether read_packed serves this model (heads read from the backbone's hidden
+        states; classifiers that pool on their own do not pack). ``options.packing:
+        false`` turns it off."""
+        return self._whole is None and self._packing
 
     @torch.inference_mode()
     def read_shared(
