@@ -67,26 +67,43 @@ ITEMS = [{"prompt": f"question {k}", "response": f"answer number {k} " * (1 + k 
 
 
 def drive(url: str, on_progress) -> tuple[list[int], list[float | None]]:
-    """REQUESTS single-item scoring requests from CALLERS threads; returns statuses and
-    scores in request order."""
+    """REQUESTS single-item scoring requests from CALLERS threads, each with its own
+    RewardClient (what trainers use); returns statuses and scores in request order.
+
+    nginx retries a request on the other replica when the dead one refused or dropped
+    it before answering; when a replica dies between writing a response's headers and
+    its body, nginx has already passed the headers on and cannot retry, so the client
+    sees a cut connection and retries it itself (scoring is idempotent)."""
+    from rewardserve.client import RewardClient
+    from rewardserve.client.errors import APIStatusError
+
     statuses: list[int] = [0] * REQUESTS
     scores: list[float | None] = [None] * REQUESTS
     done = [0]
     lock = threading.Lock()
-    client = httpx.Client(timeout=60, limits=httpx.Limits(max_connections=CALLERS))
+    local = threading.local()
+    clients: list = []
 
     def one(k: int) -> None:
-        response = client.post(url + "/v1/score", json={"model": "rm", "items": [ITEMS[k % len(ITEMS)]]})
-        statuses[k] = response.status_code
-        if response.status_code == 200:
-            scores[k] = response.json()["results"][0]["score"]
+        if not hasattr(local, "client"):
+            local.client = RewardClient(url, timeout=60, max_retries=3)
+            with lock:
+                clients.append(local.client)
+        try:
+            response = local.client.score("rm", [ITEMS[k % len(ITEMS)]])
+            statuses[k], scores[k] = 200, response.results[0].score
+        except APIStatusError as exc:
+            statuses[k] = exc.status_code
+        except Exception:  # noqa: BLE001 - a transport failure that outlived the retries
+            statuses[k] = -1
         with lock:
             done[0] += 1
             on_progress(done[0])
 
     with ThreadPoolExecutor(CALLERS) as pool:
         list(pool.map(one, range(REQUESTS)))
-    client.close()
+    for client in clients:
+        client.close()
     return statuses, scores
 
 
