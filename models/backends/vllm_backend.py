@@ -79,11 +79,10 @@ class VllmBackend(Backend):
         from vllm.v1.engine.async_llm import AsyncLLM
 
         options = self.spec.options
-        dtype = {"auto": "auto", "float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}[self.spec.dtype]
         args = AsyncEngineArgs(
             model=self.spec.source,
             runner="generate" if self.task == "lm" else "pooling",
-            dtype=dtype,
+            dtype=self.spec.dtype,  # the same names: auto, float32, bfloat16, float16
             enable_prefix_caching=True,
             gpu_memory_utilization=float(options.get("gpu_memory_utilization", 0.85)),
             max_model_len=self.spec.max_tokens,
