@@ -14,6 +14,7 @@ model's worker thread). The service never looks inside ``Work.payload``.
 from __future__ import annotations
 
 import hashlib
+import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
@@ -50,6 +51,11 @@ class Work:
     prompt_tokens: int = 0
     truncated: bool = False
     key: bytes | None = None
+
+
+def sigmoid(x: float) -> float:
+    """The logistic function, without overflow for large |x|."""
+    return 1.0 / (1.0 + math.exp(-x)) if x >= 0 else math.exp(x) / (1.0 + math.exp(x))
 
 
 def work_key(ids: list[int], *params: Any) -> bytes:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from rewardserve.client.protocol import Item, ItemResult, ScoreOptions
 from rewardserve.models.backends import Sequence, make_backend
-from rewardserve.models.base import BatchPolicy, ItemError, RewardModel, Work, work_key
+from rewardserve.models.base import BatchPolicy, ItemError, RewardModel, Work, sigmoid, work_key
 from rewardserve.models.chat import fit_length, readout_position, render_chat, split_pair
 from rewardserve.models.prefix import SharedUnit, read_units, share_prefixes
 from rewardserve.models.registry import register_kind
@@ -26,7 +26,7 @@ class _Scoring:
 
 def _activate(x: float, activation: str) -> float:
     if activation == "sigmoid":
-        return 1.0 / (1.0 + math.exp(-x)) if x >= 0 else math.exp(x) / (1.0 + math.exp(x))
+        return sigmoid(x)
     return x
 
 

@@ -17,14 +17,13 @@ model card's recipe, so the one-pass scores equal the card's per-prefix computat
 
 from __future__ import annotations
 
-import math
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
 import numpy as np
 
 from rewardserve.client.protocol import Message
-from rewardserve.models.base import ItemError
+from rewardserve.models.base import ItemError, sigmoid
 from rewardserve.models.steps import Trajectory
 
 
@@ -131,9 +130,7 @@ class ClassifierTags(SeparatorChat):
 
     def score(self, row: np.ndarray) -> float:
         x = float(row[0])
-        if self.options.get("activation", "sigmoid") == "none":
-            return x
-        return 1.0 / (1.0 + math.exp(-x)) if x >= 0 else math.exp(x) / (1.0 + math.exp(x))
+        return x if self.options.get("activation", "sigmoid") == "none" else sigmoid(x)
 
     def pooled(self, row: np.ndarray) -> list[float]:
         return [self.score(row)]
@@ -191,8 +188,7 @@ class ValueHead(StepFormat):
         return ids, positions
 
     def score(self, row: np.ndarray) -> float:
-        x = float(row[0])
-        return 1.0 / (1.0 + math.exp(-x)) if x >= 0 else math.exp(x) / (1.0 + math.exp(x))
+        return sigmoid(float(row[0]))
 
 
 class ChatTurn(StepFormat):

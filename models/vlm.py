@@ -14,7 +14,6 @@ token by one of three heads (``options.head``):
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,7 +21,7 @@ import torch
 from torch import nn
 
 from rewardserve.client.protocol import ImagePart, ImageURLPart, Item, ItemResult, ScoreOptions
-from rewardserve.models.base import BatchPolicy, ItemError, RequestError, RewardModel, Work
+from rewardserve.models.base import BatchPolicy, ItemError, RequestError, RewardModel, Work, sigmoid
 from rewardserve.models.images import load_item_images
 from rewardserve.models.registry import register_kind
 
@@ -35,10 +34,6 @@ class _VLMInput:
     pixel_values: torch.Tensor | None
     grid_thw: torch.Tensor | None
     activation: str
-
-
-def _sigmoid(x: float) -> float:
-    return 1.0 / (1.0 + math.exp(-x)) if x >= 0 else math.exp(x) / (1.0 + math.exp(x))
 
 
 @register_kind("vlm")
@@ -188,7 +183,7 @@ class VLMModel(RewardModel):
             if not np.isfinite(value):
                 results.append(ItemError("the model produced a non-finite score"))
                 continue
-            score = _sigmoid(value) if x.activation == "sigmoid" and self.head_kind != "yes_no" else value
+            score = sigmoid(value) if x.activation == "sigmoid" and self.head_kind != "yes_no" else value
             results.append(ItemResult(score=score, tokens=len(x.ids)))
         return results
 
