@@ -255,8 +255,6 @@ def stop(proc: subprocess.Popen) -> None:
 
 
 def run_http(label: str, cmd, log, env, health, url, sender, workloads, warmup, callers, table):
-    from tests.harness import free_port  # noqa: F401  (ports are chosen by the caller)
-
     print(f"{label}: starting", flush=True)
     proc = start(cmd, log, env, health)
     try:

@@ -175,6 +175,8 @@ class ProcessModel(RewardModel):
                 "token, so /pooling cannot find them; use POST /v1/score/steps",
                 param="model",
             )
+        if keep_last == -1:  # vLLM's "as many as the model takes"
+            keep_last = self.backend.max_tokens
         works = []
         for index, given in enumerate(inputs):
             ids = self.backend.tokenizer.encode(given) if isinstance(given, str) else list(given)
@@ -185,8 +187,6 @@ class ProcessModel(RewardModel):
                     f"[0, {self.backend.vocab_size})",
                     param=f"input[{index}]",
                 )
-            if keep_last == -1:
-                keep_last = self.backend.max_tokens
             if keep_last:
                 ids = ids[-keep_last:]
             if not ids:

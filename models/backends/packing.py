@@ -27,11 +27,6 @@ class Packed:
     readouts: list[list[list[int]]]  # per unit, per continuation: row indices to read
 
 
-def unit_tokens(unit: Unit) -> int:
-    prefix, continuations = unit
-    return len(prefix) + sum(len(s.ids) for s in continuations)
-
-
 def pack(units: list[Unit], device: torch.device) -> Packed:
     ids: list[int] = []
     positions: list[int] = []
@@ -67,18 +62,3 @@ def pack(units: list[Unit], device: torch.device) -> Packed:
         readouts=readouts,
     )
 
-
-def plan(units: list[Unit], max_tokens: int) -> list[list[int]]:
-    """Unit indices per packed row, each row at most ``max_tokens`` (a unit larger than
-    that gets a row of its own), in the order given."""
-    rows: list[list[int]] = []
-    size = 0
-    for i, unit in enumerate(units):
-        n = unit_tokens(unit)
-        if rows and size + n <= max_tokens:
-            rows[-1].append(i)
-            size += n
-        else:
-            rows.append([i])
-            size = n
-    return rows

@@ -132,8 +132,10 @@ class TransformersBackend(Backend):
         packed = pack(units, self.device)
         hidden = self.base(input_ids=packed.ids, position_ids=packed.position_ids,
                            attention_mask=packed.mask).last_hidden_state
-        flat = [Sequence([], tuple(r)) for rows in packed.readouts for r in rows]
-        out = iter(self._heads_at(hidden.expand(len(flat), -1, -1), flat, token_ids))
+        # One row: every readout is a position of it; split per continuation after.
+        spans = [r for rows in packed.readouts for r in rows]
+        (read,) = self._heads_at(hidden, [Sequence([], tuple(p for r in spans for p in r))], token_ids)
+        out = iter(np.split(read, np.cumsum([len(r) for r in spans])[:-1]))
         return [[next(out) for _ in rows] for rows in packed.readouts]
 
     @property

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from rewardserve.models.backends import Sequence, make_backend
-from rewardserve.models.backends.packing import pack, plan
+from rewardserve.models.backends.packing import pack
 from rewardserve.models.spec import ModelSpec
 
 
@@ -51,4 +51,3 @@ def test_mask_keeps_continuations_apart():
     assert mask[6] == [0, 0, 0, 0, 0, 1, 1]  # the second unit sees nothing of the first
     assert packed.position_ids[0].tolist() == [0, 1, 2, 3, 2, 0, 1]
     assert packed.readouts == [[[3], [4]], [[6]]]
-    assert plan(units, max_tokens=5) == [[0], [1]] and plan(units, max_tokens=7) == [[0, 1]]
