@@ -29,6 +29,12 @@ class Sequence:
     positions: tuple[int, ...]
 
 
+def after_prefix(prefix: list[int], seqs: list[Sequence]) -> list[Sequence]:
+    """Each continuation as a whole sequence: the prefix's ids, then its own, with its
+    readout positions moved past the prefix."""
+    return [Sequence(prefix + s.ids, tuple(len(prefix) + p for p in s.positions)) for s in seqs]
+
+
 class Backend(ABC):
     name: str
     task: str

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from rewardserve.models.backends.base import TASKS, Backend, Sequence
+from rewardserve.models.backends.base import TASKS, Backend, Sequence, after_prefix
 from rewardserve.models.spec import ModelSpec
 
 log = logging.getLogger(__name__)
@@ -156,7 +156,7 @@ class TransformersBackend(Backend):
         from transformers import DynamicCache
 
         if self._whole is not None or not prefix:
-            whole = [Sequence(prefix + s.ids, tuple(len(prefix) + p for p in s.positions)) for s in seqs]
+            whole = after_prefix(prefix, seqs)
             return self.read(whole, token_ids)
         cache = DynamicCache(config=self.base.config)
         self.base(input_ids=torch.tensor([prefix], device=self.device), past_key_values=cache,

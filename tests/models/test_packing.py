@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from rewardserve.models.backends import Sequence, make_backend
+from rewardserve.models.backends.base import after_prefix
 from rewardserve.models.backends.packing import pack
 from rewardserve.models.spec import ModelSpec
 
@@ -35,8 +36,7 @@ def test_packed_rows_equal_separate_forwards(request, fixture, task, token_ids):
     rng.shuffle(units)
     packed = backend.read_packed(units, token_ids)
     for (prefix, conts), rows in zip(units, packed):
-        for seq, got in zip(conts, rows):
-            alone = Sequence(prefix + seq.ids, tuple(len(prefix) + p for p in seq.positions))
+        for alone, got in zip(after_prefix(prefix, conts), rows):
             (expected,) = backend.read([alone], token_ids)
             np.testing.assert_allclose(got, expected, atol=1e-4, rtol=1e-4)
 
