@@ -86,30 +86,25 @@ def share_prefixes(works: list[Work], seq_of: Callable[[Work], Sequence]) -> lis
     return units
 
 
-# A shared unit packs into one row up to this length (attention in a row is quadratic).
-PACKED_ROW_TOKENS = 2048
-
-
 def read_units(backend, batch: list[Work], seq_of: Callable[[Work], Sequence], token_ids=None) -> list:
     """What the backend reads for each unit of a batch: the rows at a plain work's
     positions, or for a shared unit a list of such rows, one per member.
 
-    Plain works go as one padded batch. A shared unit goes, on backends that pack, as
-    one row of its own: prefix and continuations end to end, no padding, the prefix
-    once (measured on CPU: faster than the KV-cache path, which pads the continuations
-    and attends over a repeated cache; packing unrelated sequences together is slower
-    than padding them, the attention over the whole row costs more than the padding)."""
+    On backends that pack, the whole batch is one row: plain works as lone sequences,
+    shared units as a prefix and its continuations; nothing padded, each prefix once.
+    Elsewhere plain works go as one padded batch and each shared unit runs its prefix
+    once, then its continuations on the prefix's KV cache."""
+    if getattr(backend, "packs", False):
+        units = [(w.payload.prefix, w.payload.suffixes) if isinstance(w.payload, SharedUnit)
+                 else ([], [seq_of(w)]) for w in batch]
+        read = backend.read_packed(units, token_ids)
+        return [rows if isinstance(w.payload, SharedUnit) else rows[0] for w, rows in zip(batch, read)]
     out: list = [None] * len(batch)
     plain = [i for i, w in enumerate(batch) if not isinstance(w.payload, SharedUnit)]
     if plain:
         for i, rows in zip(plain, backend.read([seq_of(batch[i]) for i in plain], token_ids)):
             out[i] = rows
     for i, work in enumerate(batch):
-        if out[i] is not None:
-            continue
-        unit = (work.payload.prefix, work.payload.suffixes)
-        if getattr(backend, "packs", False) and work.length <= PACKED_ROW_TOKENS:
-            (out[i],) = backend.read_packed([unit], token_ids)
-        else:
-            out[i] = backend.read_shared(*unit, token_ids)
+        if out[i] is None:
+            out[i] = backend.read_shared(work.payload.prefix, work.payload.suffixes, token_ids)
     return out

@@ -25,6 +25,8 @@ _MAX_SANE_POSITIONS = 1 << 20
 # one item of a few hundred tokens, so padding is pure loss; batches of ~1k tokens ran
 # fastest (best of 3: 13.3 s for 96 items at 1024, 14.3 s at 2048, 13.9 s at 512).
 CPU_BATCH_PREFERENCES = {"max_batch_tokens": 1024, "max_padding_ratio": 0.05}
+# Packed rows have no padding: a batch costs the sum of its lengths.
+PACKED_BATCH_PREFERENCES = {"max_batch_tokens": 1024, "pads": False}
 
 
 def pick_device(device: str) -> torch.device:
@@ -69,8 +71,10 @@ class TransformersBackend(Backend):
         self.max_tokens = spec.max_tokens or _position_limit(config, self.tokenizer)
         self._softcap = getattr(config, "final_logit_softcapping", None)
         self._pad = self.pad_token_id if self.pad_token_id is not None else 0
-        self._packing = spec.options.get("packing", True)
-        if self.device.type == "cpu":
+        self._packing = self._whole is None and spec.options.get("packing", True) and self._install_segments()
+        if self._packing:
+            self.batch_preferences = PACKED_BATCH_PREFERENCES if self.device.type == "cpu" else {"pads": False}
+        elif self.device.type == "cpu":
             self.batch_preferences = CPU_BATCH_PREFERENCES
 
     def _load(self, source: str, task: str):
@@ -131,7 +135,7 @@ class TransformersBackend(Backend):
 
         packed = pack(units, self.device)
         hidden = self.base(input_ids=packed.ids, position_ids=packed.position_ids,
-                           attention_mask=packed.mask).last_hidden_state
+                           packed_layout=packed.layout).last_hidden_state
         # One row: every readout is a position of it; split per continuation after.
         spans = [r for rows in packed.readouts for r in rows]
         (read,) = self._heads_at(hidden, [Sequence([], tuple(p for r in spans for p in r))], token_ids)
@@ -140,10 +144,42 @@ class TransformersBackend(Backend):
 
     @property
     def packs(self) -> bool:
-        """Whether read_packed serves this model (heads read from the backbone's hidden
-        states; classifiers that pool on their own do not pack). ``options.packing:
-        false`` turns it off."""
-        return self._whole is None and self._packing
+        """Whether read_packed serves this model: heads read from the backbone's hidden
+        states (classifiers that pool on their own do not pack), the backbone on
+        transformers' SDPA attention, and a packed probe read the same numbers as
+        separate forwards. ``options.packing: false`` turns it off."""
+        return self._packing
+
+    def _install_segments(self) -> bool:
+        """Switch the backbone to ``segmented_attention`` and check a packed read against
+        plain ones (a model whose layers do not hand the layout down to attention would
+        read wrong numbers: it keeps plain SDPA and padded batches)."""
+        from transformers import AttentionInterface
+        from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+        from rewardserve.models.backends.packing import ATTENTION_NAME, segmented_attention
+
+        if self.base.config._attn_implementation != "sdpa":
+            return False
+        AttentionInterface.register(ATTENTION_NAME, segmented_attention)
+        AttentionMaskInterface.register(ATTENTION_NAME, sdpa_mask)
+        self.base.set_attn_implementation(ATTENTION_NAME)
+        ids = [3 + i % max(1, self.vocab_size - 3) for i in range(12)]
+        units = [(ids[:4], [Sequence(ids[4:7], (0, 2)), Sequence(ids[7:8], (0,))]), ([], [Sequence(ids[8:], (3,))])]
+        token_ids = [0, 1] if self.task == "lm" else None
+        try:
+            packed = self.read_packed(units, token_ids)
+            plain = [self.read(after_prefix(prefix, seqs), token_ids) for prefix, seqs in units]
+        except Exception as exc:  # noqa: BLE001 - any failure means: do not pack
+            log.info("packing off (%s)", exc)
+            packed, plain = None, None
+        same = packed is not None and all(
+            np.allclose(a, b, rtol=1e-3, atol=1e-3 * max(1.0, float(np.abs(b).max())))
+            for got, want in zip(packed, plain) for a, b in zip(got, want))
+        if not same:
+            log.info("packing off: a packed read differs from plain reads on this model")
+            self.base.set_attn_implementation("sdpa")
+        return same
 
     @torch.inference_mode()
     def read_shared(

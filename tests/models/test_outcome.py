@@ -115,7 +115,11 @@ def test_image_for_text_model_is_an_item_error(qwen3_rm):
 def test_cpu_batch_policy_and_spec_overrides(qwen3_rm):
     model = load(qwen3_rm)
     policy = model.policy()
-    assert policy.pads and policy.max_batch_tokens == 1024 and policy.max_padding_ratio == 0.05
+    # Packed rows: a batch costs its tokens, no padding.
+    assert not policy.pads and policy.max_batch_tokens == 1024
+    assert policy.cost([10, 300]) == 310 and policy.fits([10, 300, 700])
+    padded = load(qwen3_rm, options={"packing": False}).policy()
+    assert padded.pads and padded.max_batch_tokens == 1024 and padded.max_padding_ratio == 0.05
     tuned = load(qwen3_rm, max_batch_tokens=512, max_padding_ratio=0.5, max_wait_ms=0)
     policy = tuned.policy()
     assert (policy.max_batch_tokens, policy.max_padding_ratio, policy.max_wait_ms) == (512, 0.5, 0)

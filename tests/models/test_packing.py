@@ -7,10 +7,11 @@ import random
 
 import numpy as np
 import pytest
+import torch
 
 from rewardserve.models.backends import Sequence, make_backend
 from rewardserve.models.backends.base import after_prefix
-from rewardserve.models.backends.packing import pack
+from rewardserve.models.backends.packing import dense_mask, pack, segmented_attention
 from rewardserve.models.spec import ModelSpec
 
 
@@ -41,13 +42,52 @@ def test_packed_rows_equal_separate_forwards(request, fixture, task, token_ids):
             np.testing.assert_allclose(got, expected, atol=1e-4, rtol=1e-4)
 
 
-def test_mask_keeps_continuations_apart():
+def test_layout_keeps_continuations_apart():
     units = [([1, 2], [Sequence([3, 4], (1,)), Sequence([5], (0,))]), ([], [Sequence([6, 7], (1,))])]
-    packed = pack(units, device=__import__("torch").device("cpu"))
-    mask = packed.mask[0, 0].int().tolist()
+    packed = pack(units, device=torch.device("cpu"))
+    mask = dense_mask(packed.layout).int().tolist()
     # tokens: 1 2 | 3 4 | 5 || 6 7
     assert mask[4] == [1, 1, 0, 0, 1, 0, 0]  # "5" sees the prefix and itself, not "3 4"
     assert mask[3] == [1, 1, 1, 1, 0, 0, 0]
+    assert mask[1] == [1, 1, 0, 0, 0, 0, 0]
     assert mask[6] == [0, 0, 0, 0, 0, 1, 1]  # the second unit sees nothing of the first
     assert packed.position_ids[0].tolist() == [0, 1, 2, 3, 2, 0, 1]
     assert packed.readouts == [[[3], [4]], [[6]]]
+
+
+@pytest.mark.parametrize("kv_heads", [4, 2])
+def test_segmented_attention_equals_sdpa_with_the_row_mask(kv_heads):
+    """Per-segment SDPA = one SDPA over the whole row with the mask the layout stands
+    for (grouped-query heads too)."""
+    rng = random.Random(1)
+    units = []
+    for _ in range(6):
+        prefix = random_ids(rng, rng.choice([0, 0, 5, 17]))
+        units.append((prefix, [Sequence(random_ids(rng, rng.randint(1, 9)), (0,)) for _ in range(rng.randint(1, 4))]))
+    layout = pack(units, torch.device("cpu")).layout
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(1, 4, layout.length, 8, generator=gen)
+    k, v = (torch.randn(1, kv_heads, layout.length, 8, generator=gen) for _ in range(2))
+    module = torch.nn.Module()
+    module.num_key_value_groups, module.is_causal = 4 // kv_heads, True
+    got, _ = segmented_attention(module, q, k, v, None, scaling=0.3, packed_layout=layout)
+    want = torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, attn_mask=dense_mask(layout), scale=0.3, enable_gqa=True).transpose(1, 2)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_packing_is_off_when_the_layout_does_not_reach_attention(qwen3_rm, monkeypatch):
+    """A model whose layers drop the layout would attend across the whole row: the load
+    probe catches it, and the model keeps plain SDPA with padded batches."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    from rewardserve.models.backends import packing
+
+    def layout_lost(module, q, k, v, mask, packed_layout=None, **kwargs):
+        return sdpa_attention_forward(module, q, k, v, mask, **kwargs)
+
+    monkeypatch.setattr(packing, "segmented_attention", layout_lost)
+    backend = make_backend(ModelSpec(name="m", source=str(qwen3_rm)), "classify")
+    assert not backend.packs
+    assert backend.base.config._attn_implementation == "sdpa"
+    assert backend.batch_preferences.get("pads", True) is True
