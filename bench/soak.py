@@ -84,8 +84,10 @@ async def open_loop(url: str, rate: float, seconds: float, pid: int, samples: li
             response = await http.post(url + "/v1/score", json=body)
             if response.status_code != 200:
                 errors += 1
-        except httpx.HTTPError:
+                print(f"  error: {response.status_code} {response.text[:200]}", flush=True)
+        except httpx.HTTPError as exc:
             errors += 1
+            print(f"  error: {type(exc).__name__}: {exc}", flush=True)
         latencies.append(time.monotonic() - start)
 
     async with httpx.AsyncClient(timeout=120, limits=httpx.Limits(max_connections=256)) as http:

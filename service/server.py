@@ -40,6 +40,10 @@ class DrainingServer(uvicorn.Server):
 
 
 def run(settings: Settings) -> None:
+    if settings.malloc_keep_activations:
+        from rewardserve.service.memory import keep_activation_memory
+
+        keep_activation_memory()  # process-wide: only for the process that serves
     app = create_app(settings)
     config = uvicorn.Config(
         app, host=settings.host, port=settings.port, log_level=settings.log_level,

@@ -40,7 +40,9 @@ class Settings(BaseSettings):
     # requests at most graceful_seconds.
     drain_seconds: float = Field(default=5.0, ge=0)
     # Return freed memory to the OS at most this often (0: never); see service/memory.py.
-    malloc_trim_seconds: float = Field(default=1.0, ge=0)
+    malloc_trim_seconds: float = Field(default=10.0, ge=0)
+    # glibc: activations served from malloc's heaps, not mapped afresh per op (memory.py).
+    malloc_keep_activations: bool = True
     graceful_seconds: int = Field(default=30, ge=0)
     # Images: data URLs only, unless hosts are allowlisted (comma-separated).
     image_url_allowlist: Annotated[list[str], NoDecode] = Field(default_factory=list)

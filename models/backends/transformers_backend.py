@@ -124,7 +124,7 @@ class TransformersBackend(Backend):
         if self._whole is not None:
             logits = self._whole(input_ids=ids, attention_mask=mask).logits
             return [logits[i : i + 1].float().cpu().numpy() for i in range(len(seqs))]
-        hidden = self.base(input_ids=ids, attention_mask=mask).last_hidden_state
+        hidden = self.base(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
         return self._heads_at(hidden, seqs, token_ids)
 
     @torch.inference_mode()
@@ -135,7 +135,7 @@ class TransformersBackend(Backend):
 
         packed = pack(units, self.device)
         hidden = self.base(input_ids=packed.ids, position_ids=packed.position_ids,
-                           packed_layout=packed.layout).last_hidden_state
+                           packed_layout=packed.layout, use_cache=False).last_hidden_state
         # One row: every readout is a position of it; split per continuation after.
         spans = [r for rows in packed.readouts for r in rows]
         (read,) = self._heads_at(hidden, [Sequence([], tuple(p for r in spans for p in r))], token_ids)
