@@ -1,5 +1,6 @@
 """Finding items that share a token prefix (a GRPO group's prompt, a judge's context), so
-the prefix runs once and each item's rest runs on its KV cache."""
+the prefix runs once and each item's rest attends to it (in a packed row, or on the
+prefix's KV cache for backends that do not pack)."""
 
 from __future__ import annotations
 
