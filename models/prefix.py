@@ -106,6 +106,6 @@ def read_units(backend, batch: list[Work], seq_of: Callable[[Work], Sequence], t
         for i, rows in zip(plain, backend.read([seq_of(batch[i]) for i in plain], token_ids)):
             out[i] = rows
     for i, work in enumerate(batch):
-        if out[i] is None:
+        if isinstance(work.payload, SharedUnit):
             out[i] = backend.read_shared(work.payload.prefix, work.payload.suffixes, token_ids)
     return out

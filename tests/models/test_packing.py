@@ -91,3 +91,17 @@ def test_packing_is_off_when_the_layout_does_not_reach_attention(qwen3_rm, monke
     assert not backend.packs
     assert backend.base.config._attn_implementation == "sdpa"
     assert backend.batch_preferences.get("pads", True) is True
+
+
+def test_kv_cache_path_when_packing_is_off(qwen3_rm):
+    """`packing: false` (and models packing cannot serve) share a prefix through its KV
+    cache instead: the same numbers as separate forwards."""
+    backend = make_backend(ModelSpec(name="m", source=str(qwen3_rm), options={"packing": False}), "classify")
+    assert not backend.packs
+    rng = random.Random(2)
+    prefix = random_ids(rng, 40)
+    conts = [Sequence(ids, (len(ids) - 1,)) for ids in (random_ids(rng, n) for n in (3, 17, 9))]
+    shared = backend.read_shared(prefix, conts)
+    for alone, got in zip(after_prefix(prefix, conts), shared):
+        (expected,) = backend.read([alone])
+        np.testing.assert_allclose(got, expected, atol=1e-4, rtol=1e-4)
