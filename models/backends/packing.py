@@ -47,6 +47,8 @@ class Segment:
 class Layout:
     segments: list[Segment]
     length: int  # tokens in the row
+    # Row indices the caller reads; set, the last layer runs at these rows only (readouts.py).
+    reads: torch.Tensor | None = None
 
 
 @dataclass

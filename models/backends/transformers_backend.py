@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from rewardserve.models.backends.base import TASKS, Backend, Sequence, after_prefix
+from rewardserve.models.backends.readouts import unwrap_last_layer, wrap_last_layer
 from rewardserve.models.spec import ModelSpec
 
 log = logging.getLogger(__name__)
@@ -71,6 +72,7 @@ class TransformersBackend(Backend):
         self.max_tokens = spec.max_tokens or _position_limit(config, self.tokenizer)
         self._softcap = getattr(config, "final_logit_softcapping", None)
         self._pad = self.pad_token_id if self.pad_token_id is not None else 0
+        self._reads_only = False
         self._packing = self._whole is None and spec.options.get("packing", True) and self._install_segments()
         if self._packing:
             self.batch_preferences = PACKED_BATCH_PREFERENCES if self.device.type == "cpu" else {"pads": False}
@@ -134,11 +136,15 @@ class TransformersBackend(Backend):
         from rewardserve.models.backends.packing import pack
 
         packed = pack(units, self.device)
-        hidden = self.base(input_ids=packed.ids, position_ids=packed.position_ids,
-                           packed_layout=packed.layout, use_cache=False).last_hidden_state
         # One row: every readout is a position of it; split per continuation after.
         spans = [r for rows in packed.readouts for r in rows]
-        (read,) = self._heads_at(hidden, [Sequence([], tuple(p for r in spans for p in r))], token_ids)
+        rows = [p for r in spans for p in r]
+        if self._reads_only:  # the last layer returns the read rows alone, in this order
+            packed.layout.reads = torch.tensor(rows, dtype=torch.long, device=self.device)
+            rows = list(range(len(rows)))
+        hidden = self.base(input_ids=packed.ids, position_ids=packed.position_ids,
+                           packed_layout=packed.layout, use_cache=False).last_hidden_state
+        (read,) = self._heads_at(hidden, [Sequence([], tuple(rows))], token_ids)
         out = iter(np.split(read, np.cumsum([len(r) for r in spans])[:-1]))
         return [[next(out) for _ in rows] for rows in packed.readouts]
 
@@ -164,22 +170,34 @@ class TransformersBackend(Backend):
         AttentionInterface.register(ATTENTION_NAME, segmented_attention)
         AttentionMaskInterface.register(ATTENTION_NAME, sdpa_mask)
         self.base.set_attn_implementation(ATTENTION_NAME)
+        if self._packed_probe_agrees(reads_only=True):
+            return True
+        if self._reads_only:
+            log.info("last layer at the read rows off: its reads differ from full forwards")
+            unwrap_last_layer(self.base)
+            self._reads_only = False
+            if self._packed_probe_agrees(reads_only=False):
+                return True
+        log.info("packing off: a packed read differs from plain reads on this model")
+        self.base.set_attn_implementation("sdpa")
+        return False
+
+    def _packed_probe_agrees(self, reads_only: bool) -> bool:
+        """A packed read (a prefix with two continuations, a lone sequence) against plain
+        padded reads of the same sequences; with ``reads_only`` the last layer is wrapped
+        to run at the read rows (readouts.py) where the layer allows it."""
+        self._reads_only = reads_only and wrap_last_layer(self.base)
         ids = [3 + i % max(1, self.vocab_size - 3) for i in range(12)]
         units = [(ids[:4], [Sequence(ids[4:7], (0, 2)), Sequence(ids[7:8], (0,))]), ([], [Sequence(ids[8:], (3,))])]
         token_ids = [0, 1] if self.task == "lm" else None
         try:
             packed = self.read_packed(units, token_ids)
             plain = [self.read(after_prefix(prefix, seqs), token_ids) for prefix, seqs in units]
-        except Exception as exc:  # noqa: BLE001 - any failure means: do not pack
-            log.info("packing off (%s)", exc)
-            packed, plain = None, None
-        same = packed is not None and all(
-            np.allclose(a, b, rtol=1e-3, atol=1e-3 * max(1.0, float(np.abs(b).max())))
-            for got, want in zip(packed, plain) for a, b in zip(got, want))
-        if not same:
-            log.info("packing off: a packed read differs from plain reads on this model")
-            self.base.set_attn_implementation("sdpa")
-        return same
+        except Exception as exc:  # noqa: BLE001 - any failure means: not this way
+            log.info("packed probe failed (%s)", exc)
+            return False
+        return all(np.allclose(a, b, rtol=1e-3, atol=1e-3 * max(1.0, float(np.abs(b).max())))
+                   for got, want in zip(packed, plain) for a, b in zip(got, want))
 
     @torch.inference_mode()
     def read_shared(
