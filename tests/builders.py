@@ -103,9 +103,11 @@ def build_sequence_classifier(
     max_positions: int = 512,
     seed: int = 0,
     extra_tokens: tuple[str, ...] = (),
+    sliding_window: int | None = None,
 ) -> Path:
     """Save a tiny ``Qwen3ForSequenceClassification`` / ``LlamaForSequenceClassification``
-    (``extra_tokens``: special tokens added to the vocabulary, such as a step tag)."""
+    (``extra_tokens``: special tokens added to the vocabulary, such as a step tag;
+    ``sliding_window``: Qwen3 with every layer attending that far back only)."""
     import torch
     from transformers import (
         LlamaConfig,
@@ -136,7 +138,8 @@ def build_sequence_classifier(
     )
     torch.manual_seed(seed)
     if arch == "qwen3":
-        model = Qwen3ForSequenceClassification(Qwen3Config(**common))
+        window = {"use_sliding_window": True, "sliding_window": sliding_window, "max_window_layers": 0}
+        model = Qwen3ForSequenceClassification(Qwen3Config(**common, **(window if sliding_window else {})))
     elif arch == "llama":
         model = LlamaForSequenceClassification(LlamaConfig(**common))
     else:

@@ -91,13 +91,16 @@ def pack(units: list[Unit], device: torch.device) -> Packed:
 
 
 def segmented_attention(module, query, key, value, attention_mask, dropout: float = 0.0,
-                        scaling: float | None = None, packed_layout: Layout | None = None, **kwargs):
+                        scaling: float | None = None, packed_layout: Layout | None = None,
+                        sliding_window: int | None = None, **kwargs):
     """A transformers attention function (registered as ``ATTENTION_NAME``): SDPA per
     segment when the forward carries ``packed_layout``, transformers' own SDPA otherwise
-    (padded batches, KV-cache passes, generation)."""
+    (padded batches, KV-cache passes, generation). A layer's ``sliding_window`` (Mistral,
+    Qwen with use_sliding_window, Gemma's local layers) limits each query to the keys less
+    than that many positions back, as transformers' masks do."""
     if packed_layout is None or query.shape[0] != 1 or query.shape[2] != packed_layout.length:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
-                                      scaling=scaling, **kwargs)
+                                      scaling=scaling, sliding_window=sliding_window, **kwargs)
     q, k, v = query[0], key[0], value[0]  # [heads, T, head_dim]
     gqa = q.shape[0] != k.shape[0]
     out = query.new_empty(q.shape[1], q.shape[0], q.shape[2])  # [T, heads, head_dim]
@@ -109,14 +112,28 @@ def segmented_attention(module, query, key, value, attention_mask, dropout: floa
         if seg.prefix is not None:
             pa, pb = seg.prefix[0], seg.prefix[0] + seg.prefix[1]
             keys, values = torch.cat([k[:, pa:pb], keys], dim=1), torch.cat([v[:, pa:pb], values], dim=1)
+        mask = seg.mask
+        if sliding_window is not None and keys.shape[1] > sliding_window:
+            mask = _windowed(seg, keys.shape[1], sliding_window, query.device)
         o = torch.nn.functional.scaled_dot_product_attention(
-            q[None, :, a:b], keys[None], values[None], attn_mask=seg.mask, is_causal=seg.mask is None,
+            q[None, :, a:b], keys[None], values[None], attn_mask=mask, is_causal=mask is None,
             scale=scaling, enable_gqa=gqa)
         out[a:b] = o[0].transpose(0, 1)
     return out[None], None
 
 
-def dense_mask(layout: Layout) -> torch.Tensor:
+def _windowed(seg: Segment, n_keys: int, window: int, device: torch.device) -> torch.Tensor:
+    """``[length, n_keys]`` mask of a segment whose keys reach further back than the
+    window: its own pattern (causal, or prefix + causal) and ``query - key < window``,
+    positions counted from the start of the prefix (keys are prefix + own tokens)."""
+    offset = n_keys - seg.length  # the prefix's length, 0 for a lone segment
+    queries = torch.arange(offset, n_keys, device=device)[:, None]
+    keys = torch.arange(n_keys, device=device)[None, :]
+    allowed = seg.mask if seg.mask is not None else keys <= queries
+    return allowed & (queries - keys < window)
+
+
+def dense_mask(layout: Layout, sliding_window: int | None = None) -> torch.Tensor:
     """The whole-row ``[T, T]`` mask the layout stands for (True: may attend); tests
     check segmented attention against SDPA with it."""
     mask = torch.zeros(layout.length, layout.length, dtype=torch.bool)
@@ -125,4 +142,10 @@ def dense_mask(layout: Layout) -> torch.Tensor:
         mask[a:b, a:b] = torch.ones(seg.length, seg.length, dtype=torch.bool).tril()
         if seg.prefix is not None:
             mask[a:b, seg.prefix[0]:seg.prefix[0] + seg.prefix[1]] = True
+    if sliding_window is not None:  # distances along each sequence's own positions
+        positions = torch.zeros(layout.length, dtype=torch.long)
+        for seg in layout.segments:
+            first = seg.prefix[1] if seg.prefix is not None else 0
+            positions[seg.start:seg.start + seg.length] = torch.arange(first, first + seg.length)
+        mask &= (positions[:, None] - positions[None, :]) < sliding_window
     return mask

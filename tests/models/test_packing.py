@@ -55,8 +55,8 @@ def test_layout_keeps_continuations_apart():
     assert packed.readouts == [[[3], [4]], [[6]]]
 
 
-@pytest.mark.parametrize("kv_heads", [4, 2])
-def test_segmented_attention_equals_sdpa_with_the_row_mask(kv_heads):
+@pytest.mark.parametrize("kv_heads,window", [(4, None), (2, None), (2, 6)])
+def test_segmented_attention_equals_sdpa_with_the_row_mask(kv_heads, window):
     """Per-segment SDPA = one SDPA over the whole row with the mask the layout stands
     for (grouped-query heads too)."""
     rng = random.Random(1)
@@ -70,9 +70,9 @@ def test_segmented_attention_equals_sdpa_with_the_row_mask(kv_heads):
     k, v = (torch.randn(1, kv_heads, layout.length, 8, generator=gen) for _ in range(2))
     module = torch.nn.Module()
     module.num_key_value_groups, module.is_causal = 4 // kv_heads, True
-    got, _ = segmented_attention(module, q, k, v, None, scaling=0.3, packed_layout=layout)
+    got, _ = segmented_attention(module, q, k, v, None, scaling=0.3, packed_layout=layout, sliding_window=window)
     want = torch.nn.functional.scaled_dot_product_attention(
-        q, k, v, attn_mask=dense_mask(layout), scale=0.3, enable_gqa=True).transpose(1, 2)
+        q, k, v, attn_mask=dense_mask(layout, window), scale=0.3, enable_gqa=True).transpose(1, 2)
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
@@ -105,3 +105,29 @@ def test_kv_cache_path_when_packing_is_off(qwen3_rm):
     for alone, got in zip(after_prefix(prefix, conts), shared):
         (expected,) = backend.read([alone])
         np.testing.assert_allclose(got, expected, atol=1e-4, rtol=1e-4)
+
+
+def test_sliding_window_models_pack_with_their_window(tmp_path):
+    """A Qwen3 whose layers attend 8 positions back: packed rows (with prefixes and
+    sequences longer than the window) read what transformers' own masks give."""
+    from tests.builders import build_sequence_classifier
+
+    source = build_sequence_classifier(tmp_path / "windowed", "qwen3", sliding_window=8, seed=4)
+    backend = make_backend(ModelSpec(name="m", source=str(source)), "classify")
+    assert backend.packs
+    assert not backend.base.layers[-1].queries_at_reads  # that path knows no windows
+    rng = random.Random(3)
+    prefix = random_ids(rng, 12)
+    conts = [Sequence(c, (0, len(c) - 1)) for c in (random_ids(rng, 3), random_ids(rng, 15))]
+    lone = random_ids(rng, 30)
+    units = [(prefix, conts), ([], [Sequence(lone, (5, 29))])]
+    packed = backend.read_packed(units)
+    for (prefix, seqs), rows in zip(units, packed):
+        for alone, got in zip(after_prefix(prefix, seqs), rows):
+            (expected,) = backend.read([alone])
+            np.testing.assert_allclose(got, expected, atol=1e-4, rtol=1e-4)
+    # the window matters here: the same model without it reads other numbers
+    unwindowed = make_backend(ModelSpec(name="m", source=str(build_sequence_classifier(
+        tmp_path / "full", "qwen3", seed=4))), "classify")
+    (full,) = unwindowed.read([Sequence(lone, (29,))])
+    assert not np.allclose(full, packed[1][0][1:], atol=1e-3)
