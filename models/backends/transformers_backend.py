@@ -139,7 +139,7 @@ class TransformersBackend(Backend):
         # One row: every readout is a position of it; split per continuation after.
         spans = [r for rows in packed.readouts for r in rows]
         rows = [p for r in spans for p in r]
-        if self._reads_only:  # the last layer returns the read rows alone, in this order
+        if self._reads_only and rows:  # the last layer returns the read rows alone, in this order
             packed.layout.reads = torch.tensor(rows, dtype=torch.long, device=self.device)
             rows = list(range(len(rows)))
         hidden = self.base(input_ids=packed.ids, position_ids=packed.position_ids,
@@ -170,23 +170,26 @@ class TransformersBackend(Backend):
         AttentionInterface.register(ATTENTION_NAME, segmented_attention)
         AttentionMaskInterface.register(ATTENTION_NAME, sdpa_mask)
         self.base.set_attn_implementation(ATTENTION_NAME)
-        if self._packed_probe_agrees(reads_only=True):
-            return True
-        if self._reads_only:
-            log.info("last layer at the read rows off: its reads differ from full forwards")
-            unwrap_last_layer(self.base)
-            self._reads_only = False
-            if self._packed_probe_agrees(reads_only=False):
+        # Most work saved first: the last layer's queries and MLP at the read rows, its MLP
+        # only, then the whole layer; the first whose reads match plain passes stays.
+        for queries_at_reads in (True, False):
+            self._reads_only = wrap_last_layer(self.base, queries_at_reads)
+            if not self._reads_only:
+                break
+            if self._packed_probe_agrees():
                 return True
+            log.info("last layer at the read rows (queries too: %s) off: reads differ", queries_at_reads)
+        unwrap_last_layer(self.base)
+        self._reads_only = False
+        if self._packed_probe_agrees():
+            return True
         log.info("packing off: a packed read differs from plain reads on this model")
         self.base.set_attn_implementation("sdpa")
         return False
 
-    def _packed_probe_agrees(self, reads_only: bool) -> bool:
+    def _packed_probe_agrees(self) -> bool:
         """A packed read (a prefix with two continuations, a lone sequence) against plain
-        padded reads of the same sequences; with ``reads_only`` the last layer is wrapped
-        to run at the read rows (readouts.py) where the layer allows it."""
-        self._reads_only = reads_only and wrap_last_layer(self.base)
+        padded reads of the same sequences."""
         ids = [3 + i % max(1, self.vocab_size - 3) for i in range(12)]
         units = [(ids[:4], [Sequence(ids[4:7], (0, 2)), Sequence(ids[7:8], (0,))]), ([], [Sequence(ids[8:], (3,))])]
         token_ids = [0, 1] if self.task == "lm" else None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 
 import numpy as np
+import pytest
 import torch
 from torch import nn
 from transformers import AutoModelForSequenceClassification
@@ -16,12 +17,16 @@ from rewardserve.models.backends.readouts import LastLayerAtReads, wrap_last_lay
 from rewardserve.models.spec import ModelSpec
 
 
-def test_last_layer_runs_at_the_read_rows_only(qwen3_rm):
-    backend = make_backend(ModelSpec(name="m", source=str(qwen3_rm)), "classify")
+@pytest.mark.parametrize("fixture", ["qwen3_rm", "llama_rm"])
+def test_last_layer_runs_at_the_read_rows_only(request, fixture):
+    source = request.getfixturevalue(fixture)
+    backend = make_backend(ModelSpec(name="m", source=str(source)), "classify")
     last = backend.base.layers[-1]
-    assert backend.packs and isinstance(last, LastLayerAtReads)
+    assert backend.packs and isinstance(last, LastLayerAtReads) and last.queries_at_reads
     mlp_rows: list[int] = []
+    query_rows: list[int] = []
     last.layer.mlp.register_forward_hook(lambda mod, args, out: mlp_rows.append(args[0].shape[1]))
+    last.layer.self_attn.q_proj.register_forward_hook(lambda mod, args, out: query_rows.append(args[0].shape[1]))
 
     rng = random.Random(0)
     prefix = [rng.randrange(10, 500) for _ in range(30)]
@@ -29,10 +34,10 @@ def test_last_layer_runs_at_the_read_rows_only(qwen3_rm):
     lone = [rng.randrange(10, 500) for _ in range(25)]
     units = [(prefix, [Sequence(c, (0, len(c) - 1)) for c in conts]), ([], [Sequence(lone, (3, 24))])]
     packed = backend.read_packed(units)
-    assert mlp_rows == [6]  # 2 rows for each of the 3 sequences, of 74 tokens in the row
+    assert mlp_rows == query_rows == [6]  # 2 rows for each of the 3 sequences, of 74 in the row
 
     # Reference: transformers' own classifier over each whole sequence, every position.
-    model = AutoModelForSequenceClassification.from_pretrained(qwen3_rm, dtype=torch.float32).eval()
+    model = AutoModelForSequenceClassification.from_pretrained(source, dtype=torch.float32).eval()
     with torch.inference_mode():
         def logits(ids):
             hidden = model.model(input_ids=torch.tensor([ids])).last_hidden_state
@@ -68,6 +73,21 @@ def test_probe_turns_reads_only_off_and_keeps_packing(qwen3_rm, monkeypatch):
     assert not isinstance(backend.base.layers[-1], LastLayerAtReads)
 
 
+def test_probe_keeps_the_mlp_cut_when_only_the_query_cut_is_wrong(qwen3_rm, monkeypatch):
+    """Attention at the read rows that gets a model wrong (here: rotary embeddings
+    forgotten) is dropped at load; the MLP still runs at the read rows only."""
+    def no_rotary(attn, x, layout, position_embeddings):
+        ones = tuple(torch.ones_like(t) for t in position_embeddings)
+        zeros = (ones[0], torch.zeros_like(ones[1]))
+        return real(attn, x, layout, zeros)
+
+    real = readouts.attend_at_reads
+    monkeypatch.setattr(readouts, "attend_at_reads", no_rotary)
+    backend = make_backend(ModelSpec(name="m", source=str(qwen3_rm)), "classify")
+    last = backend.base.layers[-1]
+    assert backend.packs and isinstance(last, LastLayerAtReads) and not last.queries_at_reads
+
+
 def test_only_pre_norm_layers_are_wrapped():
     class Layer(nn.Module):
         def __init__(self, extra: bool):
@@ -83,3 +103,11 @@ def test_only_pre_norm_layers_are_wrapped():
     assert wrap_last_layer(plain) and isinstance(plain.layers[-1], LastLayerAtReads)
     assert not isinstance(plain.layers[0], LastLayerAtReads)
     assert not wrap_last_layer(gemma_like)
+
+
+def test_a_packed_batch_with_nothing_to_read(qwen3_rm):
+    """A process model's batch whose texts hold no step tag reads no rows: empty
+    readouts, not an error (the last layer then runs whole)."""
+    backend = make_backend(ModelSpec(name="m", source=str(qwen3_rm)), "classify")
+    packed = backend.read_packed([([], [Sequence([3, 4, 5], ())]), ([], [Sequence([6, 7], ())])])
+    assert [rows[0].shape[0] for rows in packed] == [0, 0]
