@@ -134,8 +134,9 @@ def _windowed(seg: Segment, n_keys: int, window: int, device: torch.device) -> t
 
 
 def dense_mask(layout: Layout, sliding_window: int | None = None) -> torch.Tensor:
-    """The whole-row ``[T, T]`` mask the layout stands for (True: may attend); tests
-    check segmented attention against SDPA with it."""
+    """The whole-row ``[T, T]`` mask the layout stands for (True: may attend). Its rows
+    at the read positions mask the last layer's queries there (readouts.py); tests check
+    segmented attention against SDPA with it."""
     mask = torch.zeros(layout.length, layout.length, dtype=torch.bool)
     for seg in layout.segments:
         a, b = seg.start, seg.start + seg.length

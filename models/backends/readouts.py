@@ -14,10 +14,10 @@ batches, KV-cache passes, generation) run the layer as it is.
 
 from __future__ import annotations
 
-import bisect
-
 import torch
 from torch import nn
+
+from rewardserve.models.backends.packing import dense_mask
 
 # The children of a pre-norm decoder layer whose forward is
 #   h = x + attn(input_layernorm(x));  out = h + mlp(post_attention_layernorm(h))
@@ -80,20 +80,8 @@ def attend_at_reads(attn: nn.Module, x: torch.Tensor, layout, position_embedding
     k = _rotate(k.transpose(1, 2), cos, sin)
     v = attn.v_proj(x).view(1, x.shape[1], -1, d).transpose(1, 2)
     out = torch.nn.functional.scaled_dot_product_attention(
-        q, k, v, attn_mask=_read_mask(layout, x.device), scale=attn.scaling, enable_gqa=True)
+        q, k, v, attn_mask=dense_mask(layout)[reads.cpu()].to(x.device), scale=attn.scaling, enable_gqa=True)
     return attn.o_proj(out.transpose(1, 2).reshape(1, len(reads), -1))
-
-
-def _read_mask(layout, device: torch.device) -> torch.Tensor:
-    """``[reads, T]``: the keys each read row sees (the layout's pattern, packing.py)."""
-    starts = [seg.start for seg in layout.segments]
-    mask = torch.zeros(len(layout.reads), layout.length, dtype=torch.bool)
-    for i, row in enumerate(layout.reads.tolist()):
-        seg = layout.segments[bisect.bisect_right(starts, row) - 1]
-        mask[i, seg.start:row + 1] = True
-        if seg.prefix is not None:
-            mask[i, seg.prefix[0]:seg.prefix[0] + seg.prefix[1]] = True
-    return mask.to(device)
 
 
 def queries_can_be_cut(attn: nn.Module, config) -> bool:

@@ -138,13 +138,13 @@ class TransformersBackend(Backend):
         packed = pack(units, self.device)
         # One row: every readout is a position of it; split per continuation after.
         spans = [r for rows in packed.readouts for r in rows]
-        rows = [p for r in spans for p in r]
-        if self._reads_only and rows:  # the last layer returns the read rows alone, in this order
-            packed.layout.reads = torch.tensor(rows, dtype=torch.long, device=self.device)
-            rows = list(range(len(rows)))
+        positions = [p for r in spans for p in r]
+        if self._reads_only and positions:  # the last layer returns the read rows alone, in this order
+            packed.layout.reads = torch.tensor(positions, dtype=torch.long, device=self.device)
+            positions = list(range(len(positions)))
         hidden = self.base(input_ids=packed.ids, position_ids=packed.position_ids,
                            packed_layout=packed.layout, use_cache=False).last_hidden_state
-        (read,) = self._heads_at(hidden, [Sequence([], tuple(rows))], token_ids)
+        (read,) = self._heads_at(hidden, [Sequence([], tuple(positions))], token_ids)
         out = iter(np.split(read, np.cumsum([len(r) for r in spans])[:-1]))
         return [[next(out) for _ in rows] for rows in packed.readouts]
 
