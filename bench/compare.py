@@ -281,6 +281,8 @@ def main() -> None:
     parser.add_argument("--callers", type=int, default=8)
     parser.add_argument("--vllm-python", default=str(ROOT / ".venv-vllm" / "bin" / "python"))
     parser.add_argument("--only", default="grpo,pairs,prm,rubric")
+    # (e) always runs: every score is checked against it.
+    parser.add_argument("--systems", default="abcd", help="which of a-d run besides (e)")
     parser.add_argument("--scale", type=float, default=1.0, help="shrink the workloads (smoke runs)")
     parser.add_argument("--rounds", type=int, default=2, help="run every system this many times; best kept")
     # vLLM on CPU keeps a core for its scheduler by default; on 2 cores that halves its
@@ -314,6 +316,8 @@ def main() -> None:
         for round_ in range(args.rounds):
             print(f"round {round_ + 1} of {args.rounds}", flush=True)
             for label, backend, python in [("a", "transformers", sys.executable), ("b", "vllm", args.vllm_python)]:
+                if label not in args.systems:
+                    continue
                 if backend == "vllm" and not Path(python).exists():
                     print(f"({label}) skipped: {python} missing (make vllm-venv)")
                     continue
@@ -325,7 +329,7 @@ def main() -> None:
                 run_http(label, [python, "-m", "rewardserve.service.cli", "serve", "--port", str(port), "--config",
                                  str(config)], tmp / f"{label}.log", vllm_env, url + "/ready", url,
                          rewardserve_sender, workloads, warmup, args.callers, table)
-            if Path(args.vllm_python).exists():
+            if "c" in args.systems and Path(args.vllm_python).exists():
                 # vLLM's server serves one pooling task: classify for sequence scores, and a
                 # second start with token_classify (only the step tags' rows) for the PRM.
                 for task in ("classify", "token_classify"):
@@ -341,10 +345,11 @@ def main() -> None:
                                    "--enable-prefix-caching", "--pooler-config", json.dumps(pooler)],
                              tmp / f"c-{task}.log", vllm_env, url + "/health", url, vllm_sender,
                              [w for w, _ in chosen_w], [warm for _, warm in chosen_w], args.callers, table)
-            port = free_port()
-            url = f"http://127.0.0.1:{port}"
-            run_http("d", [sys.executable, str(ROOT / "bench" / "naive_server.py"), str(model_dir), str(port), args.dtype],
-                     tmp / "d.log", {}, url + "/health", url, naive_sender, workloads, warmup, args.callers, table)
+            if "d" in args.systems:
+                port = free_port()
+                url = f"http://127.0.0.1:{port}"
+                run_http("d", [sys.executable, str(ROOT / "bench" / "naive_server.py"), str(model_dir), str(port),
+                               args.dtype], tmp / "d.log", {}, url + "/health", url, naive_sender, workloads, warmup, args.callers, table)
             print("e: in process", flush=True)
             for w in workloads:
                 seconds, scores = raw_forward(model_dir, w, args.dtype)

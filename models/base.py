@@ -109,6 +109,8 @@ class RewardModel(ABC):
     # Which scoring routes this kind answers: "score" (/v1/score), "steps"
     # (/v1/score/steps), "pooling" (vLLM's /pooling).
     endpoints: ClassVar[frozenset[str]] = frozenset({"score"})
+    # Whether the kind computes with torch in this process (rule kinds call functions).
+    runs_torch: ClassVar[bool] = True
 
     def __init__(
         self, spec: ModelSpec, preset: dict[str, Any] | None = None, image_policy=None
@@ -169,6 +171,17 @@ class RewardModel(ABC):
         """The loaded backend's name (kinds with weights set ``self.backend`` in load)."""
         backend = getattr(self, "backend", None)
         return backend.name if backend is not None else self.spec.backend
+
+    @property
+    def torch_on_cpu(self) -> bool:
+        """Whether this model's forwards are torch ops on this process's CPU (not a vLLM
+        engine's process, not a GPU). The service runs all such models on one thread:
+        see service/registry.py."""
+        if not self.runs_torch or self.spec.backend == "vllm":
+            return False
+        from rewardserve.models.backends.transformers_backend import pick_device
+
+        return pick_device(self.spec.device).type == "cpu"
 
     @property
     def max_tokens(self) -> int | None:

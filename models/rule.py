@@ -19,6 +19,7 @@ from rewardserve.models.rules.isolation import RulePool
 
 @register_kind("rule")
 class RuleModel(RewardModel):
+    runs_torch = False
     # One call per batch and many in flight: a slow call holds up only itself.
     default_policy = BatchPolicy(
         max_batch_tokens=1,

@@ -5,7 +5,8 @@ lets work gather for at most ``max_wait_ms`` after the oldest arrival (less when
 batch is already waiting), then takes the oldest item and the queued items nearest it in
 length, as many as fit the padded token budget. Oldest-first keeps it fair; choosing
 length neighbours from the whole queue keeps padding low. Each batch runs on the
-model's worker thread; results go back to each item's future.
+model's worker thread (on a CPU, the one thread all torch models share: registry.py);
+results go back to each item's future.
 
 The queue is bounded in tokens: work that does not fit is refused at once (429), so a
 burst never turns into unbounded memory or latency. Work whose request has gone away
@@ -21,7 +22,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from rewardserve.models.base import BatchPolicy, ItemError, Work
@@ -64,7 +65,9 @@ class QueueTooSmall(Exception):
 
 class Batcher:
     def __init__(self, name: str, predict: Predict, policy: BatchPolicy, metrics: Metrics,
-                 after_batch: Callable[[], None] | None = None):
+                 after_batch: Callable[[], None] | None = None, executor: Executor | None = None):
+        """``executor``: where batches run (shared with other models, not shut down
+        here); by default a pool of ``policy.concurrency`` threads of this batcher's own."""
         self.name = name
         self._after_batch = after_batch  # runs on the worker thread (memory trimming)
         self.policy = policy
@@ -75,7 +78,8 @@ class Batcher:
         self._wakeup = asyncio.Event()
         self._slots = asyncio.Semaphore(policy.concurrency)
         self._running: set[asyncio.Task] = set()
-        self._executor = ThreadPoolExecutor(policy.concurrency, thread_name_prefix=f"rs-{name}")
+        self._own_executor = executor is None
+        self._executor = executor or ThreadPoolExecutor(policy.concurrency, thread_name_prefix=f"rs-{name}")
         self._loop_task: asyncio.Task | None = None
         self._tokens_per_s = 0.0  # recent throughput, for retry-after
 
@@ -122,7 +126,8 @@ class Batcher:
             if not pending.future.done():
                 pending.future.set_exception(NotReady("the service is shutting down"))
         self._queue.clear()
-        self._executor.shutdown(wait=True)
+        if self._own_executor:
+            self._executor.shutdown(wait=True)
 
     # ------------------------------------------------------------------ the loop
 

@@ -51,10 +51,10 @@ def serve(args: argparse.Namespace) -> None:
     # oneDNN caches a kernel per input shape (1024 by default); with a new sequence length
     # in nearly every batch that cache alone held ~200 MB here. Read when torch loads.
     os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "256")
-    # By default OpenMP's threads spin for a while after every parallel op, holding the
-    # cores the event loop needs for parsing and tokenizing; passive waiting gave the
-    # CPU forward back 6-10% under HTTP load here (bench/compare.py, 2 cores).
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    # OMP_WAIT_POLICY stays OpenMP's default (spin briefly, then sleep). PASSIVE (sleep at
+    # once) puts a futex wake-up in front of every parallel op: with all torch work on
+    # one thread (service/registry.py), bf16 pairs ran 21 items/s passive, 25 default
+    # (fp32 9.0 either way; 2 cores, bench/compare.py's model).
     from rewardserve.service.server import run
     from rewardserve.service.settings import Settings, parse_model_arg
 
