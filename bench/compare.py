@@ -2,9 +2,10 @@
 
     .venv/bin/python bench/compare.py [--callers 8] [--vllm-python .venv-vllm/bin/python]
                                       [--only grpo,pairs,prm,rubric] [--rounds 2]
+                                      [--dtype float32|bfloat16] [--systems abcd]
 
 Model: a Qwen3 sequence classifier (hidden 1024, 8 layers, head_dim 128, random weights,
-a step tag in its vocabulary) saved once; every system loads those files, fp32.
+a step tag in its vocabulary) saved once; every system loads those files.
 
 Systems, one after the other (nothing else runs meanwhile), the whole sequence repeated
 ``--rounds`` times with each system's best run of a workload kept (this machine's speed
@@ -201,8 +202,7 @@ def raw_forward(model_dir: Path, w: Workload, dtype: str, batch: int = 8) -> tup
     from rewardserve.models.backends.cpu_linear import pack_linears
 
     model = AutoModelForSequenceClassification.from_pretrained(model_dir, dtype=getattr(torch, dtype)).eval()
-    if dtype == "float32":
-        pack_linears(model.model)
+    pack_linears(model.model)  # fp32 and bf16, as rewardserve's CPU backend
     pad = model.config.pad_token_id
     flat = [s for r in w.seqs for s in r]
     order = sorted(range(len(flat)), key=lambda i: len(flat[i][0]))

@@ -59,7 +59,10 @@ class Packed:
     readouts: list[list[list[int]]]  # per unit, per continuation: row indices to read
 
 
-def pack(units: list[Unit], device: torch.device) -> Packed:
+def pack(units: list[Unit], device: torch.device, multiple: int = 1, filler: int = 0) -> Packed:
+    """``multiple``: the row is filled up to a multiple of this many tokens with a lone
+    segment of ``filler`` tokens that nothing reads, so that the linear layers meet a few
+    row counts whose kernels are built at load (cpu_linear.py), not a new one per batch."""
     ids: list[int] = []
     positions: list[int] = []
     segments: list[Segment] = []
@@ -82,6 +85,11 @@ def pack(units: list[Unit], device: torch.device) -> Packed:
             ids += seq.ids
             positions += range(len(prefix), len(prefix) + n)
         readouts.append(rows)
+    fill = -len(ids) % multiple
+    if fill:
+        segments.append(Segment(len(ids), fill))
+        ids += [filler] * fill
+        positions += range(fill)
     return Packed(
         ids=torch.tensor([ids], dtype=torch.long, device=device),
         position_ids=torch.tensor([positions], dtype=torch.long, device=device),

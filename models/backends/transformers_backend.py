@@ -56,15 +56,21 @@ class TransformersBackend(Backend):
         self.dtype = pick_dtype(spec.dtype, self.device)
         self.tokenizer = AutoTokenizer.from_pretrained(spec.source)
         self.base, self.head, config, self._whole = self._load(spec.source, task)
-        if self.device.type == "cpu" and self.dtype == torch.float32 and spec.options.get(
+        # Packed rows are rounded up to a multiple of this many tokens (packing.pack).
+        self._pack_multiple = 1
+        if self.device.type == "cpu" and self.dtype in (torch.float32, torch.bfloat16) and spec.options.get(
             "cpu_linear", "onednn"
         ) == "onednn":
-            from rewardserve.models.backends.cpu_linear import pack_linears
+            from rewardserve.models.backends.cpu_linear import ROW_MULTIPLE, build_kernels, pack_linears
 
             # Only inside the backbone (or the whole classifier): heads stay nn.Linear
             # because the lm task reads rows of their weight.
-            packed = pack_linears(self.base if self._whole is None else self._whole)
-            log.info("%s: %d linear layers run through oneDNN", spec.name, packed)
+            packed_in = self.base if self._whole is None else self._whole
+            packed = pack_linears(packed_in)
+            if packed:
+                self._pack_multiple = ROW_MULTIPLE
+                shapes = build_kernels(packed_in)
+                log.info("%s: %d linear layers run through oneDNN (%d weight shapes)", spec.name, packed, shapes)
         self.pad_token_id = config.pad_token_id
         # Token ids sent by callers (/pooling) are checked against it: an id past the
         # embedding table is a bad request, not an IndexError mid-batch.
@@ -135,7 +141,7 @@ class TransformersBackend(Backend):
         each unit, the rows read at each continuation's positions."""
         from rewardserve.models.backends.packing import pack
 
-        packed = pack(units, self.device)
+        packed = pack(units, self.device, self._pack_multiple, self._pad)
         # One row: every readout is a position of it; split per continuation after.
         spans = [r for rows in packed.readouts for r in rows]
         positions = [p for r in spans for p in r]

@@ -55,6 +55,18 @@ def test_layout_keeps_continuations_apart():
     assert packed.readouts == [[[3], [4]], [[6]]]
 
 
+def test_row_is_filled_to_a_multiple_by_a_segment_nobody_reads():
+    units = [([1, 2], [Sequence([3, 4], (1,))]), ([], [Sequence([6, 7, 8], (2,))])]
+    packed = pack(units, torch.device("cpu"), multiple=16, filler=9)
+    assert packed.layout.length == 16 and packed.ids.shape == (1, 16)
+    assert packed.ids[0, 7:].tolist() == [9] * 9
+    filler = packed.layout.segments[-1]
+    assert (filler.start, filler.length, filler.prefix) == (7, 9, None)
+    assert packed.position_ids[0, 7:].tolist() == list(range(9))
+    assert packed.readouts == [[[3]], [[6]]]
+    assert pack(units, torch.device("cpu"), multiple=7).layout.length == 7  # already a multiple
+
+
 @pytest.mark.parametrize("kv_heads,window", [(4, None), (2, None), (2, 6)])
 def test_segmented_attention_equals_sdpa_with_the_row_mask(kv_heads, window):
     """Per-segment SDPA = one SDPA over the whole row with the mask the layout stands

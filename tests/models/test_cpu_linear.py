@@ -1,0 +1,63 @@
+"""CPU linear layers through oneDNN (prepacked weights, row chunks, kernels built at load)
+compute what nn.Linear computes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from rewardserve.models.backends import make_backend
+from rewardserve.models.backends.cpu_linear import CHUNK_ROWS, PackedLinear, build_kernels, pack_linears
+from rewardserve.models.spec import ModelSpec
+
+# Relative to the output's scale: fp32 only reorders sums; bf16 rounds to 8 bits.
+TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 1e-2}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("rows", [1, 17, CHUNK_ROWS, CHUNK_ROWS + 37, 2 * CHUNK_ROWS + 5])
+def test_packed_linear_equals_nn_linear(dtype, rows):
+    torch.manual_seed(0)
+    linear = nn.Linear(96, 40, bias=True).to(dtype)
+    packed = PackedLinear(linear)
+    x = torch.randn(1, rows, 96).to(dtype)
+    with torch.inference_mode():
+        want, got = linear(x).float(), packed(x).float()
+    assert got.shape == want.shape == (1, rows, 40)
+    assert ((got - want).abs().max() / want.abs().max()).item() < TOLERANCE[dtype]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_pack_linears_swaps_every_linear_and_builds_their_kernels(dtype):
+    torch.manual_seed(1)
+    model = nn.Sequential(nn.Linear(32, 64), nn.SiLU(), nn.Linear(64, 32, bias=False), nn.Linear(32, 64)).to(dtype)
+    x = torch.randn(5, 32).to(dtype)
+    with torch.inference_mode():
+        want = model(x).float()
+    assert pack_linears(model) == 3
+    assert all(type(m) is not nn.Linear for m in model)
+    assert build_kernels(model) == 2  # (32 -> 64) twice and (64 -> 32): two shapes
+    with torch.inference_mode():
+        got = model(x).float()
+    assert ((got - want).abs().max() / want.abs().max()).item() < TOLERANCE[dtype]
+
+
+def test_bf16_packed_scores_follow_transformers(qwen3_rm):
+    """The whole CPU path in bf16 (oneDNN linears, packed rows filled to the row multiple,
+    kernels built at load) against transformers' own bf16 forward of the same files."""
+    from transformers import AutoModelForSequenceClassification
+
+    from rewardserve.models.backends import Sequence
+
+    backend = make_backend(ModelSpec(name="m", source=str(qwen3_rm), dtype="bfloat16"), "classify")
+    assert backend.packs and backend._pack_multiple > 1
+    sequences = [[5 + (i * 7 + j) % 400 for j in range(n)] for i, n in enumerate((9, 23, 40))]
+    units = [([], [Sequence(ids, (len(ids) - 1,))]) for ids in sequences]
+    got = [rows[0][0, 0] for rows in backend.read_packed(units)]
+    reference = AutoModelForSequenceClassification.from_pretrained(qwen3_rm, dtype=torch.bfloat16).eval()
+    with torch.inference_mode():
+        want = [reference(input_ids=torch.tensor([ids])).logits[0, 0].float().item() for ids in sequences]
+    scale = max(1.0, float(np.abs(want).max()))
+    np.testing.assert_allclose(got, want, atol=3e-2 * scale)
