@@ -17,8 +17,8 @@ drifts between minutes; a single pass favoured whichever system ran in a fast mi
   (d) a naive server (bench/naive_server.py): FastAPI + transformers, one padded forward
       per request, no batching across requests (OpenRLHF serve_rm's shape);
   (e) raw in-process forward of the same token ids, no sharing, padded batches of 8
-      sorted by length, with the oneDNN linears rewardserve uses: the compute bound for
-      unshared work.
+      sorted by length, with the oneDNN linears rewardserve uses in fp32 (torch's in bf16,
+      faster for its shapes): the compute bound for unshared work.
 Every system runs ``--dtype`` (float32 by default).
 Workloads (fresh texts, so no cache of any system has seen them; each system first
 scores a small warm-up set of other texts):
@@ -202,7 +202,11 @@ def raw_forward(model_dir: Path, w: Workload, dtype: str, batch: int = 8) -> tup
     from rewardserve.models.backends.cpu_linear import pack_linears
 
     model = AutoModelForSequenceClassification.from_pretrained(model_dir, dtype=getattr(torch, dtype)).eval()
-    pack_linears(model.model)  # fp32 and bf16, as rewardserve's CPU backend
+    if dtype == "float32":
+        pack_linears(model.model)
+    # bf16 keeps torch's own linears: oneDNN compiles a kernel per row count, and e's padded
+    # batches have a new one each time (packed linears ran pairs at 23.4 items/s, torch's
+    # 29.9); rewardserve rounds its packed rows to build those kernels once.
     pad = model.config.pad_token_id
     flat = [s for r in w.seqs for s in r]
     order = sorted(range(len(flat)), key=lambda i: len(flat[i][0]))
