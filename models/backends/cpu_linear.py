@@ -93,8 +93,8 @@ def build_kernels(module: nn.Module) -> int:
 
 @torch.inference_mode()
 def _agrees(linear: nn.Linear, packed: PackedLinear) -> bool:
-    generator = torch.Generator().manual_seed(0)
-    probe = torch.randn(CHUNK_ROWS + 3, linear.in_features, generator=generator).to(linear.weight.dtype)
+    # A few rows: the kernels' numbers are the question; chunking only concatenates them.
+    probe = torch.randn(3, linear.in_features, generator=torch.Generator().manual_seed(0)).to(linear.weight.dtype)
     try:
         want, got = linear(probe).float(), packed(probe).float()
     except RuntimeError as exc:  # an op missing from this torch build
