@@ -9,7 +9,13 @@ import torch
 from torch import nn
 
 from rewardserve.models.backends import make_backend
-from rewardserve.models.backends.cpu_linear import CHUNK_ROWS, PackedLinear, build_kernels, pack_linears
+from rewardserve.models.backends.cpu_linear import (
+    CHUNK_ROWS,
+    PackedLinear,
+    ProjectionPart,
+    build_kernels,
+    pack_linears,
+)
 from rewardserve.models.spec import ModelSpec
 
 # Relative to the output's scale: fp32 only reorders sums; bf16 rounds to 8 bits.
@@ -21,7 +27,7 @@ TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 1e-2}
 def test_packed_linear_equals_nn_linear(dtype, rows):
     torch.manual_seed(0)
     linear = nn.Linear(96, 40, bias=True).to(dtype)
-    packed = PackedLinear(linear)
+    packed = PackedLinear(linear.weight, linear.bias)
     x = torch.randn(1, rows, 96).to(dtype)
     with torch.inference_mode():
         want, got = linear(x).float(), packed(x).float()
@@ -42,6 +48,46 @@ def test_pack_linears_swaps_every_linear_and_builds_their_kernels(dtype):
     with torch.inference_mode():
         got = model(x).float()
     assert ((got - want).abs().max() / want.abs().max()).item() < TOLERANCE[dtype]
+
+
+class Projections(nn.Module):
+    """The three sibling projections of an attention module, each of the same input."""
+
+    def __init__(self, bias: bool):
+        super().__init__()
+        self.q_proj = nn.Linear(64, 64, bias=bias)
+        self.k_proj, self.v_proj = nn.Linear(64, 32, bias=bias), nn.Linear(64, 32, bias=bias)
+
+    def forward(self, x):
+        return self.q_proj(x), self.k_proj(x), self.v_proj(x)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_bf16_q_k_v_run_as_one_gemm_with_each_projections_numbers(bias):
+    torch.manual_seed(2)
+    module = Projections(bias).to(torch.bfloat16)
+    x, other = torch.randn(2, 7, 64).to(torch.bfloat16), torch.randn(2, 5, 64).to(torch.bfloat16)
+    with torch.inference_mode():
+        want, want_other = module(x), module(other)
+    assert pack_linears(module) == 3
+    parts = [module.q_proj, module.k_proj, module.v_proj]
+    assert all(type(p) is ProjectionPart for p in parts) and len({id(p.fused) for p in parts}) == 1
+    assert build_kernels(module) == 1  # one fused (64 -> 128) weight
+    with torch.inference_mode():
+        got = module(x)
+        assert module.q_proj.fused._input is None  # a whole forward leaves nothing held
+        # The last layer asks for queries of other rows than keys and values (readouts.py),
+        # and a part may be asked twice: each time its own numbers.
+        mixed = (module.q_proj(other), module.k_proj(x), module.k_proj(x), module.v_proj(other))
+    for a, b in zip(got + mixed, want + (want_other[0], want[1], want[1], want_other[2])):
+        assert a.shape == b.shape
+        assert ((a.float() - b.float()).abs().max() / b.float().abs().max()) < TOLERANCE[torch.bfloat16]
+
+
+def test_fp32_projections_stay_separate():
+    module = Projections(bias=False)
+    assert pack_linears(module) == 3
+    assert all(type(p) is PackedLinear for p in (module.q_proj, module.k_proj, module.v_proj))
 
 
 def test_bf16_packed_scores_follow_transformers(qwen3_rm):
