@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from rewardserve.models.backends.base import Sequence
+from rewardserve.models.backends.base import Sequence, after_prefix
 from rewardserve.models.base import Work
 
 # Sharing pays when it saves at least this many prefix tokens (one prefix instead of n).
@@ -93,8 +93,18 @@ def read_units(backend, batch: list[Work], seq_of: Callable[[Work], Sequence], t
 
     On backends that pack, the whole batch is one row: plain works as lone sequences,
     shared units as a prefix and its continuations; nothing padded, each prefix once.
-    Elsewhere plain works go as one padded batch and each shared unit runs its prefix
-    once, then its continuations on the prefix's KV cache."""
+    On engines that cache prefixes themselves (vLLM) every unit's whole sequences go in
+    one read, all in flight at once. Elsewhere plain works go as one padded batch and each
+    shared unit runs its prefix once, then its continuations on the prefix's KV cache."""
+    if getattr(backend, "caches_prefixes", False):
+        # One read per unit would wait for each before sending the next: measured, the
+        # rubric workload (16 requests of 4 criteria over one context) ran 0.78x vLLM's
+        # own server that way.
+        groups = [after_prefix(w.payload.prefix, w.payload.suffixes) if isinstance(w.payload, SharedUnit)
+                  else [seq_of(w)] for w in batch]
+        rows = iter(backend.read([s for group in groups for s in group], token_ids))
+        return [[next(rows) for _ in group] if isinstance(w.payload, SharedUnit) else next(rows)
+                for w, group in zip(batch, groups)]
     if getattr(backend, "packs", False):
         units = [(w.payload.prefix, w.payload.suffixes) if isinstance(w.payload, SharedUnit)
                  else ([], [seq_of(w)]) for w in batch]

@@ -44,6 +44,9 @@ class Backend(ABC):
     pad_token_id: int | None
     # BatchPolicy fields this backend runs best with on its device (the spec still wins).
     batch_preferences: dict = {}
+    # True: the engine shares prefixes itself (vLLM's prefix cache), so shared units are
+    # read as whole sequences, every unit of a batch in one read (prefix.read_units).
+    caches_prefixes: bool = False
 
     @abstractmethod
     def read(self, seqs: list[Sequence], token_ids: list[int] | None = None) -> list[np.ndarray]:

@@ -51,6 +51,7 @@ class VllmBackend(Backend):
     # flight, so the engine always has the next work queued.
     batch_preferences = {"pads": False, "max_batch_tokens": 65536, "max_batch_items": 1024,
                          "max_wait_ms": 2.0, "concurrency": 4, "max_padding_ratio": 1.0}
+    caches_prefixes = True
 
     def __init__(self, spec: ModelSpec, task: str):
         if task not in VLLM_TASKS:
