@@ -80,6 +80,11 @@ class TransformersBackend(Backend):
         self._pad = self.pad_token_id if self.pad_token_id is not None else 0
         self._reads_only = False
         self._packing = self._whole is None and spec.options.get("packing", True) and self._install_segments()
+        self.compiled_norms = 0
+        if self._packing and self.device.type == "cpu" and self.dtype == torch.bfloat16 and spec.options.get(
+            "compile_norms", True
+        ):
+            self.compiled_norms = self._compile_norms()
         if self._packing:
             self.batch_preferences = PACKED_BATCH_PREFERENCES if self.device.type == "cpu" else {"pads": False}
         elif self.device.type == "cpu":
@@ -192,6 +197,30 @@ class TransformersBackend(Backend):
         log.info("packing off: a packed read differs from plain reads on this model")
         self.base.set_attn_implementation("sdpa")
         return False
+
+    def _compile_norms(self) -> int:
+        """RMSNorms compiled by inductor (cpu_norms.py), compiled and checked now by the
+        packed probe and a one-row read (sizes of 1 get graphs of their own); eager ones
+        back on any failure. Returns how many run compiled."""
+        from rewardserve.models.backends.cpu_norms import compile_norms, compiler_settings, uncompile_norms
+
+        with compiler_settings():
+            count = compile_norms(self.base)
+            if count and self._packed_probe_agrees() and self._one_read_works():
+                log.info("%d RMSNorm layers compiled", count)
+                return count
+        uncompile_norms(self.base)
+        if count:
+            log.info("RMSNorm layers stay eager: compiled ones failed the probe")
+        return 0
+
+    def _one_read_works(self) -> bool:
+        try:
+            self.read_packed([([], [Sequence([3, 4, 5], (2,))])], [0, 1] if self.task == "lm" else None)
+        except Exception as exc:  # noqa: BLE001 - any failure means: not this way
+            log.info("one-row read failed (%s)", exc)
+            return False
+        return True
 
     def _packed_probe_agrees(self) -> bool:
         """A packed read (a prefix with two continuations, a lone sequence) against plain

@@ -92,13 +92,14 @@ def test_fp32_projections_stay_separate():
 
 def test_bf16_packed_scores_follow_transformers(qwen3_rm):
     """The whole CPU path in bf16 (oneDNN linears, packed rows filled to the row multiple,
-    kernels built at load) against transformers' own bf16 forward of the same files."""
+    kernels built at load, RMSNorms compiled) against transformers' own bf16 forward of the same files."""
     from transformers import AutoModelForSequenceClassification
 
     from rewardserve.models.backends import Sequence
 
     backend = make_backend(ModelSpec(name="m", source=str(qwen3_rm), dtype="bfloat16"), "classify")
     assert backend.packs and backend._pack_multiple > 1
+    assert backend.compiled_norms == 2 * 4 + 1  # 2 layers: 2 norms, q_norm, k_norm; the final norm
     sequences = [[5 + (i * 7 + j) % 400 for j in range(n)] for i, n in enumerate((9, 23, 40))]
     units = [([], [Sequence(ids, (len(ids) - 1,))]) for ids in sequences]
     got = [rows[0][0, 0] for rows in backend.read_packed(units)]
@@ -107,3 +108,19 @@ def test_bf16_packed_scores_follow_transformers(qwen3_rm):
         want = [reference(input_ids=torch.tensor([ids])).logits[0, 0].float().item() for ids in sequences]
     scale = max(1.0, float(np.abs(want).max()))
     np.testing.assert_allclose(got, want, atol=3e-2 * scale)
+
+
+def test_norms_stay_eager_when_compiling_fails_or_is_off(qwen3_rm, monkeypatch):
+    """No compiler on the machine (or any other failure): the eager norms, still packed."""
+    def failing_compile(fn, **kwargs):
+        def compiled(*args, **kw):
+            raise RuntimeError("no C++ compiler")
+        return compiled
+
+    monkeypatch.setattr(torch, "compile", failing_compile)
+    backend = make_backend(ModelSpec(name="m", source=str(qwen3_rm), dtype="bfloat16"), "classify")
+    assert backend.packs and backend.compiled_norms == 0
+    assert not any("forward" in vars(m) for m in backend.base.modules())
+    off = make_backend(ModelSpec(name="m", source=str(qwen3_rm), dtype="bfloat16",
+                                 options={"compile_norms": False}), "classify")
+    assert off.packs and off.compiled_norms == 0
