@@ -73,7 +73,8 @@ class FusedProjections(nn.Module):
     by a ``ProjectionPart``; the first part called with an input computes every part's
     output and keeps the others' until they are asked for with that same tensor. A part
     called with another input (the last layer computes its queries at the read rows only,
-    readouts.py) or twice with one runs the GEMM again: same numbers, more work."""
+    readouts.py) or twice with one runs the GEMM again: same numbers, more work. Not for
+    concurrent callers: every CPU model runs on one thread (service/registry.py)."""
 
     def __init__(self, linears: list[nn.Linear]):
         super().__init__()
