@@ -5,7 +5,7 @@
 A mid-size Qwen3 causal LM judge (hidden 1024, 8 layers, random weights) grades 100 items
 (question + a few-hundred-token response) on 4 judge criteria each:
   shared:       POST /v1/rubric: per item the question and response run once, each
-                criterion is a short continuation on their KV cache;
+                criterion is a short continuation attending to them (packed rows);
   independent:  POST /v1/verify with the same criterion template, one full pass per
                 (item, criterion), through the same server and batcher.
 The judge cache is off, and both sides' scores are compared.

@@ -5,7 +5,8 @@
     generate  sample a rationale (n samples), parse each verdict with the template's
               parser; unparsable samples are invalid, never guessed
     judge     rubric criteria of one item: the shared context runs once and every
-              criterion is a short continuation on its KV cache
+              criterion is a short continuation attending to it (a batch's items in
+              one packed row, see prefix.read_units)
 
 Options: ``template`` (default ``yes_no``), ``templates`` (your own, by name),
 ``cache_size`` (judge results kept per prompt, default 10,000).
@@ -29,7 +30,7 @@ from rewardserve.models.base import BatchPolicy, ItemError, RequestError, Reward
 from rewardserve.models.cache import LRUCache
 from rewardserve.models.chat import render_chat
 from rewardserve.models.judging import JudgeTemplate, ParseError, item_variables, load_templates
-from rewardserve.models.prefix import shared_prefix_groups
+from rewardserve.models.prefix import SharedUnit, read_units, shared_prefix_groups
 from rewardserve.models.registry import register_kind
 
 
@@ -192,7 +193,7 @@ class VerifierModel(RewardModel):
 
     def prepare_judge(self, prompts: list[list[int]], choices: list[Choices]) -> Work:
         """One item's judge prompts as one unit: their longest common token prefix runs
-        once, each prompt's rest runs on its KV cache."""
+        once, each prompt's rest attends to it (``_judge``)."""
         first, common = prompts[0], len(prompts[0])
         for ids in prompts[1:]:
             k, limit = 0, min(common, len(ids))
@@ -222,11 +223,12 @@ class VerifierModel(RewardModel):
             for i, (row,) in zip(members, rows):
                 self.cache.put(batch[i].payload.key, row)
                 results[i] = self._logprob_result(batch[i].payload.choices, row)
+        judges = [i for i, w in enumerate(batch) if isinstance(w.payload, _Judge)]
+        for i, judged in zip(judges, self._judge([batch[i].payload for i in judges])):
+            results[i] = judged
         for i, work in enumerate(batch):
             if isinstance(work.payload, _Generate):
                 results[i] = self._generate(work.payload)
-            elif isinstance(work.payload, _Judge):
-                results[i] = self._judge(work.payload)
         return results
 
     def _logprob_result(self, choices: Choices, row: np.ndarray) -> VerifyResult | ItemError:
@@ -261,15 +263,21 @@ class VerifierModel(RewardModel):
             samples=samples,
         )
 
-    def _judge(self, job: _Judge) -> list[VerifyResult | ItemError]:
+    def _judge(self, jobs: list[_Judge]) -> list[list[VerifyResult | ItemError]]:
+        """Each job's criteria. The uncached ones of all jobs are read together through
+        prefix.read_units: one packed row, one engine read (vLLM), or each prefix once on
+        its KV cache, as the backend does best."""
         # Cached rows hold the logits of each criterion's own choices, as logprob's do.
-        rows: list = [self.cache.get(k) for k in job.keys]
-        todo = [i for i, row in enumerate(rows) if row is None]
-        if todo:
-            token_ids = sorted({t for i in todo for t in job.choices[i].token_ids})
+        rows = [[self.cache.get(k) for k in job.keys] for job in jobs]
+        todo = [[i for i, row in enumerate(own) if row is None] for own in rows]
+        reading = [(job, own, ids) for job, own, ids in zip(jobs, rows, todo) if ids]
+        if reading:
+            token_ids = sorted({t for job, _, ids in reading for i in ids for t in job.choices[i].token_ids})
             column = {t: k for k, t in enumerate(token_ids)}
-            fresh = self.backend.read_shared(job.prefix, [job.suffixes[i] for i in todo], token_ids)
-            for i, (row,) in zip(todo, fresh):
-                rows[i] = row[[column[t] for t in job.choices[i].token_ids]]
-                self.cache.put(job.keys[i], rows[i])
-        return [self._logprob_result(c, row) for c, row in zip(job.choices, rows)]
+            units = [Work(0, SharedUnit(job.prefix, [], [job.suffixes[i] for i in ids])) for job, _, ids in reading]
+            # Every unit is shared: read_units needs no sequence of plain work (None).
+            for (job, own, ids), fresh in zip(reading, read_units(self.backend, units, None, token_ids)):
+                for i, (row,) in zip(ids, fresh):
+                    own[i] = row[[column[t] for t in job.choices[i].token_ids]]
+                    self.cache.put(job.keys[i], own[i])
+        return [[self._logprob_result(c, row) for c, row in zip(job.choices, own)] for job, own in zip(jobs, rows)]

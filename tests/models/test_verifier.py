@@ -80,6 +80,29 @@ def test_shared_prefix_equals_independent_passes(judge):
     assert work.length < 0.5 * sum(len(p) for p in prompts)  # the point of sharing
 
 
+def test_judge_units_of_a_batch_are_read_together(judge, monkeypatch):
+    """Several items' criteria in one batch: one packed read for all of them (not one
+    read per item), each criterion's numbers as in its own pass."""
+    template = judge.template("criterion")
+    choices = judge.template_choices(template)
+    criteria = ["Is it correct?", "Is it concise?", "Is the tone polite and clear?"]
+    prompts = [[judge.encode_prompt(template, {**item_variables(item), "criterion": c}, "") for c in criteria]
+               for item in ITEMS[:2]]
+    works = [judge.prepare_judge(p, [choices] * len(p)) for p in prompts]
+    judge.cache = type(judge.cache)(0)  # no cache: everything is read
+    assert judge.backend.packs
+    reads = []
+    read_packed = judge.backend.read_packed
+    monkeypatch.setattr(judge.backend, "read_packed", lambda units, token_ids=None: reads.append(len(units))
+                        or read_packed(units, token_ids))
+    results = judge.predict(works)
+    assert reads == [2]
+    for own, item_prompts in zip(results, prompts):
+        alone = judge.backend.read([Sequence(p, (len(p) - 1,)) for p in item_prompts], list(choices.token_ids))
+        for result, (row,) in zip(own, alone):
+            assert result.score == pytest.approx(choices.score(choices.probabilities(row)), abs=1e-5)
+
+
 def test_templates_and_modes_are_checked(judge):
     from rewardserve.models.base import RequestError
 
