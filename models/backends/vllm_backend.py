@@ -5,8 +5,9 @@ The engine lives on an event loop of its own, in a daemon thread: the batcher's 
 threads call ``read`` synchronously, and each call submits its sequences as concurrent
 engine requests and waits for all of them. vLLM batches across those requests (and
 across batches in flight: the batcher runs several at once for this backend), and its
-prefix cache is what shares a GRPO group's prompt, so ``read_shared`` reads the whole
-sequences.
+prefix cache is what shares a GRPO group's prompt: ``caches_prefixes``, so the kinds
+hand it whole sequences (prefix.read_units). Sending one continuation first, so the
+rest would find the prompt cached, measured slower: GRPO 7.3 vs 12.1 items/s.
 
     classify   pooling runner, task ``classify``: the head at the last token (or
                ``token_classify`` when a kind reads it at other positions, as PRMs do)
@@ -25,7 +26,7 @@ import threading
 
 import numpy as np
 
-from rewardserve.models.backends.base import Backend, Sequence, after_prefix
+from rewardserve.models.backends.base import Backend, Sequence
 from rewardserve.models.spec import ModelSpec
 
 log = logging.getLogger("rewardserve.vllm")
@@ -110,15 +111,6 @@ class VllmBackend(Backend):
                 raise ValueError("the lm task reads the logits of given token_ids")
             return self._call(_gather([self._next_token_logits(s, token_ids) for s in seqs]))
         return self._call(_gather([self._pooled(s) for s in seqs]))
-
-    def read_shared(
-        self, prefix: list[int], seqs: list[Sequence], token_ids: list[int] | None = None
-    ) -> list[np.ndarray]:
-        # All continuations at once: vLLM's scheduler and prefix cache do the sharing.
-        # (Running one continuation first so the rest find the prompt cached measured
-        # slower: GRPO 7.3 vs 12.1 items/s in bench/compare.py.)
-        whole = after_prefix(prefix, seqs)
-        return self.read(whole, token_ids)
 
     async def _pooled(self, seq: Sequence) -> np.ndarray:
         from vllm import PoolingParams
