@@ -29,17 +29,26 @@ def is_rms_norm(module: nn.Module) -> bool:
     return type(module).__name__.endswith("RMSNorm") and isinstance(getattr(module, "weight", None), torch.Tensor)
 
 
-def compile_norms(module: nn.Module) -> int:
-    """Give every RMSNorm under ``module`` a compiled forward (one compiled function per
-    norm class, the module passed in, so its layers share graphs); returns how many."""
+def compile_norms(module: nn.Module, skip: tuple[type, ...] = ()) -> int:
+    """Give every RMSNorm under ``module`` but those inside a ``skip`` module (compiled
+    whole already) a compiled forward (one compiled function per norm class, the module
+    passed in, so its layers share graphs); returns how many."""
     compiled: dict = {}
     count = 0
-    for child in module.modules():
+    for child in _outside(module, skip):
         if is_rms_norm(child):
             forward = compiled.setdefault(type(child), torch.compile(type(child).forward, dynamic=True))
             child.forward = functools.partial(forward, child)
             count += 1
     return count
+
+
+def _outside(module: nn.Module, skip: tuple[type, ...]):
+    if isinstance(module, skip):
+        return
+    yield module
+    for child in module.children():
+        yield from _outside(child, skip)
 
 
 def uncompile_norms(module: nn.Module) -> None:

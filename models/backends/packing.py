@@ -19,6 +19,7 @@ completions) in 486-564 ms against 568-640 ms with the row mask.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -50,6 +51,31 @@ class Layout:
     # Row indices the caller reads; set, the last layer runs at these rows only (readouts.py).
     reads: torch.Tensor | None = None
 
+    @functools.cached_property
+    def table(self) -> torch.Tensor:
+        """The segments as one int tensor (start, length, prefix start, prefix length;
+        -1, 0 without a prefix), the form compiled layers hand to attention
+        (compiled_layers.py): a tensor is an input of a compiled graph, a list of
+        segments would be a constant it is compiled for."""
+        rows = [(s.start, s.length, *(s.prefix or (-1, 0))) for s in self.segments]
+        return torch.tensor(rows, dtype=torch.long).flatten()
+
+    @classmethod
+    def from_table(cls, table: list[int], device: torch.device) -> Layout:
+        segments = []
+        for start, length, prefix_start, prefix_length in zip(*[iter(table)] * 4):
+            if prefix_start < 0:
+                segments.append(Segment(start, length))
+            else:
+                mask = continuation_mask(length, prefix_length, device)
+                segments.append(Segment(start, length, (prefix_start, prefix_length), mask))
+        return cls(segments, max((s.start + s.length for s in segments), default=0))
+
+
+def continuation_mask(length: int, prefix: int, device: torch.device) -> torch.Tensor:
+    """``[length, prefix + length]``: every key of the prefix, then its own causally."""
+    return torch.ones(length, prefix + length, dtype=torch.bool, device=device).tril(prefix)
+
 
 @dataclass
 class Packed:
@@ -78,8 +104,7 @@ def pack(units: list[Unit], device: torch.device, multiple: int = 1, filler: int
             n = len(seq.ids)
             mask = None
             if shared:
-                own = torch.ones(n, n, dtype=torch.bool, device=device).tril()
-                mask = torch.cat([torch.ones(n, len(prefix), dtype=torch.bool, device=device), own], dim=1)
+                mask = continuation_mask(n, len(prefix), device)
             segments.append(Segment(len(ids), n, shared, mask))
             rows.append([len(ids) + p for p in seq.positions])
             ids += seq.ids
@@ -106,15 +131,26 @@ def segmented_attention(module, query, key, value, attention_mask, dropout: floa
     (padded batches, KV-cache passes, generation). A layer's ``sliding_window`` (Mistral,
     Qwen with use_sliding_window, Gemma's local layers) limits each query to the keys less
     than that many positions back, as transformers' masks do."""
+    packed_segments = kwargs.pop("packed_segments", None)
+    if packed_segments is not None:  # inside a compiled layer: the same loop, as one opaque op
+        scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+        return torch.ops.rewardserve.segments(query, key, value, packed_segments, scale, sliding_window or 0), None
     if packed_layout is None or query.shape[0] != 1 or query.shape[2] != packed_layout.length:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
                                       scaling=scaling, sliding_window=sliding_window, **kwargs)
+    return attend_segments(query, key, value, packed_layout, scaling, sliding_window), None
+
+
+def attend_segments(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, layout: Layout,
+                    scaling: float | None, sliding_window: int | None) -> torch.Tensor:
+    """``[1, T, heads, head_dim]``: SDPA per segment of the layout over ``[1, heads, T,
+    head_dim]`` queries, keys and values."""
     q, k, v = query[0], key[0], value[0]  # [heads, T, head_dim]
     gqa = q.shape[0] != k.shape[0]
     out = query.new_empty(q.shape[1], q.shape[0], q.shape[2])  # [T, heads, head_dim]
     # One SDPA call per segment on slices of the row: measured faster than gathering the
     # segments into padded batches (575 vs 792 ms for five 120-260 token sequences).
-    for seg in packed_layout.segments:
+    for seg in layout.segments:
         a, b = seg.start, seg.start + seg.length
         keys, values = k[:, a:b], v[:, a:b]
         if seg.prefix is not None:
@@ -127,7 +163,7 @@ def segmented_attention(module, query, key, value, attention_mask, dropout: floa
             q[None, :, a:b], keys[None], values[None], attn_mask=mask, is_causal=mask is None,
             scale=scaling, enable_gqa=gqa)
         out[a:b] = o[0].transpose(0, 1)
-    return out[None], None
+    return out[None]
 
 
 def _windowed(seg: Segment, n_keys: int, window: int, device: torch.device) -> torch.Tensor:

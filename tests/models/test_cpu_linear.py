@@ -92,14 +92,16 @@ def test_fp32_projections_stay_separate():
 
 def test_bf16_packed_scores_follow_transformers(qwen3_rm):
     """The whole CPU path in bf16 (oneDNN linears, packed rows filled to the row multiple,
-    kernels built at load, RMSNorms compiled) against transformers' own bf16 forward of the same files."""
+    kernels built at load, layers and the norms outside them compiled) against
+    transformers' own bf16 forward of the same files."""
     from transformers import AutoModelForSequenceClassification
 
     from rewardserve.models.backends import Sequence
 
     backend = make_backend(ModelSpec(name="m", source=str(qwen3_rm), dtype="bfloat16"), "classify")
     assert backend.packs and backend._pack_multiple > 1
-    assert backend.compiled_norms == 2 * 4 + 1  # 2 layers: 2 norms, q_norm, k_norm; the final norm
+    assert backend.compiled_layers == 1  # of 2: the last runs at the read rows
+    assert backend.compiled_norms == 4 + 1  # the last layer's 2 norms, q_norm, k_norm; the final norm
     sequences = [[5 + (i * 7 + j) % 400 for j in range(n)] for i, n in enumerate((9, 23, 40))]
     units = [([], [Sequence(ids, (len(ids) - 1,))]) for ids in sequences]
     got = [rows[0][0, 0] for rows in backend.read_packed(units)]
@@ -110,8 +112,10 @@ def test_bf16_packed_scores_follow_transformers(qwen3_rm):
     np.testing.assert_allclose(got, want, atol=3e-2 * scale)
 
 
-def test_norms_stay_eager_when_compiling_fails_or_is_off(qwen3_rm, monkeypatch):
-    """No compiler on the machine (or any other failure): the eager norms, still packed."""
+def test_layers_and_norms_stay_eager_when_compiling_fails_or_is_off(qwen3_rm, monkeypatch):
+    """No compiler on the machine (or any other failure): eager layers and norms, still packed."""
+    from rewardserve.models.backends.compiled_layers import CompiledLayer
+
     def failing_compile(fn, **kwargs):
         def compiled(*args, **kw):
             raise RuntimeError("no C++ compiler")
@@ -119,8 +123,12 @@ def test_norms_stay_eager_when_compiling_fails_or_is_off(qwen3_rm, monkeypatch):
 
     monkeypatch.setattr(torch, "compile", failing_compile)
     backend = make_backend(ModelSpec(name="m", source=str(qwen3_rm), dtype="bfloat16"), "classify")
-    assert backend.packs and backend.compiled_norms == 0
-    assert not any("forward" in vars(m) for m in backend.base.modules())
+    assert backend.packs and backend.compiled_norms == backend.compiled_layers == 0
+    assert not any("forward" in vars(m) or isinstance(m, CompiledLayer) for m in backend.base.modules())
+    monkeypatch.undo()
     off = make_backend(ModelSpec(name="m", source=str(qwen3_rm), dtype="bfloat16",
                                  options={"compile_norms": False}), "classify")
-    assert off.packs and off.compiled_norms == 0
+    assert off.packs and off.compiled_norms == 0 and off.compiled_layers == 1
+    off = make_backend(ModelSpec(name="m", source=str(qwen3_rm), dtype="bfloat16",
+                                 options={"compile_layers": False}), "classify")
+    assert off.packs and off.compiled_layers == 0 and off.compiled_norms == 2 * 4 + 1
