@@ -1,4 +1,6 @@
-"""RMSNorm layers compiled by torch.compile (inductor) for bf16 on CPU.
+"""RMSNorm layers compiled by torch.compile (inductor) on CPU: those outside the decoder
+layers compiled whole (compiled_layers.py), i.e. the last layer's (cut to the read rows)
+and the final norm, or every one when layers are not compiled.
 
 transformers' RMSNorm in bf16 is six passes over the activations (to fp32, square, mean,
 scale, back to bf16, times the weight); inductor fuses them into one loop. Measured on
@@ -6,8 +8,8 @@ bench/compare.py's model (Qwen3 1024x8, bf16, packed rows of ~1,000 tokens, in p
 6 alternated runs): 32.4 -> 35.2 items/s on independent pairs. The norms are the model's
 own code, compiled as they are (one graph per norm class and input rank); the numbers
 stay within bf16's rounding of the eager ones (differences in the last bit of
-intermediates, as between any two bf16 kernels). fp32 has no casts to fuse and is not
-compiled. vLLM compiles its CPU models with inductor the same way.
+intermediates, as between any two bf16 kernels). fp32 has no casts to fuse and gains
+little, but its norms compile too, for one path in both dtypes.
 
 Compiling costs a few seconds at load (inductor's C++ compiler); the backend checks the
 compiled norms' numbers with its packed probe and keeps the eager ones on any failure (no
