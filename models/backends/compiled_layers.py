@@ -21,6 +21,7 @@ once, not per op).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
 import torch
@@ -41,10 +42,19 @@ def register_ops() -> None:
     def _(x, weight, bias):
         return x.new_empty(x.shape[0], weight.shape[0])
 
+    # Every layer of a forward hands in the same table: its layout (masks made once) is
+    # kept for the next. Keyed by content, so another forward, model or thread never
+    # meets a layout that is not its own.
+    last: dict = {}
+
     @torch.library.custom_op("rewardserve::segments", mutates_args=())
     def segments(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, table: torch.Tensor,
                  scale: float, window: int) -> torch.Tensor:
-        layout = Layout.from_table(table.tolist(), query.device)
+        key_of = (tuple(table.tolist()), query.device, query.dtype)
+        layout = last.get(key_of)
+        if layout is None:
+            last.clear()
+            last[key_of] = layout = Layout.from_table(list(key_of[0]), query.device)
         return attend_segments(query, key, value, layout, scale, window or None)
 
     @segments.register_fake
@@ -86,6 +96,19 @@ def compile_layers(decoder: nn.Module) -> int:
             layers[i] = CompiledLayer(layer)
             count += 1
     return count
+
+
+@contextlib.contextmanager
+def compiler_settings():
+    """Settings while a model's parts compile (at load): no pool of compile worker
+    processes (the service runs models in threads of one process; a few small graphs);
+    room in dynamo's per-function cache (8 entries by default) for the graphs of every
+    model in the process, since the layers of one architecture share their code."""
+    import torch._dynamo.config as dynamo
+    import torch._inductor.config as inductor
+
+    with inductor.patch(compile_threads=1), dynamo.patch(recompile_limit=64):
+        yield
 
 
 def uncompile_layers(decoder: nn.Module) -> None:

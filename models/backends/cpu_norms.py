@@ -1,6 +1,6 @@
-"""RMSNorm layers compiled by torch.compile (inductor) on CPU: those outside the decoder
-layers compiled whole (compiled_layers.py), i.e. the last layer's (cut to the read rows)
-and the final norm, or every one when layers are not compiled.
+"""RMSNorm layers compiled by torch.compile (inductor) for bf16 on CPU: those outside the
+decoder layers compiled whole (compiled_layers.py), i.e. the last layer's (cut to the
+read rows) and the final norm, or every one when layers are not compiled.
 
 transformers' RMSNorm in bf16 is six passes over the activations (to fp32, square, mean,
 scale, back to bf16, times the weight); inductor fuses them into one loop. Measured on
@@ -8,8 +8,9 @@ bench/compare.py's model (Qwen3 1024x8, bf16, packed rows of ~1,000 tokens, in p
 6 alternated runs): 32.4 -> 35.2 items/s on independent pairs. The norms are the model's
 own code, compiled as they are (one graph per norm class and input rank); the numbers
 stay within bf16's rounding of the eager ones (differences in the last bit of
-intermediates, as between any two bf16 kernels). fp32 has no casts to fuse and gains
-little, but its norms compile too, for one path in both dtypes.
+intermediates, as between any two bf16 kernels). fp32 has no casts to fuse and is not
+compiled (each compiled graph is one more entry in dynamo's per-function cache, which
+holds 8).
 
 Compiling costs a few seconds at load (inductor's C++ compiler); the backend checks the
 compiled norms' numbers with its packed probe and keeps the eager ones on any failure (no
@@ -57,11 +58,3 @@ def uncompile_norms(module: nn.Module) -> None:
     for child in module.modules():
         if is_rms_norm(child) and "forward" in vars(child):
             del child.forward  # back to the class's own
-
-
-def compiler_settings():
-    """Inductor's settings while the norms compile: no pool of compile worker processes
-    (the service runs models in threads of one process; a few small graphs)."""
-    import torch._inductor.config as inductor
-
-    return inductor.patch(compile_threads=1)

@@ -20,7 +20,7 @@ completions) in 486-564 ms against 568-640 ms with the row mask.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
@@ -42,6 +42,16 @@ class Segment:
     length: int
     prefix: tuple[int, int] | None = None
     mask: torch.Tensor | None = None  # [length, prefix length + length] bool
+    _additive: torch.Tensor | None = field(default=None, repr=False, compare=False)
+
+    def additive_mask(self, dtype: torch.dtype) -> torch.Tensor:
+        """``mask`` as 0 / -inf in ``dtype``, made once for all layers of a forward: SDPA
+        converts a bool mask at every call, and takes an additive one ~15% faster (bf16,
+        70 queries over 370 keys: 195 vs 227 us)."""
+        if self._additive is None or self._additive.dtype != dtype:
+            self._additive = torch.zeros(self.mask.shape, dtype=dtype, device=self.mask.device).masked_fill_(
+                ~self.mask, float("-inf"))
+        return self._additive
 
 
 @dataclass
@@ -156,7 +166,7 @@ def attend_segments(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
         if seg.prefix is not None:
             pa, pb = seg.prefix[0], seg.prefix[0] + seg.prefix[1]
             keys, values = torch.cat([k[:, pa:pb], keys], dim=1), torch.cat([v[:, pa:pb], values], dim=1)
-        mask = seg.mask
+        mask = seg.additive_mask(q.dtype) if seg.mask is not None else None
         if sliding_window is not None and keys.shape[1] > sliding_window:
             mask = _windowed(seg, keys.shape[1], sliding_window, query.device)
         o = torch.nn.functional.scaled_dot_product_attention(
@@ -177,10 +187,22 @@ def _windowed(seg: Segment, n_keys: int, window: int, device: torch.device) -> t
     return allowed & (queries - keys < window)
 
 
+def reads_mask(layout: Layout) -> torch.Tensor:
+    """``dense_mask(layout)[layout.reads]`` without the ``[T, T]`` mask: what each read row
+    attends to (its prefix, if any, and its own segment up to itself), built at once."""
+    reads = layout.reads.cpu()
+    starts = torch.tensor([seg.start for seg in layout.segments])
+    prefixes = torch.tensor([seg.prefix or (0, 0) for seg in layout.segments]).reshape(-1, 2)
+    which = torch.searchsorted(starts, reads, right=True) - 1  # each read's segment
+    keys = torch.arange(layout.length)[None, :]
+    own = (keys >= starts[which][:, None]) & (keys <= reads[:, None])
+    first, count = prefixes[which].unbind(1)
+    return own | ((keys >= first[:, None]) & (keys < (first + count)[:, None]))
+
+
 def dense_mask(layout: Layout, sliding_window: int | None = None) -> torch.Tensor:
-    """The whole-row ``[T, T]`` mask the layout stands for (True: may attend). Its rows
-    at the read positions mask the last layer's queries there (readouts.py); tests check
-    segmented attention against SDPA with it."""
+    """The whole-row ``[T, T]`` mask the layout stands for (True: may attend); tests check
+    segmented attention and ``reads_mask`` against it."""
     mask = torch.zeros(layout.length, layout.length, dtype=torch.bool)
     for seg in layout.segments:
         a, b = seg.start, seg.start + seg.length

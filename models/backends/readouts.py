@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from rewardserve.models.backends.packing import dense_mask
+from rewardserve.models.backends.packing import reads_mask
 
 # The children of a pre-norm decoder layer whose forward is
 #   h = x + attn(input_layernorm(x));  out = h + mlp(post_attention_layernorm(h))
@@ -80,7 +80,7 @@ def attend_at_reads(attn: nn.Module, x: torch.Tensor, layout, position_embedding
     k = _rotate(k.transpose(1, 2), cos, sin)
     v = attn.v_proj(x).view(1, x.shape[1], -1, d).transpose(1, 2)
     out = torch.nn.functional.scaled_dot_product_attention(
-        q, k, v, attn_mask=dense_mask(layout)[reads.cpu()].to(x.device), scale=attn.scaling, enable_gqa=True)
+        q, k, v, attn_mask=reads_mask(layout).to(x.device), scale=attn.scaling, enable_gqa=True)
     return attn.o_proj(out.transpose(1, 2).reshape(1, len(reads), -1))
 
 

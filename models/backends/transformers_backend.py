@@ -202,18 +202,23 @@ class TransformersBackend(Backend):
         return False
 
     def _compile(self, options: dict) -> None:
-        """Decoder layers compiled whole for packed forwards (compiled_layers.py), then the
-        RMSNorms left outside them (cpu_norms.py): compiled now and checked by the packed
+        """Decoder layers compiled whole for packed forwards (compiled_layers.py), then in
+        bf16 the RMSNorms left outside them (cpu_norms.py): compiled now and checked by the packed
         probe and a one-row read (sizes of 1 get graphs of their own). On a failure, the
         norms alone, then nothing compiled. ``options.compile_layers`` /
         ``compile_norms: false`` turn either off."""
-        from rewardserve.models.backends.compiled_layers import CompiledLayer, compile_layers, uncompile_layers
-        from rewardserve.models.backends.cpu_norms import compile_norms, compiler_settings, uncompile_norms
+        from rewardserve.models.backends.compiled_layers import (
+            CompiledLayer,
+            compile_layers,
+            compiler_settings,
+            uncompile_layers,
+        )
+        from rewardserve.models.backends.cpu_norms import compile_norms, uncompile_norms
 
         for layers in (True, False) if options.get("compile_layers", True) else (False,):
             with compiler_settings():
                 self.compiled_layers = compile_layers(self.base) if layers else 0
-                if options.get("compile_norms", True):
+                if options.get("compile_norms", True) and self.dtype == torch.bfloat16:
                     self.compiled_norms = compile_norms(self.base, skip=(CompiledLayer,))
                 if not (self.compiled_layers or self.compiled_norms):
                     return

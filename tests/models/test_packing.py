@@ -11,7 +11,7 @@ import torch
 
 from rewardserve.models.backends import Sequence, make_backend
 from rewardserve.models.backends.base import after_prefix
-from rewardserve.models.backends.packing import dense_mask, pack, segmented_attention
+from rewardserve.models.backends.packing import dense_mask, pack, reads_mask, segmented_attention
 from rewardserve.models.spec import ModelSpec
 
 
@@ -53,6 +53,15 @@ def test_layout_keeps_continuations_apart():
     assert mask[6] == [0, 0, 0, 0, 0, 1, 1]  # the second unit sees nothing of the first
     assert packed.position_ids[0].tolist() == [0, 1, 2, 3, 2, 0, 1]
     assert packed.readouts == [[[3], [4]], [[6]]]
+
+
+def test_reads_mask_is_the_row_mask_at_the_reads():
+    rng = random.Random(5)
+    units = [(random_ids(rng, 9), [Sequence(random_ids(rng, n), tuple(range(n))) for n in (4, 1, 6)]),
+             ([], [Sequence(random_ids(rng, 7), (0, 3, 6))]), (random_ids(rng, 3), [Sequence([11, 12], (1,))])]
+    packed = pack(units, torch.device("cpu"), multiple=16)
+    packed.layout.reads = torch.tensor([r for rows in packed.readouts for seq in rows for r in seq])
+    assert torch.equal(reads_mask(packed.layout), dense_mask(packed.layout)[packed.layout.reads])
 
 
 def test_row_is_filled_to_a_multiple_by_a_segment_nobody_reads():
