@@ -178,7 +178,8 @@ class _Joined:
     """A continuation's keys and values: its prefix's, then its own. The first
     continuation follows its prefix in the row (a slice); the others are copied behind
     one copy of the prefix per forward and layer, not one per continuation (a GRPO
-    group's 300-token prompt was copied 8 times: ~3% of its forward in bf16)."""
+    group's 300-token prompt was copied 8 times: ~3% of its forward in bf16; in-process
+    GRPO groups, bf16, 3 workloads x 2 alternated runs: 54.0 -> 54.8 items/s)."""
 
     def __init__(self, layout: Layout, k: torch.Tensor, v: torch.Tensor):
         self.k, self.v = k, v
