@@ -238,9 +238,12 @@ class TransformersBackend(Backend):
             return False
         return True
 
-    def _packed_probe_agrees(self, tolerance: float = 1e-3) -> bool:
+    def _packed_probe_agrees(self, compiled_tolerance: float | None = None) -> bool:
         """A packed read (a prefix with two continuations, a lone sequence) against plain
-        padded reads of the same sequences, to ``tolerance`` of the scores' scale."""
+        padded reads of the same sequences. Packing must read the same numbers: 1e-3 of
+        each read's own scale. Compiled parts are held to ``compiled_tolerance`` of the
+        scale of all the probe's scores (bf16 rounding follows the activations' size,
+        not each score's)."""
         ids = [3 + i % max(1, self.vocab_size - 3) for i in range(12)]
         units = [(ids[:4], [Sequence(ids[4:7], (0, 2)), Sequence(ids[7:8], (0,))]), ([], [Sequence(ids[8:], (3,))])]
         token_ids = [0, 1] if self.task == "lm" else None
@@ -250,9 +253,11 @@ class TransformersBackend(Backend):
         except Exception as exc:  # noqa: BLE001 - any failure means: not this way
             log.info("packed probe failed (%s)", exc)
             return False
-        scale = max([1.0] + [float(np.abs(b).max()) for want in plain for b in want])
-        return all(np.allclose(a, b, rtol=tolerance, atol=tolerance * scale)
-                   for got, want in zip(packed, plain) for a, b in zip(got, want))
+        pairs = [(a, b) for got, want in zip(packed, plain) for a, b in zip(got, want)]
+        if compiled_tolerance is None:
+            return all(np.allclose(a, b, rtol=1e-3, atol=1e-3 * max(1.0, float(np.abs(b).max()))) for a, b in pairs)
+        scale = max([1.0] + [float(np.abs(b).max()) for _, b in pairs])
+        return all(np.allclose(a, b, rtol=compiled_tolerance, atol=compiled_tolerance * scale) for a, b in pairs)
 
     @torch.inference_mode()
     def read_shared(
