@@ -37,8 +37,13 @@ ROW_MULTIPLE = 16
 _TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 2e-2}
 
 
-def onednn_available() -> bool:
-    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+def onednn_available(dtype: torch.dtype = torch.float32) -> bool:
+    """Whether oneDNN takes prepacked ``dtype`` weights on this CPU: bf16 needs avx512
+    (bw, vl, dq) or avx_ne_convert; an AVX2-only CPU (this workplace's AMD EPYC) keeps
+    torch's bf16 linears."""
+    if not (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")):
+        return False
+    return dtype != torch.bfloat16 or bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
 class PackedLinear(nn.Module):
@@ -111,14 +116,16 @@ class ProjectionPart(nn.Module):
 def pack_linears(module: nn.Module) -> int:
     """Replace every fp32 or bf16 ``nn.Linear`` under ``module`` whose packed twin gives
     the same numbers (sibling projections fused, see FUSED_PROJECTIONS); returns how many
-    were replaced. Leaves everything as it was on any doubt."""
-    if not onednn_available():
+    were replaced (only dtypes oneDNN takes on this CPU). Leaves everything as it was on
+    any doubt."""
+    dtypes = {dtype for dtype in _TOLERANCE if onednn_available(dtype)}
+    if not dtypes:
         return 0
     replaced = 0
     for parent in list(module.modules()):
-        replaced += _fuse_projections(parent)
+        replaced += _fuse_projections(parent, dtypes)
         for name, child in list(parent.named_children()):
-            if type(child) is nn.Linear and child.weight.dtype in _TOLERANCE:
+            if type(child) is nn.Linear and child.weight.dtype in dtypes:
                 packed = PackedLinear(child.weight, child.bias)
                 if _agrees(child, packed):
                     setattr(parent, name, packed)
@@ -126,14 +133,14 @@ def pack_linears(module: nn.Module) -> int:
     return replaced
 
 
-def _fuse_projections(parent: nn.Module) -> int:
+def _fuse_projections(parent: nn.Module, dtypes: set) -> int:
     replaced = 0
     for names in FUSED_PROJECTIONS:
         linears = [getattr(parent, name, None) for name in names]
         if not all(type(linear) is nn.Linear for linear in linears):
             continue
         first = linears[0]
-        if (first.weight.dtype not in FUSED_DTYPES or any(
+        if (first.weight.dtype not in FUSED_DTYPES or first.weight.dtype not in dtypes or any(
                 linear.in_features != first.in_features or linear.weight.dtype != first.weight.dtype
                 or (linear.bias is None) != (first.bias is None) for linear in linears)):
             continue

@@ -14,15 +14,19 @@ from rewardserve.models.backends.cpu_linear import (
     PackedLinear,
     ProjectionPart,
     build_kernels,
+    onednn_available,
     pack_linears,
 )
 from rewardserve.models.spec import ModelSpec
 
 # Relative to the output's scale: fp32 only reorders sums; bf16 rounds to 8 bits.
 TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 1e-2}
+# oneDNN's bf16 kernels need avx512 or avx_ne_convert; AVX2-only CPUs keep torch's linears.
+BF16_ONEDNN = onednn_available(torch.bfloat16)
+needs_bf16_onednn = pytest.mark.skipif(not BF16_ONEDNN, reason="this CPU's oneDNN has no bf16 kernels")
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float32, pytest.param(torch.bfloat16, marks=needs_bf16_onednn)])
 @pytest.mark.parametrize("rows", [1, 17, CHUNK_ROWS, CHUNK_ROWS + 37, 2 * CHUNK_ROWS + 5])
 def test_packed_linear_equals_nn_linear(dtype, rows):
     torch.manual_seed(0)
@@ -42,6 +46,9 @@ def test_pack_linears_swaps_every_linear_and_builds_their_kernels(dtype):
     x = torch.randn(5, 32).to(dtype)
     with torch.inference_mode():
         want = model(x).float()
+    if dtype == torch.bfloat16 and not BF16_ONEDNN:  # left to torch, untouched
+        assert pack_linears(model) == 0 and [type(m) for m in model] == [nn.Linear, nn.SiLU, nn.Linear, nn.Linear]
+        return
     assert pack_linears(model) == 3
     assert all(type(m) is not nn.Linear for m in model)
     assert build_kernels(model) == 2  # (32 -> 64) twice and (64 -> 32): two shapes
@@ -62,6 +69,7 @@ class Projections(nn.Module):
         return self.q_proj(x), self.k_proj(x), self.v_proj(x)
 
 
+@needs_bf16_onednn
 @pytest.mark.parametrize("bias", [False, True])
 def test_bf16_q_k_v_run_as_one_gemm_with_each_projections_numbers(bias):
     torch.manual_seed(2)
@@ -91,15 +99,15 @@ def test_fp32_projections_stay_separate():
 
 
 def test_bf16_packed_scores_follow_transformers(qwen3_rm):
-    """The whole CPU path in bf16 (oneDNN linears, packed rows filled to the row multiple,
-    kernels built at load, layers and the norms outside them compiled) against
+    """The whole CPU path in bf16 (oneDNN linears where the CPU has bf16 kernels, packed
+    rows filled to the row multiple, kernels built at load, layers and the norms outside them compiled) against
     transformers' own bf16 forward of the same files."""
     from transformers import AutoModelForSequenceClassification
 
     from rewardserve.models.backends import Sequence
 
     backend = make_backend(ModelSpec(name="m", source=str(qwen3_rm), dtype="bfloat16"), "classify")
-    assert backend.packs and backend._pack_multiple > 1
+    assert backend.packs and (backend._pack_multiple > 1) == BF16_ONEDNN
     assert backend.compiled_layers == 1  # of 2: the last runs at the read rows
     assert backend.compiled_norms == 4 + 1  # the last layer's 2 norms, q_norm, k_norm; the final norm
     sequences = [[5 + (i * 7 + j) % 400 for j in range(n)] for i, n in enumerate((9, 23, 40))]
