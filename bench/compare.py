@@ -365,7 +365,15 @@ def main() -> None:
 def report(workloads: list[Workload], table: dict, args) -> None:
     names = {"a": "rewardserve (transformers)", "b": "rewardserve (vLLM backend)", "c": "vLLM server",
              "d": "naive server", "e": "raw forward, unshared"}
-    print(f"\ndtype {args.dtype}; vLLM reserved CPUs: {args.vllm_reserved_cpus}; callers: {args.callers}; "
+    import platform
+
+    import torch
+
+    # Ratios move with the machine (oneDNN vs MKL, bf16 kernels): say which one ran them.
+    capability = torch.backends.cpu.get_cpu_capability()
+    print(f"\n{cpu_name()}, {os.cpu_count()} CPUs; torch {torch.__version__} ({capability}); "
+          f"Python {platform.python_version()}")
+    print(f"dtype {args.dtype}; vLLM reserved CPUs: {args.vllm_reserved_cpus}; callers: {args.callers}; "
           f"best of {args.rounds} rounds")
     for w in workloads:
         print(f"\n{w.name}: {len(w.requests)} requests, {w.items} items, {w.tokens} tokens")
@@ -385,6 +393,18 @@ def report(workloads: list[Workload], table: dict, args) -> None:
             print(f"  {names[label]:<28}{rate[label]:>9.2f}{w.tokens / seconds:>10.0f}{p50:>9}{p99:>9}{diff:>17.2e}")
         ratios = [(x, y) for x, y in [("a", "c"), ("a", "e"), ("a", "d"), ("b", "c")] if x in rate and y in rate]
         print("  " + ",  ".join(f"{x}/{y} = {rate[x] / rate[y]:.2f}" for x, y in ratios))
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or "unknown CPU"
 
 
 if __name__ == "__main__":

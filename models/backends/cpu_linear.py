@@ -1,10 +1,13 @@
 """Linear layers for inference on CPU: weights prepacked once for oneDNN, rows in chunks.
 
-torch's fp32 ``nn.Linear`` on CPU calls MKL's sgemm, which on this workplace's AMD EPYC
-runs at 170 GFLOP/s; oneDNN with weights reordered once to its blocked layout ran the
-same shapes 1.9-2.9x faster (M = 1 to 2000 tokens, K 1024, N 3072) with outputs equal to
-1e-6 relative. vLLM's CPU backend gets much of its speed the same way. bf16 goes through
-oneDNN (AMX where the CPU has it) either way; prepacking spares the per-call reorder.
+torch's fp32 ``nn.Linear`` on CPU calls MKL's sgemm, which on one of this workplace's AMD
+EPYC machines ran at 170 GFLOP/s; oneDNN with weights reordered once to its blocked layout
+ran the same shapes 1.9-2.9x faster (M = 1 to 2000 tokens, K 1024, N 3072) with outputs
+equal to 1e-6 relative; vLLM's CPU backend gets much of its speed the same way. On another
+(Zen 3, AVX2 only, torch 2.13) both ran at ~140 GFLOP/s on 2 cores, oneDNN 0.9-1.4x MKL's
+speed (M 64 to 1008): no loss, little gain. bf16 goes through oneDNN (AMX where the CPU has
+it) either way; prepacking spares the per-call reorder. CPUs without oneDNN's bf16 kernels
+(avx512 or avx_ne_convert) keep torch's bf16 linears.
 
 oneDNN builds (JIT-compiles) a kernel for every row count M it meets: ~5 ms per weight
 shape for M near 1,000 here, against ~1.5 ms to run it. A packed batch of fresh texts has
