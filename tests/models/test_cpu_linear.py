@@ -98,7 +98,7 @@ def test_fp32_projections_stay_separate():
     assert all(type(p) is PackedLinear for p in (module.q_proj, module.k_proj, module.v_proj))
 
 
-def test_bf16_packed_scores_follow_transformers(qwen3_rm):
+def test_bf16_packed_scores_follow_transformers(qwen3_rm, caplog):
     """The whole CPU path in bf16 (oneDNN linears where the CPU has bf16 kernels, packed
     rows filled to the row multiple, kernels built at load, layers and the norms outside them compiled) against
     transformers' own bf16 forward of the same files."""
@@ -106,8 +106,11 @@ def test_bf16_packed_scores_follow_transformers(qwen3_rm):
 
     from rewardserve.models.backends import Sequence
 
-    backend = make_backend(ModelSpec(name="m", source=str(qwen3_rm), dtype="bfloat16"), "classify")
+    with caplog.at_level("WARNING", logger="rewardserve.models.backends.transformers_backend"):
+        backend = make_backend(ModelSpec(name="m", source=str(qwen3_rm), dtype="bfloat16"), "classify")
     assert backend.packs and (backend._pack_multiple > 1) == BF16_ONEDNN
+    # Without bf16 kernels the load says so: bf16 runs slower than fp32 there.
+    assert ("without bf16 kernels" in caplog.text) == (not BF16_ONEDNN)
     assert backend.compiled_layers == 1  # of 2: the last runs at the read rows
     assert backend.compiled_norms == 4 + 1  # the last layer's 2 norms, q_norm, k_norm; the final norm
     sequences = [[5 + (i * 7 + j) % 400 for j in range(n)] for i, n in enumerate((9, 23, 40))]
