@@ -39,6 +39,7 @@ import argparse
 import asyncio
 import json
 import os
+import platform
 import random
 import statistics
 import subprocess
@@ -365,8 +366,6 @@ def main() -> None:
 def report(workloads: list[Workload], table: dict, args) -> None:
     names = {"a": "rewardserve (transformers)", "b": "rewardserve (vLLM backend)", "c": "vLLM server",
              "d": "naive server", "e": "raw forward, unshared"}
-    import platform
-
     import torch
 
     # Ratios move with the machine (oneDNN vs MKL, bf16 kernels): say which one ran them.
@@ -402,8 +401,6 @@ def cpu_name() -> str:
                 return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    import platform
-
     return platform.processor() or "unknown CPU"
 
 

@@ -75,7 +75,7 @@ class PackedLinear(nn.Module):
 
 # Sibling projections that read the same input, fused in FUSED_DTYPES (see the top).
 FUSED_PROJECTIONS = (("q_proj", "k_proj", "v_proj"),)
-FUSED_DTYPES = (torch.bfloat16,)
+FUSED_DTYPES = {torch.bfloat16}
 
 
 class FusedProjections(nn.Module):
@@ -124,9 +124,9 @@ def pack_linears(module: nn.Module) -> int:
     dtypes = {dtype for dtype in _TOLERANCE if onednn_available(dtype)}
     if not dtypes:
         return 0
-    replaced = 0
+    fusable, replaced = dtypes & FUSED_DTYPES, 0
     for parent in list(module.modules()):
-        replaced += _fuse_projections(parent, dtypes)
+        replaced += _fuse_projections(parent, fusable)
         for name, child in list(parent.named_children()):
             if type(child) is nn.Linear and child.weight.dtype in dtypes:
                 packed = PackedLinear(child.weight, child.bias)
@@ -137,13 +137,14 @@ def pack_linears(module: nn.Module) -> int:
 
 
 def _fuse_projections(parent: nn.Module, dtypes: set) -> int:
+    """Fuses the sibling projections whose weights are of one of ``dtypes``."""
     replaced = 0
     for names in FUSED_PROJECTIONS:
         linears = [getattr(parent, name, None) for name in names]
         if not all(type(linear) is nn.Linear for linear in linears):
             continue
         first = linears[0]
-        if (first.weight.dtype not in FUSED_DTYPES or first.weight.dtype not in dtypes or any(
+        if (first.weight.dtype not in dtypes or any(
                 linear.in_features != first.in_features or linear.weight.dtype != first.weight.dtype
                 or (linear.bias is None) != (first.bias is None) for linear in linears)):
             continue

@@ -100,8 +100,8 @@ def test_fp32_projections_stay_separate():
 
 def test_bf16_packed_scores_follow_transformers(qwen3_rm, caplog):
     """The whole CPU path in bf16 (oneDNN linears where the CPU has bf16 kernels, packed
-    rows filled to the row multiple, kernels built at load, layers and the norms outside them compiled) against
-    transformers' own bf16 forward of the same files."""
+    rows filled to the row multiple, kernels built at load, layers and the norms outside
+    them compiled) against transformers' own bf16 forward of the same files."""
     from transformers import AutoModelForSequenceClassification
 
     from rewardserve.models.backends import Sequence
