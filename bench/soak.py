@@ -1,14 +1,16 @@
 """Soak: a bounded steady load at 80% of measured capacity, watching errors, latency and
-memory.
+memory; with ``--hostile``, the same soak again with attacks mixed in.
 
-    .venv/bin/python bench/soak.py [--minutes 10] [--load 0.8]
+    .venv/bin/python bench/soak.py [--minutes 10] [--load 0.8] [--hostile [--hostile-share 0.1]]
 
-Serves a small Qwen3 reward model and the math rule in one process, measures capacity
-with 16 closed-loop callers, warms up for a minute, then sends requests at ``load`` x
-capacity on a fixed schedule (open loop: a slow answer does not slow the sender) for
-``--minutes``, and prints requests, errors, p50 / p99 latency and the server's RSS at
-start and end (each the mean of a minute of 5-second samples: RSS swings with the work
-in flight).
+Serves a small Qwen3 reward model and the math rule in one process (API keys on),
+measures capacity with 16 closed-loop callers, warms up for a minute, then sends requests
+at ``load`` x capacity on a fixed schedule (open loop: a slow answer does not slow the
+sender) for ``--minutes``, and prints requests, errors, p50 / p99 latency and the
+server's RSS at start and end (each the mean of a minute of 5-second samples: RSS swings
+with the work in flight). ``--hostile`` then runs a second phase of the same length in
+which ``--hostile-share`` of the requests are attacks (bench/hostile.py) and reports the
+legitimate requests' p99 against the clean phase's, every 5xx, and the RSS trend.
 """
 
 from __future__ import annotations
@@ -16,18 +18,23 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import platform
 import random
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+KEY = "soak-key"
+AUTH = {"authorization": f"Bearer {KEY}"}
 
 
 def rss_mb(pid: int) -> float:
@@ -60,67 +67,133 @@ async def closed_loop(url: str, seconds: float, callers: int = 16) -> float:
             (await http.post(url + "/v1/score", json=request_body(rng))).raise_for_status()
             done += 1
 
-    async with httpx.AsyncClient(timeout=120, limits=httpx.Limits(max_connections=callers)) as http:
+    async with httpx.AsyncClient(timeout=120, headers=AUTH, limits=httpx.Limits(max_connections=callers)) as http:
         start = time.monotonic()
         await asyncio.gather(*(caller(http) for _ in range(callers)))
         return done / (time.monotonic() - start)
 
 
-async def open_loop(url: str, rate: float, seconds: float, pid: int, samples: list | None = None
-                    ) -> tuple[list[float], int, int]:
+class Phase:
+    """What one open-loop phase saw."""
+
+    def __init__(self) -> None:
+        self.latencies: list[float] = []
+        self.errors = 0
+        self.sent = 0
+        self.hostile: dict[str, dict[int | str, int]] = {}
+        self.server_errors = 0  # 5xx, legitimate or hostile
+        self.samples: list[tuple[float, float]] = []
+
+    def pct(self, p: float) -> float:
+        ordered = sorted(self.latencies)
+        return ordered[min(len(ordered) - 1, int(p * len(ordered)))] * 1000
+
+    def rss_trend(self) -> tuple[float, float, float]:
+        first = [m for t, m in self.samples if t < 60]
+        last = [m for t, m in self.samples if t >= self.samples[-1][0] - 60]
+        return sum(first) / len(first), sum(last) / len(last), max(m for _, m in self.samples)
+
+
+async def open_loop(url: str, rate: float, seconds: float, pid: int, *, hostile_share: float = 0.0,
+                    seed: int = 2, record: bool = True) -> Phase:
     import httpx
 
-    rng = random.Random(2)
+    from bench.hostile import attacks, pick
+
+    rng = random.Random(seed)
+    menu = attacks(seed) if hostile_share > 0 else []
+    host, port = urlsplit(url).hostname, urlsplit(url).port
+    phase = Phase()
     next_report = time.monotonic() + 60
     next_sample = time.monotonic()
-    latencies: list[float] = []
-    errors = sent = 0
     tasks = []
 
-    async def one(http, body):
-        nonlocal errors
+    async def legit(http, body):
         start = time.monotonic()
         try:
             response = await http.post(url + "/v1/score", json=body)
             if response.status_code != 200:
-                errors += 1
+                phase.errors += 1
+                phase.server_errors += response.status_code >= 500
                 print(f"  error: {response.status_code} {response.text[:200]}", flush=True)
         except httpx.HTTPError as exc:
-            errors += 1
+            phase.errors += 1
             print(f"  error: {type(exc).__name__}: {exc}", flush=True)
-        latencies.append(time.monotonic() - start)
+        phase.latencies.append(time.monotonic() - start)
 
-    async with httpx.AsyncClient(timeout=120, limits=httpx.Limits(max_connections=256)) as http:
+    async def attack(http, chosen):
+        if not hasattr(chosen, "path"):
+            await chosen(host, port)
+            outcome: int | str = "connection held"
+        else:
+            headers = {"content-type": "application/json", **(AUTH if chosen.auth else {})}
+            try:
+                response = await http.post(url + chosen.path, content=chosen.body, headers=headers,
+                                           timeout=chosen.client_timeout_s or 120)
+                outcome = response.status_code
+                if response.status_code >= 500:
+                    phase.server_errors += 1
+                    print(f"  5xx on attack {chosen.name}: {response.status_code} {response.text[:200]}", flush=True)
+            except httpx.TimeoutException:
+                outcome = "hung up"
+            except httpx.HTTPError as exc:
+                outcome = type(exc).__name__
+        counts = phase.hostile.setdefault(getattr(chosen, "name", "half-open connection"), {})
+        counts[outcome] = counts.get(outcome, 0) + 1
+
+    async with httpx.AsyncClient(timeout=120, headers=AUTH, limits=httpx.Limits(max_connections=256)) as http, \
+            httpx.AsyncClient(timeout=120, limits=httpx.Limits(max_connections=64)) as hostile_http:
         begin = time.monotonic()
         while (now := time.monotonic()) - begin < seconds:
-            tasks.append(asyncio.ensure_future(one(http, request_body(rng))))
-            sent += 1
-            if samples is not None and now >= next_sample:
-                samples.append((now - begin, rss_mb(pid)))
+            if menu and rng.random() < hostile_share:
+                tasks.append(asyncio.ensure_future(attack(hostile_http, pick(rng, menu))))
+            else:
+                tasks.append(asyncio.ensure_future(legit(http, request_body(rng))))
+            phase.sent += 1
+            if record and now >= next_sample:
+                phase.samples.append((now - begin, rss_mb(pid)))
                 next_sample += 5
             if now >= next_report:
-                print(f"  {now - begin:5.0f} s: {sent} sent, {errors} errors, RSS {rss_mb(pid):.0f} MB", flush=True)
+                print(f"  {now - begin:5.0f} s: {phase.sent} sent, {phase.errors} errors, "
+                      f"{phase.server_errors} 5xx, RSS {rss_mb(pid):.0f} MB", flush=True)
                 next_report += 60
                 tasks = [t for t in tasks if not t.done()]
-            await asyncio.sleep(max(0.0, begin + sent / rate - time.monotonic()))
+            await asyncio.sleep(max(0.0, begin + phase.sent / rate - time.monotonic()))
         await asyncio.gather(*tasks)
-    return latencies, errors, sent
+    return phase
+
+
+def report(name: str, phase: Phase) -> None:
+    start, end, peak = phase.rss_trend()
+    legit = len(phase.latencies)
+    print(f"[{name}] requests {phase.sent} ({legit} legitimate), legitimate errors {phase.errors}, "
+          f"5xx {phase.server_errors} (target 0)")
+    print(f"[{name}] legitimate latency p50 {phase.pct(0.50):.1f} ms, p99 {phase.pct(0.99):.1f} ms")
+    print(f"[{name}] server RSS (mean of the first / last minute) {start:.0f} MB -> {end:.0f} MB: "
+          f"{(end / start - 1) * 100:+.1f}% (target < 5%); peak {peak:.0f} MB")
+    for attack, outcomes in sorted(phase.hostile.items()):
+        print(f"[{name}]   attack {attack}: {dict(outcomes)}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--minutes", type=float, default=10.0)
+    parser.add_argument("--minutes", type=float, default=10.0, help="per phase")
     parser.add_argument("--load", type=float, default=0.8)
+    parser.add_argument("--hostile", action="store_true", help="a second phase with attacks mixed in")
+    parser.add_argument("--hostile-share", type=float, default=0.1)
     args = parser.parse_args()
 
     from tests.builders import build_sequence_classifier
     from tests.harness import free_port, wait_ready
 
+    print(f"CPU: {platform.processor() or platform.machine()} ({os.cpu_count()} cores), "
+          f"{_cpu_model()}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         model = build_sequence_classifier(Path(tmp) / "rm", "qwen3", hidden=256, layers=4, heads=4, head_dim=64)
         port = free_port()
+        env = {**os.environ, "REWARDSERVE_LOG_LEVEL": "warning", "REWARDSERVE_API_KEYS": KEY}
         proc = subprocess.Popen([sys.executable, "-m", "rewardserve.service.cli", "serve", "--port", str(port),
-                                 "--model", f"rm={model}"], env={**os.environ, "REWARDSERVE_LOG_LEVEL": "warning"},
+                                 "--model", f"rm={model}"], env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         url = f"http://127.0.0.1:{port}"
         try:
@@ -129,27 +202,29 @@ def main() -> None:
             rate = args.load * capacity
             print(f"capacity {capacity:.1f} requests/s; warming up 1 min, then {rate:.1f}/s for "
                   f"{args.minutes:g} min", flush=True)
-            asyncio.run(open_loop(url, rate, 60, proc.pid))  # every shape seen once, caches filled
-            samples: list[tuple[float, float]] = []
-            latencies, errors, sent = asyncio.run(open_loop(url, rate, args.minutes * 60, proc.pid, samples))
-            # RSS swings with the batches in flight: compare the first and last minutes' means.
-            first = [m for t, m in samples if t < 60]
-            last = [m for t, m in samples if t >= samples[-1][0] - 60]
-            rss_start, rss_end = sum(first) / len(first), sum(last) / len(last)
-            rss_peak = max(m for _, m in samples)
+            asyncio.run(open_loop(url, rate, 60, proc.pid, record=False))  # every shape seen once, caches filled
+            clean = asyncio.run(open_loop(url, rate, args.minutes * 60, proc.pid))
+            report("clean", clean)
+            if args.hostile:
+                print(f"hostile phase: {args.hostile_share:.0%} of requests are attacks, {args.minutes:g} min",
+                      flush=True)
+                hostile = asyncio.run(open_loop(url, rate, args.minutes * 60, proc.pid,
+                                                hostile_share=args.hostile_share, seed=3))
+                report("hostile", hostile)
+                print(f"legitimate p99 hostile / clean: {hostile.pct(0.99) / clean.pct(0.99):.2f} (target <= 1.5)")
         finally:
             proc.terminate()
             proc.wait(timeout=60)
 
-    latencies.sort()
 
-    def pct(p: float) -> float:
-        return latencies[min(len(latencies) - 1, int(p * len(latencies)))] * 1000
-
-    print(f"requests {sent}, errors {errors} (target 0)")
-    print(f"latency p50 {pct(0.50):.1f} ms, p99 {pct(0.99):.1f} ms")
-    print(f"server RSS (mean of the first / last minute) {rss_start:.0f} MB at start, {rss_end:.0f} MB at end: "
-          f"{(rss_end / rss_start - 1) * 100:+.1f}% (target < 5%); peak {rss_peak:.0f} MB")
+def _cpu_model() -> str:
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown CPU"
 
 
 if __name__ == "__main__":

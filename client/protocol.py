@@ -183,12 +183,15 @@ Normalize = Literal["none", "group"]
 Truncate = Literal["error", "left", "right"]
 
 
+Prompt = Annotated[str, Field(max_length=2000)]  # a CLIP prompt (77 tokens are read)
+
+
 class GoalOptions(_Request):
     """For ``clip_goal`` models (VLM-RM): the goal prompt(s), optional baseline prompt(s)
     and the projection strength alpha in 0..1; the model's config gives defaults."""
 
-    goal: str | list[str] | None = None
-    baseline: str | list[str] | None = None
+    goal: Prompt | Annotated[list[Prompt], Field(max_length=32)] | None = None
+    baseline: Prompt | Annotated[list[Prompt], Field(max_length=32)] | None = None
     alpha: float | None = Field(default=None, ge=0.0, le=1.0)
 
 
@@ -313,7 +316,7 @@ class SamplingOptions(_Request):
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     max_new_tokens: int = Field(default=256, ge=1, le=4096)
     n: int = Field(default=1, ge=1, le=16)
-    seed: int | None = None
+    seed: int | None = Field(default=None, ge=0, le=2**63 - 1)
 
 
 class VerifyOptions(SamplingOptions):

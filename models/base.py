@@ -17,12 +17,17 @@ import hashlib
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from rewardserve.client.protocol import Item, ItemResult, ModelCard, ScoreOptions
+from rewardserve.models.request_scope import RequestScope
 from rewardserve.models.spec import ModelSpec
+
+if TYPE_CHECKING:
+    from rewardserve.models.images import ImagePolicy
+    from rewardserve.models.rules.runner import RuleRunner
 
 
 class ItemError(Exception):
@@ -51,6 +56,18 @@ class Work:
     prompt_tokens: int = 0
     truncated: bool = False
     key: bytes | None = None
+    # The request it belongs to (set by the service): who shares a pool fairly with
+    # whom, and whether the work is still wanted.
+    scope: RequestScope | None = None
+
+
+@dataclass(frozen=True)
+class ModelContext:
+    """What the service lends every model it builds: the image rules and the shared rule
+    pools. A model built alone (a test, a script) gets defaults and pools of its own."""
+
+    image_policy: ImagePolicy | None = None
+    rules: RuleRunner | None = None
 
 
 def sigmoid(x: float) -> float:
@@ -113,15 +130,15 @@ class RewardModel(ABC):
     runs_torch: ClassVar[bool] = True
 
     def __init__(
-        self, spec: ModelSpec, preset: dict[str, Any] | None = None, image_policy=None
+        self, spec: ModelSpec, preset: dict[str, Any] | None = None, context: ModelContext | None = None
     ):
-        from rewardserve.models.images import ImagePolicy
-
         from rewardserve.models.cache import LRUCache
+        from rewardserve.models.images import ImagePolicy
 
         self.spec = spec
         self.name = spec.name
-        self.image_policy: ImagePolicy = image_policy or ImagePolicy()
+        self.context = context or ModelContext()
+        self.image_policy: ImagePolicy = self.context.image_policy or ImagePolicy()
         # Preset options first, then the user's own options on top.
         self.options: dict[str, Any] = {**(preset or {}).get("options", {}), **spec.options}
         self.preset_name: str | None = (preset or {}).get("name")

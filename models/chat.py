@@ -53,6 +53,31 @@ def split_pair(item: Item) -> tuple[str, str]:
     return "\n".join(m.text() for m in turns[:-1]), turns[-1].text()
 
 
+# No tokenizer we serve averages more characters per token than this over a text, so a
+# text longer than max_tokens * MAX_CHARS_PER_TOKEN cannot fit and is not tokenized whole
+# (byte-level BPE on a long run without spaces costs far more than linear time).
+MAX_CHARS_PER_TOKEN = 32
+
+
+def fit_text(text: str, max_tokens: int, truncate: str, *, index: int, field: str = "items") -> str:
+    """Before tokenizing: a text that cannot fit is a 413 (``truncate: error``) or cut
+    at the character level from the end truncation would drop, far enough out that the
+    tokens truncation keeps are the same."""
+    limit = max_tokens * MAX_CHARS_PER_TOKEN
+    if len(text) <= limit:
+        return text
+    if truncate == "right":
+        return text[:limit]
+    if truncate == "left":
+        return text[len(text) - limit:]
+    raise RequestError(
+        f"{field}[{index}] has {len(text)} characters, more than this model's limit of {max_tokens} "
+        f"tokens can hold; shorten it or send options.truncate = 'left' or 'right'",
+        param=f"{field}[{index}]",
+        status=413,
+    )
+
+
 def fit_length(
     ids: list[int], max_tokens: int, truncate: str, *, index: int, bos_id: int | None
 ) -> tuple[list[int], bool]:

@@ -49,6 +49,9 @@ def goal_reward(x: np.ndarray, goal: np.ndarray, baseline: np.ndarray | None, al
     projection = np.eye(len(goal))
     if baseline is not None and alpha > 0:
         d = goal - baseline
+        if float(d @ d) < 1e-12:
+            raise ItemError("the goal and baseline prompts embed to the same vector, so the direction "
+                            "between them is undefined; give another baseline, or alpha 0")
         projection = alpha * np.outer(d, d) / float(d @ d) + (1 - alpha) * projection
     diff = (x - goal) @ projection
     return 1.0 - 0.5 * np.sum(diff * diff, axis=-1)
@@ -97,8 +100,9 @@ class CLIPGoalModel(RewardModel):
         steps = isinstance(options, StepOptions)
         window = options.window if steps else None
         entries: list[Work | ItemError] = []
+        budget = self.image_policy.request_budget()
         for index, item in enumerate(items):
-            images = load_item_images(item, index, self.image_policy)
+            images = load_item_images(item, index, self.image_policy, budget)
             if not images:
                 entries.append(ItemError("a clip_goal item needs at least one image"))
                 continue
@@ -137,7 +141,11 @@ class CLIPGoalModel(RewardModel):
             x = frames[at : at + work.length]
             at += work.length
             baseline = self._prompt_vector(job.baseline) if job.baseline else None
-            rewards = goal_reward(x, self._prompt_vector(job.goal), baseline, job.alpha).tolist()
+            try:
+                rewards = goal_reward(x, self._prompt_vector(job.goal), baseline, job.alpha).tolist()
+            except ItemError as exc:
+                results.append(exc)
+                continue
             if job.window:
                 rewards = [float(np.mean(rewards[max(0, k - job.window + 1) : k + 1])) for k in range(len(rewards))]
             if not job.steps:

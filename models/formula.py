@@ -65,7 +65,28 @@ def compile_formula(source: str, names: set[str]) -> ast.Expression:
         raise FormulaError(f"the formula is over {MAX_NODES} syntax nodes")
     for node in nodes:
         _check(node, names)
+    _check_constant_parts(nodes)
     return tree
+
+
+def _check_constant_parts(nodes: list[ast.AST]) -> None:
+    """Evaluate every part that reads no criterion now, so ``9 ** 9 ** 9`` or ``1 / 0``
+    is refused with the request, not found wrong item by item."""
+    for node in nodes:
+        if not isinstance(node, (ast.BinOp, ast.UnaryOp, ast.Call, ast.BoolOp, ast.Compare, ast.IfExp)):
+            continue
+        try:
+            if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow):
+                exponent = _eval(node.right, {})  # a constant exponent is checked alone
+                if abs(exponent) > MAX_EXPONENT:
+                    raise FormulaError(f"exponents are limited to {MAX_EXPONENT}")
+            _eval(node, {})
+        except KeyError:
+            continue  # reads a criterion
+        except FormulaError:
+            raise
+        except (ArithmeticError, ValueError, TypeError) as exc:
+            raise FormulaError(f"the formula fails: {exc}") from exc
 
 
 def _check(node: ast.AST, names: set[str]) -> None:

@@ -8,8 +8,11 @@ Rules, each with its own status:
   other scheme is never opened.                                                  (422)
 - at most ``max_bytes`` of image data, ``max_images`` per item                   (413)
 - the pixel count is read from the header and checked BEFORE decoding, so a
-  decompression bomb costs nothing                                               (413)
-- PNG, JPEG and WEBP only; one frame; the data must decode completely            (422)
+  decompression bomb costs nothing: ``max_pixels`` per image, and
+  ``max_request_pixels`` for all images of a request together                    (413)
+- PNG, JPEG and WEBP only; one frame; width / height within ``max_aspect_ratio``
+  (processors refuse thin strips); the data must decode completely; text chunks
+  over PIL's safety limit are refused                                            (422)
 - EXIF orientation applied, then converted to RGB.
 """
 
@@ -35,10 +38,32 @@ class ImagePolicy:
     max_bytes: int = 20 * 1024 * 1024
     max_pixels: int = 40_000_000
     max_images: int = 16
+    max_request_pixels: int = 64_000_000
+    max_aspect_ratio: float = 200.0
     url_allowlist: tuple[str, ...] = ()
     fetch_timeout_s: float = 5.0
     allow_private_addresses: bool = False  # for tests on loopback only; never in production
     formats: tuple[str, ...] = field(default=ALLOWED_FORMATS)
+
+    def request_budget(self) -> PixelBudget:
+        return PixelBudget(self.max_request_pixels)
+
+
+class PixelBudget:
+    """Pixels the images of one request may decode to, all together."""
+
+    def __init__(self, pixels: int):
+        self.limit = pixels
+        self.used = 0
+
+    def take(self, pixels: int, where: str) -> None:
+        if self.used + pixels > self.limit:
+            raise RequestError(
+                f"the request's images add up to over {self.limit} pixels (this one brings it to "
+                f"{self.used + pixels}); send fewer or smaller images per request",
+                param=where, status=413,
+            )
+        self.used += pixels
 
 
 def image_parts(item: Item, index: int) -> Iterator[tuple[str, str]]:
@@ -59,20 +84,21 @@ def image_parts(item: Item, index: int) -> Iterator[tuple[str, str]]:
                     yield where, part.url if part.url is not None else part.image
 
 
-def load_item_images(item: Item, index: int, policy: ImagePolicy) -> list:
-    """Every image of the item, decoded under the policy (RequestError names the part)."""
+def load_item_images(item: Item, index: int, policy: ImagePolicy, budget: PixelBudget | None = None) -> list:
+    """Every image of the item, decoded under the policy (RequestError names the part);
+    ``budget``: the request's pixels left, shared by its items."""
     parts = list(image_parts(item, index))
     if len(parts) > policy.max_images:
         raise RequestError(
             f"items[{index}] has {len(parts)} images, over the limit of {policy.max_images}",
             param=f"items[{index}]", status=413,
         )
-    return [load_image(source, policy, where) for where, source in parts]
+    return [load_image(source, policy, where, budget) for where, source in parts]
 
 
-def load_image(source: str, policy: ImagePolicy, where: str):
+def load_image(source: str, policy: ImagePolicy, where: str, budget: PixelBudget | None = None):
     data = _fetch_bytes(source, policy, where)
-    return decode_image(data, policy, where)
+    return decode_image(data, policy, where, budget)
 
 
 def _fetch_bytes(source: str, policy: ImagePolicy, where: str) -> bytes:
@@ -132,17 +158,19 @@ def _fetch_url(url: str, policy: ImagePolicy, where: str) -> bytes:
         raise RequestError(f"fetching the image failed: {type(exc).__name__}", param=where) from exc
 
 
-def decode_image(data: bytes, policy: ImagePolicy, where: str):
+def decode_image(data: bytes, policy: ImagePolicy, where: str, budget: PixelBudget | None = None):
     from PIL import Image, ImageOps, UnidentifiedImageError
 
     if len(data) > policy.max_bytes:
         raise RequestError(f"the image is over the {policy.max_bytes}-byte limit", param=where, status=413)
     try:
         image = Image.open(io.BytesIO(data))  # reads the header only
-    except (UnidentifiedImageError, OSError) as exc:
-        raise RequestError("the image data is not a readable PNG, JPEG or WEBP", param=where) from exc
     except Image.DecompressionBombError as exc:
         raise RequestError(f"the image is over the pixel limit: {exc}", param=where, status=413) from exc
+    except (UnidentifiedImageError, OSError) as exc:
+        raise RequestError("the image data is not a readable PNG, JPEG or WEBP", param=where) from exc
+    except (ValueError, SyntaxError, EOFError) as exc:  # PIL's own limits (a huge text chunk)
+        raise RequestError(f"the image is not accepted: {exc}", param=where) from exc
     if image.format not in policy.formats:
         raise RequestError(f"image format {image.format} is not allowed ({', '.join(policy.formats)})", param=where)
     width, height = image.size
@@ -151,11 +179,18 @@ def decode_image(data: bytes, policy: ImagePolicy, where: str):
             f"the image is {width}x{height}, over the limit of {policy.max_pixels} pixels",
             param=where, status=413,
         )
+    if width < 1 or height < 1 or max(width, height) > policy.max_aspect_ratio * min(width, height):
+        raise RequestError(
+            f"the image is {width}x{height}; its sides may differ by at most {policy.max_aspect_ratio:g}x",
+            param=where,
+        )
+    if budget is not None:
+        budget.take(width * height, where)
     if getattr(image, "n_frames", 1) > 1:
         raise RequestError("animated / multi-frame images are not accepted", param=where)
     try:
         image.load()
-    except (OSError, SyntaxError, ValueError) as exc:
+    except (OSError, SyntaxError, ValueError, EOFError) as exc:
         raise RequestError(f"the image is truncated or corrupt: {exc}", param=where) from exc
     return ImageOps.exif_transpose(image).convert("RGB")
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from rewardserve.client.protocol import Item, ItemResult, ScoreOptions
 from rewardserve.models.backends import Sequence, make_backend
 from rewardserve.models.base import BatchPolicy, ItemError, RewardModel, Work, sigmoid, work_key
-from rewardserve.models.chat import fit_length, readout_position, render_chat, split_pair
+from rewardserve.models.chat import fit_length, fit_text, readout_position, render_chat, split_pair
 from rewardserve.models.prefix import SharedUnit, read_units, share_prefixes
 from rewardserve.models.registry import register_kind
 
@@ -38,18 +38,23 @@ class OutcomeModel(RewardModel):
     def load(self) -> None:
         self.backend = make_backend(self.spec, "classify")
 
-    def _encode(self, items: list[Item]) -> list[list[int] | ItemError]:
+    def _encode(self, items: list[Item], truncate: str) -> list[list[int] | ItemError]:
         tok = self.backend.tokenizer
+        limit = self.backend.max_tokens
         out: list[list[int] | ItemError] = []
         if self.options.get("input", "chat") == "pair":
-            questions, answers = zip(*(split_pair(item) for item in items))
-            return list(tok(list(questions), list(answers))["input_ids"])
+            pairs = [split_pair(item) for item in items]
+            for i, (q, a) in enumerate(pairs):
+                fit_text(q + a, limit, "error" if truncate == "error" else "right", index=i)
+            pairs = [(fit_text(q, limit, truncate, index=i), fit_text(a, limit, truncate, index=i))
+                     for i, (q, a) in enumerate(pairs)]
+            return list(tok([q for q, _ in pairs], [a for _, a in pairs])["input_ids"])
         texts: dict[int, str] = {}
         for i, item in enumerate(items):
             try:
-                texts[i] = render_chat(
+                texts[i] = fit_text(render_chat(
                     tok, item.conversation(), strip_bos=self.options.get("strip_bos", True)
-                )
+                ), limit, truncate, index=i)
             except ItemError as exc:
                 out.append(exc)
                 continue
@@ -64,7 +69,7 @@ class OutcomeModel(RewardModel):
         backend = self.backend
         bos = backend.tokenizer.bos_token_id
         entries: list[Work | ItemError] = []
-        for index, ids in enumerate(self._encode(items)):
+        for index, ids in enumerate(self._encode(items, options.truncate)):
             if isinstance(ids, ItemError):
                 entries.append(ids)
                 continue

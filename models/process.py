@@ -22,6 +22,7 @@ from rewardserve.client.protocol import (
 )
 from rewardserve.models.backends import Sequence, make_backend
 from rewardserve.models.base import BatchPolicy, ItemError, RequestError, RewardModel, Work, work_key
+from rewardserve.models.chat import MAX_CHARS_PER_TOKEN, fit_text
 from rewardserve.models.prefix import SharedUnit, read_units, share_prefixes
 from rewardserve.models.prm_formats import FORMATS, StepFormat
 from rewardserve.models.registry import register_kind
@@ -94,8 +95,20 @@ class ProcessModel(RewardModel):
                 param=f"items[{index}]",
                 status=413,
             )
-        ids, positions = self.format.encode(traj)
         limit = self.backend.max_tokens
+        n_steps, spans = len(traj.steps), traj.spans
+        if traj.chars() > limit * MAX_CHARS_PER_TOKEN:  # not tokenized whole: it cannot fit
+            if options.truncate == "error":
+                raise RequestError(
+                    f"items[{index}] has {traj.chars()} characters, more than this model's limit of "
+                    f"{limit} tokens can hold; send options.truncate = 'steps' to score the steps that fit",
+                    param=f"items[{index}]", status=413,
+                )
+            fitted = traj.leading(limit * MAX_CHARS_PER_TOKEN)
+            if fitted is None:
+                raise ItemError(f"the first step ends past this model's context of {limit} tokens")
+            traj = fitted
+        ids, positions = self.format.encode(traj)
         if len(ids) > limit:
             if options.truncate == "error":
                 raise RequestError(
@@ -114,16 +127,16 @@ class ProcessModel(RewardModel):
                 )
         payload = _Trajectory(
             seq=Sequence(ids=ids, positions=tuple(positions)),
-            n_steps=len(traj.steps),
-            spans=traj.spans,
+            n_steps=n_steps,
+            spans=spans,
             aggregate=options.aggregate or self.default_aggregate,
             threshold=options.threshold,
         )
-        spans = tuple((span.message, span.start, span.end) for span in traj.spans)
+        key_spans = tuple((span.message, span.start, span.end) for span in spans)
         return Work(length=len(ids), payload=payload, prompt_tokens=len(ids),
-                    truncated=len(positions) < len(traj.steps),
-                    key=work_key(ids, tuple(positions), len(traj.steps), payload.aggregate,
-                                 payload.threshold, spans))
+                    truncated=len(positions) < n_steps,
+                    key=work_key(ids, tuple(positions), n_steps, payload.aggregate,
+                                 payload.threshold, key_spans))
 
     # ------------------------------------------------------------------ predict
 
@@ -179,6 +192,9 @@ class ProcessModel(RewardModel):
             keep_last = self.backend.max_tokens
         works = []
         for index, given in enumerate(inputs):
+            if isinstance(given, str):
+                given = fit_text(given, self.backend.max_tokens, "left" if keep_last else "error", index=index,
+                                 field="input")
             ids = self.backend.tokenizer.encode(given) if isinstance(given, str) else list(given)
             bad = next((t for t in ids if not 0 <= t < self.backend.vocab_size), None)
             if bad is not None:

@@ -11,7 +11,7 @@ import re
 from typing import Any, Callable, TypeVar
 
 from rewardserve.models import presets
-from rewardserve.models.base import RewardModel
+from rewardserve.models.base import ModelContext, RewardModel
 from rewardserve.models.spec import ModelSpec
 
 _KINDS: dict[str, type[RewardModel]] = {}
@@ -47,7 +47,7 @@ def infer_kind(source: str) -> str | None:
     return None
 
 
-def build_model(spec: ModelSpec, image_policy=None) -> RewardModel:
+def build_model(spec: ModelSpec, context: ModelContext | None = None) -> RewardModel:
     preset: dict[str, Any] | None = presets.resolve(spec.source, spec.preset)
     kind = spec.kind or (preset or {}).get("kind") or infer_kind(spec.source)
     if kind is None:
@@ -56,4 +56,4 @@ def build_model(spec: ModelSpec, image_policy=None) -> RewardModel:
         )
     if preset is not None and preset.get("kind") != kind:
         preset = None  # a preset of another kind says nothing about this model
-    return kind_class(kind)(spec, preset, image_policy)
+    return kind_class(kind)(spec, preset, context)

@@ -1,44 +1,33 @@
 """Rubric rewards: each item is graded by weighted criteria, rules or judge questions,
 and the criterion scores are aggregated into the item's reward.
 
-This module holds what does not need a model: templated criterion fields, running rule
-criteria (isolated rules in a killable process pool), and the aggregations. Judge
-criteria are answered by a verifier model (``VerifierModel.prepare_judge``).
+This module holds what does not need a model: request checks, the rule calls of each
+item (run in the rule pools), the judge questions' texts (templates rendered under
+limits, models/templating.py), and the aggregations. Judge criteria are answered by a
+verifier model (``VerifierModel.prepare_judge``).
 """
 
 from __future__ import annotations
 
 import json
-import os
-from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
 from typing import Any
-
-from jinja2 import TemplateError
 
 from rewardserve.client.protocol import Aggregation, Criterion, CriterionResult, Item
 from rewardserve.models.base import ItemError, RequestError
 from rewardserve.models.formula import FormulaError, compile_formula, evaluate
-from rewardserve.models.judging import _jinja, item_variables
-from rewardserve.models.rules import RuleError, get_rule
+from rewardserve.models.judging import item_variables
+from rewardserve.models.rules import get_rule
+from rewardserve.models.rules.isolation import CallFailure, RenderCall, RuleCall
+from rewardserve.models.templating import (
+    TemplateLimitError,
+    all_plain,
+    check_syntax,
+    has_template,
+    render_field,
+)
 
-MAX_TEMPLATE_OUTPUT = 100_000
-
-
-def render_field(value: Any, variables: dict[str, Any]) -> Any:
-    """Render ``{{ ... }}`` in strings, recursively through lists and dicts."""
-    if isinstance(value, str):
-        if "{{" not in value and "{%" not in value:
-            return value
-        try:
-            out = _jinja().from_string(value).render(**variables)
-        except TemplateError as exc:
-            raise ItemError(f"template field {value[:60]!r}: {exc}") from exc
-        return out[:MAX_TEMPLATE_OUTPUT]
-    if isinstance(value, list):
-        return [render_field(v, variables) for v in value]
-    if isinstance(value, dict):
-        return {k: render_field(v, variables) for k, v in value.items()}
-    return value
+Key = tuple[int, int]  # (item index, criterion index)
 
 
 def response_with_tool_calls(item: Item) -> str:
@@ -49,13 +38,17 @@ def response_with_tool_calls(item: Item) -> str:
         last = next((m for m in reversed(item.messages) if m.role == "assistant"), None)
         for call in (last.tool_calls or []) if last else []:
             args = call.function.arguments
-            args = json.loads(args) if isinstance(args, str) and args.strip() else (args or {})
+            try:
+                args = json.loads(args) if isinstance(args, str) and args.strip() else (args or {})
+            except ValueError:
+                pass  # kept as the string the model wrote
             text += f"\n<tool_call>{json.dumps({'name': call.function.name, 'arguments': args})}</tool_call>"
     return text
 
 
 def check_criteria(criteria: list[Criterion], aggregation: Aggregation, param: str) -> None:
-    """Request-time checks: unique names, known rules, a safe formula (422 otherwise)."""
+    """Request-time checks: unique names, known rules, templates that parse, a safe
+    formula (422 otherwise)."""
     names = [c.name for c in criteria]
     if not criteria:
         raise RequestError("an item needs at least one criterion", param=param)
@@ -67,6 +60,13 @@ def check_criteria(criteria: list[Criterion], aggregation: Aggregation, param: s
                 get_rule(criterion.fn)
             except KeyError as exc:
                 raise RequestError(str(exc.args[0]), param=f"{param}[{index}].fn") from exc
+        if criterion.choices is not None and len(set(criterion.choices)) != len(criterion.choices):
+            raise RequestError("a criterion's choices must differ", param=f"{param}[{index}].choices")
+        where = "args" if criterion.fn is not None else "text"
+        try:
+            check_syntax(criterion.args if criterion.fn is not None else criterion.text)
+        except TemplateLimitError as exc:
+            raise RequestError(str(exc), param=f"{param}[{index}].{where}") from exc
     if aggregation.mode == "formula":
         try:
             compile_formula(aggregation.formula or "", set(names))
@@ -76,61 +76,82 @@ def check_criteria(criteria: list[Criterion], aggregation: Aggregation, param: s
         raise RequestError("the criteria's weights sum to 0", param=param)
 
 
-class RuleRunner:
-    """Runs rule criteria; isolated rules go to a process pool created on first use."""
+@dataclass
+class CriteriaPlan:
+    """What one request's criteria need computed: rule calls (keyed by item and
+    criterion), judge texts ready now, and judge texts to render in the pool."""
 
-    def __init__(self, workers: int | None = None, timeout_s: float = 5.0):
-        self.workers = workers or max(2, min(4, os.cpu_count() or 2))
-        self.timeout_s = timeout_s
-        self._pool = None
+    rule_keys: list[Key] = field(default_factory=list)
+    rule_calls: list[RuleCall] = field(default_factory=list)
+    render_keys: list[Key] = field(default_factory=list)
+    render_calls: list[RenderCall] = field(default_factory=list)
+    texts: dict[Key, str] = field(default_factory=dict)
+    failed: dict[Key, ItemError] = field(default_factory=dict)
 
-    def run(self, jobs: list[tuple[str, str, Any, dict]]) -> list[float | ItemError]:
-        """``(rule, response, reference, args)`` per job, results in order."""
-        pending = []
-        for name, response, reference, args in jobs:
-            rule = get_rule(name)
-            if rule.isolated:
-                pending.append(self._pool_submit(name, response, reference, args))
-            else:
-                pending.append(lambda rule=rule, r=response, ref=reference, a=args: rule.fn(r, ref, **a))
-        out: list[float | ItemError] = []
-        for job, call in zip(jobs, pending):
+
+def plan_criteria(items: list[Item], criteria: list[list[Criterion]], params: list[str]) -> CriteriaPlan:
+    """Rule calls with their args rendered (plain templates here, others in the
+    worker), and each judge criterion's text. RequestError (413 / 422) for an input over
+    a rule's cap or a template over its limits, naming the field."""
+    plan = CriteriaPlan()
+    for i, (item, own, param) in enumerate(zip(items, criteria, params)):
+        response = response_with_tool_calls(item)
+        variables: dict[str, Any] | None = None
+        for k, criterion in enumerate(own):
+            key, source = (i, k), criterion.args if criterion.fn is not None else criterion.text
+            where = f"{param}[{k}].{'args' if criterion.fn is not None else 'text'}"
+            if has_template(source) and variables is None:
+                variables = item_variables(item)
             try:
-                out.append(float(call.result() if hasattr(call, "result") else call()))
-            except FutureTimeout:
-                out.append(ItemError(f"rule {job[0]!r} timed out after {self.timeout_s:g}s"))
-            except RuleError as exc:
-                out.append(ItemError(str(exc)))
-            except Exception as exc:  # a rule's own bug stays with its criterion
-                out.append(ItemError(f"rule {job[0]!r} failed: {type(exc).__name__}: {exc}"))
-        return out
+                if has_template(source) and all_plain(source):
+                    source = render_field(source, variables or {})
+                    pooled = False
+                else:
+                    pooled = has_template(source)
+            except ItemError as exc:
+                plan.failed[key] = exc
+                continue
+            except TemplateLimitError as exc:
+                raise RequestError(str(exc), param=where) from exc
+            if criterion.fn is None:
+                if pooled:
+                    plan.render_keys.append(key)
+                    plan.render_calls.append(RenderCall(source, variables or {}))
+                else:
+                    plan.texts[key] = source
+                continue
+            if not pooled:
+                check_rule_input(criterion.fn, response, item.reference, source, i)
+            plan.rule_keys.append(key)
+            plan.rule_calls.append(RuleCall(criterion.fn, response, item.reference, source,
+                                            variables if pooled else None))
+    return plan
 
-    def _pool_submit(self, name, response, reference, args):
-        if self._pool is None:
-            from rewardserve.models.rules.isolation import RulePool
 
-            self._pool = RulePool(self.workers, self.timeout_s)
-        return self._pool.submit(name, response, reference, args)
-
-    def close(self) -> None:
-        if self._pool is not None:
-            self._pool.close()
+def check_rule_input(rule: str, response: str, reference: Any, args: dict, index: int) -> None:
+    """413 naming ``items[i].<field>`` for an input over the rule's caps."""
+    problem = get_rule(rule).check(response, reference, args)
+    if problem is not None:
+        name, message = problem
+        raise RequestError(f"items[{index}].{name}: {message} ({rule})", param=f"items[{index}].{name}",
+                           status=413)
 
 
-def rule_jobs(item: Item, criteria: list[Criterion]) -> list[tuple[int, tuple] | tuple[int, ItemError]]:
-    """The rule criteria of one item, with their templated args rendered."""
-    variables = item_variables(item)
-    response = response_with_tool_calls(item)
-    jobs = []
-    for index, criterion in enumerate(criteria):
-        if criterion.fn is None:
-            continue
-        try:
-            args = render_field(criterion.args, variables)
-            jobs.append((index, (criterion.fn, response, item.reference, args)))
-        except ItemError as exc:
-            jobs.append((index, exc))
-    return jobs
+def call_outcome(key: Key, value: Any, rule: str | None, where: str) -> Any:
+    """A pool call's value, or the item's error; RequestError when the failure is the
+    request's (a template over its limits, an input over a cap found after rendering)."""
+    if not isinstance(value, CallFailure):
+        return value
+    if value.kind == "template":
+        raise RequestError(value.message, param=where)
+    if value.kind == "limit":
+        raise RequestError(f"items[{key[0]}]: {value.message}", param=f"items[{key[0]}]", status=413)
+    if value.kind in ("rule", "item"):
+        return ItemError(value.message)
+    subject = f"rule {rule!r}" if rule else "the template"
+    if value.kind in ("timeout", "memory"):
+        return ItemError(f"{subject} {value.message}")
+    return ItemError(f"{subject} failed: {value.message}")
 
 
 def criterion_result(criterion: Criterion, outcome: float | ItemError, reason: str | None = None) -> CriterionResult:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from rewardserve.client.protocol import Item, Message, StepOptions, StepSpan
 from rewardserve.models.base import ItemError
@@ -31,6 +31,34 @@ class Trajectory:
         tool) turns before the first step; system prompts belong to chat templates."""
         turns = self.context if self.step_turns is None else self.context[: self.step_turns[0]]
         return "\n".join(m.text() for m in turns if m.role in ("user", "tool"))
+
+    def chars(self) -> int:
+        return sum(len(m.text()) for m in self.context) + sum(len(s) for s in self.steps)
+
+    def leading(self, max_chars: int) -> Trajectory | None:
+        """The trajectory up to its last step that ends within ``max_chars`` characters
+        of text, or None when the first does not. What is dropped could not fit a
+        context that ``max_chars`` bounds, so the kept steps' scores do not change."""
+        if self.step_turns is None:
+            used = sum(len(m.text()) for m in self.context)
+            kept = 0
+            for step in self.steps:
+                used += len(step)
+                if used > max_chars:
+                    break
+                kept += 1
+            return replace(self, steps=self.steps[:kept], spans=self.spans[:kept]) if kept else None
+        used, kept, end = 0, 0, 0
+        for index, message in enumerate(self.context):
+            used += len(message.text())
+            if used > max_chars:
+                break
+            if kept < len(self.step_turns) and index == self.step_turns[kept]:
+                kept, end = kept + 1, index + 1
+        if not kept:
+            return None
+        return replace(self, context=self.context[:end], steps=self.steps[:kept], spans=self.spans[:kept],
+                       step_turns=self.step_turns[:kept])
 
     def inline_steps(self) -> list[str]:
         """Steps as plain text. For turns, a step is the assistant's text and its tool

@@ -28,7 +28,7 @@ from rewardserve.client.protocol import (
 from rewardserve.models.backends import Sequence, make_backend
 from rewardserve.models.base import BatchPolicy, ItemError, RequestError, RewardModel, Work, work_key
 from rewardserve.models.cache import LRUCache
-from rewardserve.models.chat import render_chat
+from rewardserve.models.chat import MAX_CHARS_PER_TOKEN, render_chat
 from rewardserve.models.judging import JudgeTemplate, ParseError, item_variables, load_templates
 from rewardserve.models.prefix import SharedUnit, read_units, shared_prefix_groups
 from rewardserve.models.registry import register_kind
@@ -142,6 +142,11 @@ class VerifierModel(RewardModel):
     def encode_prompt(self, template: JudgeTemplate, variables: dict, prefill: str) -> list[int]:
         text = render_chat(self.backend.tokenizer, template.render(variables),
                            add_generation_prompt=True) + prefill
+        if len(text) > self.backend.max_tokens * MAX_CHARS_PER_TOKEN:  # not worth tokenizing
+            raise ItemError(
+                f"the judge prompt has {len(text)} characters, more than this model's limit of "
+                f"{self.backend.max_tokens} tokens can hold"
+            )
         ids = self.backend.tokenizer(text)["input_ids"]
         if len(ids) > self.backend.max_tokens:
             raise ItemError(

@@ -22,6 +22,7 @@ from torch import nn
 
 from rewardserve.client.protocol import ImagePart, ImageURLPart, Item, ItemResult, ScoreOptions
 from rewardserve.models.base import BatchPolicy, ItemError, RequestError, RewardModel, Work, sigmoid
+from rewardserve.models.chat import fit_text
 from rewardserve.models.images import load_item_images
 from rewardserve.models.registry import register_kind
 
@@ -111,10 +112,11 @@ class VLMModel(RewardModel):
 
     def prepare(self, items: list[Item], options) -> list[Work | ItemError]:
         activation = options.activation if isinstance(options, ScoreOptions) else "none"
-        return [self._prepare_one(index, item, activation) for index, item in enumerate(items)]
+        budget = self.image_policy.request_budget()
+        return [self._prepare_one(index, item, activation, budget) for index, item in enumerate(items)]
 
-    def _prepare_one(self, index: int, item: Item, activation: str) -> Work | ItemError:
-        images = load_item_images(item, index, self.image_policy)  # bad images: 413 / 422
+    def _prepare_one(self, index: int, item: Item, activation: str, budget) -> Work | ItemError:
+        images = load_item_images(item, index, self.image_policy, budget)  # bad images: 413 / 422
         try:
             return self._encode(index, item, images, activation)
         except ItemError as exc:
@@ -136,6 +138,7 @@ class VLMModel(RewardModel):
         bos = self.tokenizer.bos_token
         if bos and text.startswith(bos):
             text = text[len(bos):]
+        fit_text(text, self.max_tokens_limit, "error", index=index)  # before tokenizing
         pixel_values = grid = None
         if images:
             processed = self.image_processor(images=images, return_tensors="pt")

@@ -10,19 +10,21 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Query, Request
+import math
+
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
 from rewardserve.client.integrations._items import make_item
 from rewardserve.client.integrations.openrlhf import split_query
 from rewardserve.client.protocol import OpenRLHFRewardRequest, OpenRLHFRewardResponse, ScoreOptions
-from rewardserve.service.auth import require_api_key
+from rewardserve.service.body import BoundedRoute
 from rewardserve.service.errors import InvalidRequest
 from rewardserve.service.routes import ERROR_RESPONSES, json_response, serving
 from rewardserve.service.scoring import score_items
 from rewardserve.service.settings import BUILTIN_RULES
 
-router = APIRouter(dependencies=[Depends(require_api_key)], responses=ERROR_RESPONSES)
+router = APIRouter(route_class=BoundedRoute, responses=ERROR_RESPONSES)
 
 
 def default_model(request: Request, named: str | None) -> str:
@@ -45,6 +47,8 @@ async def get_reward(
     model: str | None = Query(default=None),
     invalid: float | None = Query(default=None),
 ) -> Response:
+    if invalid is not None and not math.isfinite(invalid):
+        raise InvalidRequest("?invalid must be a finite number", param="invalid")
     name = default_model(request, model)
     n = len(body.query)
     for field, values in (("prompts", body.prompts), ("labels", body.labels)):

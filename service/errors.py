@@ -49,13 +49,6 @@ class ServiceError(Exception):
         return STATUS_BY_TYPE[self.type]
 
 
-class Unauthorized(ServiceError):
-    type = "authentication_error"
-
-    def __init__(self, message: str):
-        super().__init__(message, headers={"www-authenticate": "Bearer"})
-
-
 class NotFound(ServiceError):
     type = "not_found"
 
@@ -130,7 +123,8 @@ def install_error_handlers(app: FastAPI) -> None:
             return error_response(422, "invalid_request", f"the body is not valid JSON: {exc.detail}", "body")
         kind = TYPE_BY_STATUS.get(exc.status_code, "invalid_request")
         return error_response(
-            exc.status_code, kind, str(exc.detail), headers=getattr(exc, "headers", None)
+            exc.status_code, kind, str(exc.detail), getattr(exc, "param", None),
+            headers=getattr(exc, "headers", None),
         )
 
     @app.exception_handler(Exception)

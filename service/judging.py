@@ -1,8 +1,9 @@
 """Judge-backed routes: POST /v1/verify, /v1/rubric, /v1/compare.
 
-A rubric item's rule criteria run in the rule runner (isolated rules in a killable
-process pool) while its judge criteria go to the verifier's batcher as one unit, so the
-item's shared context is computed once for all of them.
+A rubric item's rule criteria run in the rule pools (worker processes with time and
+memory limits, shared fairly between requests) while its judge criteria go to the
+verifier's batcher as one unit, so the item's shared context is computed once for all
+of them.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import math
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
@@ -33,13 +34,15 @@ from rewardserve.client.protocol import (
     VerifyResult,
 )
 from rewardserve.models.base import ItemError, RequestError
-from rewardserve.models.rubric import aggregate, check_criteria, criterion_result, render_field, rule_jobs
-from rewardserve.service.auth import require_api_key
-from rewardserve.service.errors import from_request_error
-from rewardserve.service.routes import ERROR_RESPONSES, json_response, serving
-from rewardserve.service.scoring import compute, score_items
+from rewardserve.models.rubric import aggregate, call_outcome, check_criteria, criterion_result, plan_criteria
+from rewardserve.models.rules.isolation import PoolBusy
+from rewardserve.service.admission import scope_of
+from rewardserve.service.body import BoundedRoute
+from rewardserve.service.errors import Overloaded, from_request_error
+from rewardserve.service.routes import ERROR_RESPONSES, admit, json_response, serving
+from rewardserve.service.scoring import compute, score_items, until_done_or_gone
 
-router = APIRouter(dependencies=[Depends(require_api_key)], responses=ERROR_RESPONSES)
+router = APIRouter(route_class=BoundedRoute, responses=ERROR_RESPONSES)
 
 
 @router.post("/v1/verify", response_model=VerifyResponse)
@@ -58,7 +61,8 @@ async def verify(body: VerifyRequest, request: Request) -> Response:
 @router.post("/v1/rubric", response_model=RubricResponse)
 async def rubric(body: RubricRequest, request: Request) -> Response:
     """Weighted criteria per item, rules and judge questions, aggregated."""
-    criteria = []
+    admit(request, len(body.items))
+    criteria, params = [], []
     for index, item in enumerate(body.items):
         own = item.criteria if item.criteria is not None else body.criteria
         param = f"items[{index}].criteria" if item.criteria is not None else "criteria"
@@ -69,26 +73,49 @@ async def rubric(body: RubricRequest, request: Request) -> Response:
         except RequestError as exc:
             raise from_request_error(exc) from exc
         criteria.append(own)
+        params.append(param)
     needs_judge = any(c.text is not None for own in criteria for c in own)
     served = None
     if needs_judge:
         if body.judge is None:
             raise from_request_error(RequestError("judge criteria need a 'judge' verifier model", param="judge"))
         served = serving(request, body.judge, len(body.items), "judge")
-    runner = request.app.state.svc.rule_runner
-    rules_task = asyncio.ensure_future(run_in_threadpool(_run_rules, runner, body.items, criteria))
-    judged, usage = await _run_judges(request, served, body, criteria) if needs_judge else ({}, Usage())
-    rule_scores = await rules_task
-
+    try:
+        plan = await run_in_threadpool(plan_criteria, body.items, criteria, params)
+    except RequestError as exc:
+        raise from_request_error(exc) from exc
+    rules = asyncio.ensure_future(_pool_results(request, plan.rule_calls))
+    try:
+        judged, usage = await _run_judges(request, served, body, criteria, params, plan) if needs_judge else ({}, Usage())
+        rule_values = await rules
+    finally:
+        rules.cancel()
+    outcomes: dict = {key: (error, None) for key, error in plan.failed.items()}
+    try:
+        for key, value in zip(plan.rule_keys, rule_values):
+            criterion = criteria[key[0]][key[1]]
+            outcomes[key] = (call_outcome(key, value, criterion.fn, f"{params[key[0]]}[{key[1]}].args"), None)
+    except RequestError as exc:
+        raise from_request_error(exc) from exc
+    outcomes.update(judged)
     results = []
     for index, (item, own) in enumerate(zip(body.items, criteria)):
-        per = [
-            criterion_result(c, *(judged[(index, k)] if c.text is not None else (rule_scores[(index, k)], None)))
-            for k, c in enumerate(own)
-        ]
+        per = [criterion_result(c, *outcomes[(index, k)]) for k, c in enumerate(own)]
         results.append(_item_result(item, own, per, body))
     usage = usage.model_copy(update={"items": len(body.items)})
     return json_response(RubricResponse(judge=body.judge, results=results, usage=usage))
+
+
+async def _pool_results(request: Request, calls: list) -> list:
+    """Run calls in the rule pools for this request; 429 when the pools are full."""
+    if not calls:
+        return []
+    try:
+        future = request.app.state.svc.rule_runner.run(calls, scope_of(request))
+    except PoolBusy as exc:
+        raise Overloaded(f"the rule pools are at capacity ({exc}); retry shortly", retry_after_s=1) from exc
+    (values,) = await until_done_or_gone(scope_of(request), [asyncio.wrap_future(future)])
+    return values
 
 
 def _item_result(item: RubricItem, criteria: list[Criterion], per: list[CriterionResult], body) -> RubricResult:
@@ -103,34 +130,27 @@ def _item_result(item: RubricItem, criteria: list[Criterion], per: list[Criterio
     return RubricResult(id=item.id, score=score, criteria=per)
 
 
-def _run_rules(runner, items: list[RubricItem], criteria: list[list[Criterion]]) -> dict:
-    keys, jobs, out = [], [], {}
-    for index, (item, own) in enumerate(zip(items, criteria)):
-        for k, job in rule_jobs(item, own):
-            if isinstance(job, ItemError):
-                out[(index, k)] = job
-            else:
-                keys.append((index, k))
-                jobs.append(job)
-    out.update(zip(keys, runner.run(jobs)))
-    return out
-
-
-async def _run_judges(request, served, body: RubricRequest, criteria) -> tuple[dict, Usage]:
+async def _run_judges(request, served, body: RubricRequest, criteria, params, plan) -> tuple[dict, Usage]:
     """One judge unit per item (all its judge criteria on one shared prefix)."""
     model = served.model
-    plans = await run_in_threadpool(_judge_prompts, model, body, criteria)
+    texts: dict = dict(plan.texts)
+    rendered = await _pool_results(request, plan.render_calls)
+    try:
+        for key, value in zip(plan.render_keys, rendered):
+            texts[key] = call_outcome(key, value, None, f"{params[key[0]]}[{key[1]}].text")
+    except RequestError as exc:
+        raise from_request_error(exc) from exc
+    try:
+        plans = await run_in_threadpool(_judge_prompts, model, body, criteria, params, texts)
+    except RequestError as exc:
+        raise from_request_error(exc) from exc
     judged: dict = {}
     works, owners = [], []
-    for index, plan in enumerate(plans):
-        if isinstance(plan, ItemError):
-            for k, c in enumerate(criteria[index]):
-                if c.text is not None:
-                    judged[(index, k)] = (plan, None)
-            continue
-        keys, prompts, choices = plan
-        works.append(model.prepare_judge(prompts, choices))
-        owners.append(keys)
+    for index, (keys, prompts, choices, failed) in enumerate(plans):
+        judged.update({key: (error, None) for key, error in failed.items()})
+        if keys:
+            works.append(model.prepare_judge(prompts, choices))
+            owners.append(keys)
     outcomes = await compute(request, served, works)
     for keys, outcome in zip(owners, outcomes):
         results = outcome.result if isinstance(outcome.result, list) else [outcome.result] * len(keys)
@@ -142,34 +162,43 @@ async def _run_judges(request, served, body: RubricRequest, criteria) -> tuple[d
     return judged, Usage(prompt_tokens=sum(w.prompt_tokens for w in works))
 
 
-def _judge_prompts(model, body: RubricRequest, criteria):
+def _judge_prompts(model, body: RubricRequest, criteria, params, texts: dict):
+    """Per item: the keys, prompts and choices of its judge criteria, and the criteria
+    that failed (a text the item could not fill, a prompt over the model's limit)."""
     from rewardserve.models.judging import item_variables
 
     plans = []
     for index, (item, own) in enumerate(zip(body.items, criteria)):
-        try:
-            variables = item_variables(item)
-            keys, prompts, choices = [], [], []
-            for k, c in enumerate(own):
-                if c.text is None:
-                    continue
-                text = render_field(c.text, variables)
+        keys, prompts, choices, failed = [], [], [], {}
+        variables = None
+        for k, c in enumerate(own):
+            if c.text is None:
+                continue
+            text = texts[(index, k)]
+            if isinstance(text, ItemError):
+                failed[(index, k)] = text
+                continue
+            try:
+                variables = variables if variables is not None else item_variables(item)
                 if c.choices is None:  # the judge template's own verdicts (Yes / No)
                     template = model.template(body.judge_template)
                     choice = model.template_choices(template)
                 else:  # ordered best first, valued 1 down to 0
                     template = model.template("criterion_choices")
                     n = len(c.choices)
-                    choice = model.choices(c.choices, [[x, " " + x] for x in c.choices],
-                                           [1.0 - i / (n - 1) for i in range(n)])
+                    try:
+                        choice = model.choices(c.choices, [[x, " " + x] for x in c.choices],
+                                               [1.0 - i / (n - 1) for i in range(n)])
+                    except RequestError as exc:
+                        raise RequestError(exc.message, param=f"{params[index]}[{k}].choices") from exc
                 prefill = template.logprob_prefill if template.logprob_prefill is not None else template.prefill
                 variables_k = {**variables, "criterion": text, "choices": c.choices or []}
                 prompts.append(model.encode_prompt(template, variables_k, prefill))
                 choices.append(choice)
                 keys.append((index, k))
-            plans.append((keys, prompts, choices))
-        except ItemError as exc:
-            plans.append(exc)
+            except ItemError as exc:
+                failed[(index, k)] = exc
+        plans.append((keys, prompts, choices, failed))
     return plans
 
 

@@ -6,6 +6,7 @@ import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.metrics_core import Metric
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 _SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
@@ -98,5 +99,27 @@ class Metrics:
             "rewardserve_model_ready", "1 when the model is loaded and probed", ["model"], registry=r
         )
 
-    def render(self) -> bytes:
-        return generate_latest(self.registry)
+    def render(self, by_model: bool = True) -> bytes:
+        """The exposition text; ``by_model=False`` sums every series over its ``model``
+        label, so the served models' names do not show."""
+        return generate_latest(self.registry if by_model else _WithoutModel(self.registry))
+
+
+class _WithoutModel:
+    """A view of a registry with the ``model`` label summed away."""
+
+    def __init__(self, registry: CollectorRegistry):
+        self.registry = registry
+
+    def collect(self):
+        for family in self.registry.collect():
+            out = Metric(family.name, family.documentation, family.type, family.unit)
+            sums: dict[tuple, float] = {}
+            for sample in family.samples:
+                if sample.name.endswith("_created"):
+                    continue  # a creation time per model; its sum means nothing
+                labels = tuple(sorted((k, v) for k, v in sample.labels.items() if k != "model"))
+                sums[(sample.name, labels)] = sums.get((sample.name, labels), 0.0) + sample.value
+            for (name, labels), value in sums.items():
+                out.add_sample(name, dict(labels), value)
+            yield out

@@ -17,7 +17,7 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from rewardserve.models.base import RewardModel
+from rewardserve.models.base import ModelContext, RewardModel
 from rewardserve.models.registry import build_model
 from rewardserve.models.spec import ModelSpec
 from rewardserve.service.batcher import Batcher
@@ -36,11 +36,12 @@ class Served:
 
 
 class ModelRegistry:
-    def __init__(self, specs: list[ModelSpec], metrics: Metrics, image_policy=None, after_batch=None):
+    def __init__(self, specs: list[ModelSpec], metrics: Metrics, context: ModelContext | None = None,
+                 after_batch=None):
         self._metrics = metrics
         self._after_batch = after_batch
         # Building a model reads only its preset and config.json; weights come in load().
-        self._served = {spec.name: Served(build_model(spec, image_policy)) for spec in specs}
+        self._served = {spec.name: Served(build_model(spec, context)) for spec in specs}
         self.loaded = asyncio.Event()
         self._cpu_thread: ThreadPoolExecutor | None = None  # made with the first CPU model
 
@@ -69,7 +70,8 @@ class ModelRegistry:
     async def load_all(self) -> None:
         """Load, probe with one real forward, then start batching: model by model."""
         try:
-            for served in self._served.values():
+            # Models without weights first: they are ready in seconds.
+            for served in sorted(self._served.values(), key=lambda s: s.model.runs_torch):
                 await self._load(served)
         finally:
             self.loaded.set()

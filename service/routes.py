@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 import uuid
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
@@ -24,10 +24,10 @@ from rewardserve.client.protocol import (
     StepsResult,
 )
 from rewardserve.models.base import ItemError, RequestError
-from rewardserve.service.auth import require_api_key
+from rewardserve.service.auth import has_valid_key
+from rewardserve.service.body import BoundedRoute
 from rewardserve.service.errors import (
     InvalidRequest,
-    NotReady,
     PayloadTooLarge,
     ServiceError,
     from_request_error,
@@ -42,7 +42,9 @@ ERROR_RESPONSES = {
 }
 
 open_routes = APIRouter()
-scoring_routes = APIRouter(dependencies=[Depends(require_api_key)], responses=ERROR_RESPONSES)
+# Keys are checked by service/admission.py before a route runs; bodies are parsed under
+# limits by service/body.py.
+scoring_routes = APIRouter(route_class=BoundedRoute, responses=ERROR_RESPONSES)
 
 
 def json_response(body, status: int = 200, headers: dict[str, str] | None = None) -> Response:
@@ -51,18 +53,21 @@ def json_response(body, status: int = 200, headers: dict[str, str] | None = None
     )
 
 
-def serving(request: Request, model: str, n_items: int, endpoint: str) -> Served:
-    """The served model, after the per-request limits; names it for the metrics."""
-    svc = request.app.state.svc
-    if n_items > svc.settings.max_items_per_request:
+def admit(request: Request, n_items: int) -> None:
+    """The per-request item limit, for every scoring route (rubric included)."""
+    limit = request.app.state.svc.settings.max_items_per_request
+    if n_items > limit:
         raise PayloadTooLarge(
-            f"{n_items} items is over the limit of {svc.settings.max_items_per_request} "
-            "per request; split the list (the client does this for you)",
+            f"{n_items} items is over the limit of {limit} per request; split the list "
+            "(the client does this for you)",
             param="items",
         )
-    if svc.draining:
-        raise NotReady("this replica is shutting down; send the request to another one")
-    served = svc.registry.get(model)
+
+
+def serving(request: Request, model: str, n_items: int, endpoint: str) -> Served:
+    """The served model, after the per-request limits; names it for the metrics."""
+    admit(request, n_items)
+    served = request.app.state.svc.registry.get(model)
     request.state.model = model
     if endpoint not in served.model.endpoints:
         routes = ", ".join(sorted(ENDPOINT_ROUTES[e] for e in served.model.endpoints))
@@ -157,15 +162,24 @@ async def health(request: Request) -> Response:
     """Alive. 503 only when a model failed to load: restarting is the cure."""
     registry = request.app.state.svc.registry
     if registry.failed:
-        return json_response(Health(status="failed: " + "; ".join(registry.failed)), 503)
+        detail = "; ".join(registry.failed) if names_models(request) else f"{len(registry.failed)} model(s)"
+        return json_response(Health(status="failed: " + detail), 503)
     return json_response(Health(status="ok"))
+
+
+def names_models(request: Request) -> bool:
+    """Whether an open route may name the served models to this caller."""
+    svc = request.app.state.svc
+    return svc.settings.public_model_names or (
+        bool(svc.api_keys) and has_valid_key(request.headers.get("authorization"), svc.api_keys)
+    )
 
 
 @open_routes.get("/ready", response_model=Health)
 async def ready(request: Request) -> Response:
     """Ready once every model is loaded and a real probe forward succeeded."""
     svc = request.app.state.svc
-    states = {s.model.name: s.ready for s in svc.registry}
+    states = {s.model.name: s.ready for s in svc.registry} if names_models(request) else {}
     if svc.registry.all_ready and not svc.draining:
         return json_response(Health(status="ready", models=states))
     status = "draining" if svc.draining else ("failed" if svc.registry.failed else "loading")
@@ -174,7 +188,9 @@ async def ready(request: Request) -> Response:
 
 @open_routes.get("/metrics")
 async def metrics(request: Request) -> Response:
-    return Response(request.app.state.svc.metrics.render(), media_type=CONTENT_TYPE)
+    """Prometheus metrics; without model names (summed over them) unless names_models."""
+    rendered = request.app.state.svc.metrics.render(by_model=names_models(request))
+    return Response(rendered, media_type=CONTENT_TYPE)
 
 
 @open_routes.get("/", include_in_schema=False)

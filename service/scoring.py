@@ -1,14 +1,14 @@
 """The part of every scoring route after validation: prepare, queue, wait, assemble.
 
     prepare (tokenize, off the event loop) -> batcher.submit -> await results
-    (unless the client disconnects) -> results in request order, usage, timings
+    (unless the request's scope is cancelled first: the client disconnected or the
+    deadline passed) -> results in request order, usage, timings
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
-import time
 from dataclasses import dataclass
 
 from fastapi import Request
@@ -16,10 +16,12 @@ from starlette.concurrency import run_in_threadpool
 
 from rewardserve.client.protocol import Item, ItemResult, StepsResult, Usage
 from rewardserve.models.base import ItemError, RequestError, Work
+from rewardserve.models.request_scope import RequestScope
+from rewardserve.service.admission import scope_of
 from rewardserve.service.batcher import Outcome, QueueFull, QueueTooSmall
 from rewardserve.service.errors import (
     DeadlineExceeded,
-    InvalidRequest,
+    NotReady,
     Overloaded,
     PayloadTooLarge,
     from_request_error,
@@ -57,9 +59,13 @@ async def score_items(
     each item's result (or its error) back in request order."""
     model = served.model
     try:
-        entries = await run_in_threadpool(model.prepare, items, options)
+        entries = await run_in_threadpool(prepare_isolating, model, items, options)
     except RequestError as exc:
         raise from_request_error(exc) from exc
+    scope = scope_of(request)
+    for entry in entries:
+        if isinstance(entry, Work):
+            entry.scope = scope
     works = [(i, e) for i, e in enumerate(entries) if isinstance(e, Work)]
     answers: dict[int, object] = {i: e for i, e in enumerate(entries) if not isinstance(e, Work)}
 
@@ -80,6 +86,10 @@ async def score_items(
         result = answers[index]
         if isinstance(result, ItemError):
             result = ItemResult(score=None, valid=False, error=str(result))
+        elif result.valid and (result.score is None or not math.isfinite(result.score)):
+            # A computed result always has a number; JSON would turn NaN into null.
+            result = result.model_copy(update={"score": None, "valid": False,
+                                               "error": "the model gave no finite score for this item"})
         results.append(result.model_copy(update={"id": item.id}))
     computed = {index for index, _ in todo}
     usage = Usage(
@@ -93,6 +103,32 @@ async def score_items(
         queue_s=max((o.queue_s for o in outcomes), default=0.0),
         inference_s=max((o.inference_s for o in outcomes), default=0.0),
     )
+
+
+def prepare_isolating(model, items: list[Item], options) -> list:
+    """``model.prepare``; if it fails on something other than a RequestError, each item
+    again alone, so the item at fault is the only one invalid (a 500 on client input
+    is a bug, but one bug must not fail the neighbours)."""
+    try:
+        return model.prepare(items, options)
+    except RequestError:
+        raise
+    except Exception:
+        pass
+    entries: list = []
+    for index, item in enumerate(items):
+        try:
+            (entry,) = model.prepare([item], options)
+        except RequestError as exc:
+            param = exc.param or ""
+            if param.startswith("items[0]"):
+                param = f"items[{index}]" + param[len("items[0]"):]
+            raise RequestError(exc.message.replace("items[0]", f"items[{index}]"), param=param or None,
+                               status=exc.status) from exc
+        except Exception as exc:
+            entry = ItemError(f"the item could not be prepared: {type(exc).__name__}: {exc}")
+        entries.append(entry)
+    return entries
 
 
 def _cached_and_distinct(served: Served, works, answers: dict, metrics) -> tuple[list, dict[int, list[int]]]:
@@ -121,30 +157,13 @@ def _cached_and_distinct(served: Served, works, answers: dict, metrics) -> tuple
     return todo, twins
 
 
-DEADLINE_HEADER = "x-deadline-ms"
-
-
-def request_deadline(request: Request) -> float | None:
-    """``x-deadline-ms``: how long the client will wait, from now; work still queued
-    then is dropped and the request answered 504."""
-    value = request.headers.get(DEADLINE_HEADER)
-    if value is None:
-        return None
-    try:
-        ms = float(value)
-    except ValueError:
-        raise InvalidRequest(f"{DEADLINE_HEADER} must be a number of milliseconds", param=DEADLINE_HEADER)
-    if not math.isfinite(ms) or ms < 0:
-        raise InvalidRequest(f"{DEADLINE_HEADER} must be a non-negative number", param=DEADLINE_HEADER)
-    return time.monotonic() + ms / 1000.0
-
-
 async def compute(request: Request, served: Served, works: list[Work]) -> list[Outcome]:
     """Queue work on the model's batcher (or refuse it: 429 / 413) and await it."""
     model = served.model
-    deadline = request_deadline(request)
-    if deadline is not None and deadline <= time.monotonic():
-        raise DeadlineExceeded("the request's deadline passed before it was queued")
+    scope = scope_of(request)
+    deadline = scope.deadline
+    if scope.cancelled or scope.expired():
+        raise gone_error(scope)
     try:
         futures = served.batcher.submit(works, deadline) if works else []
     except QueueFull as exc:
@@ -155,44 +174,48 @@ async def compute(request: Request, served: Served, works: list[Work]) -> list[O
         ) from exc
     except QueueTooSmall as exc:
         raise PayloadTooLarge(str(exc), param="items") from exc
-    return await _wait_unless_gone(request, futures, deadline)
+    return await until_done_or_gone(scope, futures)
 
 
-async def _wait_unless_gone(
-    request: Request, futures: list[asyncio.Future], deadline: float | None
-) -> list[Outcome]:
-    """Await every future; if the client hangs up or the deadline passes first, cancel
-    them so the batcher drops that work before computing it."""
+def gone_error(scope: RequestScope) -> Exception:
+    """What a request whose scope was cancelled is answered with."""
+    if scope.reason == "disconnected":
+        return ClientGone()
+    if scope.reason == "shutdown":
+        return NotReady("the replica shut down before this request finished; retry it")
+    return DeadlineExceeded("the request's deadline passed before its results were ready")
+
+
+async def until_done_or_gone(scope: RequestScope, futures: list[asyncio.Future]) -> list:
+    """Await every future; if the request's scope is cancelled first (client gone,
+    deadline passed), fail the futures still pending so a batcher drops that work before
+    computing it, and raise what the request is answered with."""
     if not futures:
         return []
     gathered = asyncio.gather(*futures)
-    watcher = asyncio.ensure_future(_disconnected(request))
-    timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+    cancelled = asyncio.get_running_loop().create_future()
+    unregister = scope.on_cancel(
+        lambda _: cancelled.get_loop().call_soon_threadsafe(lambda: cancelled.done() or cancelled.set_result(None))
+    )
     try:
-        await asyncio.wait({gathered, watcher}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({gathered, cancelled}, return_when=asyncio.FIRST_COMPLETED)
     except asyncio.CancelledError:
         gathered.cancel()
         raise
     finally:
-        watcher.cancel()
+        unregister()
+        cancelled.cancel()
     if gathered.done():
         return gathered.result()
     gathered.add_done_callback(lambda f: f.cancelled() or f.exception())  # consumed
-    if watcher.done() and not watcher.cancelled():
+    error = gone_error(scope)
+    if isinstance(error, ClientGone):
         gathered.cancel()
-        raise ClientGone()
-    late = DeadlineExceeded("the request's deadline passed before its results were ready")
+        raise error
     for future in futures:  # the batcher drops these before compute, counted as "deadline"
         if not future.done():
-            future.set_exception(late)
-    raise late
-
-
-async def _disconnected(request: Request) -> None:
-    # The body has been read, so the next ASGI message is the disconnect (or the end
-    # of the exchange, after the response went out).
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
+            future.set_exception(error if isinstance(error, DeadlineExceeded) else DeadlineExceeded(str(error)))
+    raise error
 
 
 def group_advantages(items: list[Item], results: list[ItemResult]) -> list[ItemResult]:

@@ -1,42 +1,184 @@
-"""Running the app under uvicorn, with a drain phase on SIGTERM.
+"""Running the app under uvicorn: connection limits, a drain phase on SIGTERM, and a
+shutdown that answers every request it gives up on.
+
+Connections: at most ``max_connections`` open (one more is answered 503 with
+``retry-after`` and closed at once, before it can hold a file descriptor for long), a
+request's headers must arrive within ``header_timeout_s`` of the connection opening or
+of the previous response (half-sent headers cannot hold a connection open), idle
+keep-alive connections close after ``keep_alive_s``. The open-file limit is raised to
+its hard limit at start. Repeated log lines (a flood of refused connections, accept
+errors) are rate-limited: one line per cause per 10 s, with a count.
 
 On SIGTERM (or Ctrl-C) the replica first turns not-ready: /ready answers 503 and new
 scoring requests get 503 (a load balancer sends them to another replica, nginx with
 ``proxy_next_upstream http_503``), while requests already in flight finish. After
-``drain_seconds`` uvicorn stops as usual: it closes the listening socket, waits for the
-last requests (at most ``graceful_seconds``), and the lifespan shutdown stops the
-batchers. A second signal stops at once.
+``drain_seconds`` uvicorn stops taking connections and waits for the last requests; at
+``graceful_seconds`` the ones still unfinished are answered with our JSON 503 and
+``retry-after`` (service/admission.py) and their work is dropped, the lifespan stops
+the batchers and pools, and the process exits 0. A second signal stops at once.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import threading
+import resource
+import time
 
 import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from rewardserve.service.app import create_app
 from rewardserve.service.settings import Settings
 
 log = logging.getLogger(__name__)
 
+_REFUSAL = (
+    b'{"error":{"type":"overloaded","message":"too many open connections; retry shortly"}}'
+)
+
+
+def guarded_protocol(max_connections: int, header_timeout_s: float) -> type[H11Protocol]:
+    """uvicorn's h11 protocol with a connection cap and a header-read timeout."""
+
+    class GuardedH11Protocol(H11Protocol):
+        def connection_made(self, transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._header_timer = None
+            if len(self.connections) > max_connections:
+                log.warning("refused a connection: %d open, the limit is %d", len(self.connections) - 1,
+                            max_connections)
+                transport.write(
+                    b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
+                    b"retry-after: 1\r\nconnection: close\r\ncontent-length: "
+                    + str(len(_REFUSAL)).encode() + b"\r\n\r\n" + _REFUSAL
+                )
+                transport.close()
+                return
+            self._arm_header_timer()
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            if self.cycle is not None and not self.cycle.response_complete:
+                self._disarm_header_timer()  # a request is in progress: headers done
+            else:
+                self._arm_header_timer()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self._arm_header_timer()
+
+        def connection_lost(self, exc) -> None:
+            self._disarm_header_timer()
+            super().connection_lost(exc)
+
+        def _arm_header_timer(self) -> None:
+            if getattr(self, "_header_timer", None) is None and not self.transport.is_closing():
+                self._header_timer = self.loop.call_later(header_timeout_s, self._headers_too_slow)
+
+        def _disarm_header_timer(self) -> None:
+            if getattr(self, "_header_timer", None) is not None:
+                self._header_timer.cancel()
+                self._header_timer = None
+
+        def _headers_too_slow(self) -> None:
+            self._header_timer = None
+            if self.cycle is None or self.cycle.response_complete:
+                if not self.transport.is_closing():
+                    self.transport.close()
+
+    return GuardedH11Protocol
+
+
+class RateLimitedLogs(logging.Filter):
+    """Warnings and errors: one record per (logger, message template) per ``interval``
+    seconds; the next one let through says how many were held back. Lower levels (the
+    access log among them) pass untouched."""
+
+    def __init__(self, interval: float = 10.0):
+        super().__init__()
+        self.interval = interval
+        self._seen: dict[tuple, list] = {}  # key -> [last shown, held back]
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING:
+            return True
+        key = (record.name, str(record.msg), record.exc_info[0] if record.exc_info else None)
+        now = time.monotonic()
+        seen = self._seen.get(key)
+        if seen is not None and now - seen[0] < self.interval:
+            seen[1] += 1
+            return False
+        held = seen[1] if seen is not None else 0
+        self._seen[key] = [now, 0]
+        if len(self._seen) > 10_000:
+            self._seen = {key: self._seen[key]}
+        if held:
+            record.msg = f"{record.getMessage()} (and {held} more like it in the last {now - seen[0]:.0f}s)"
+            record.args = ()
+        return True
+
+
+def rate_limit_logs(interval: float = 10.0) -> None:
+    """Put one rate limit on every handler that prints (root's and uvicorn's)."""
+    limit = RateLimitedLogs(interval)
+    for name in ("", "uvicorn", "uvicorn.error", "uvicorn.access", "asyncio"):
+        for handler in logging.getLogger(name).handlers:
+            handler.addFilter(limit)
+
+
+def raise_open_file_limit(wanted: int) -> int:
+    """Raise the soft open-file limit to the hard one; returns the limit in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else max(soft, wanted)
+    if target > soft:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):
+            pass
+    return soft
+
 
 class DrainingServer(uvicorn.Server):
-    def __init__(self, config: uvicorn.Config, state, drain_seconds: float):
+    def __init__(self, config: uvicorn.Config, state, drain_seconds: float, graceful_seconds: float):
         super().__init__(config)
         self.state = state
         self.drain_seconds = drain_seconds
-        self._drain: threading.Timer | None = None
+        self.graceful_seconds = graceful_seconds
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping = False
+
+    async def startup(self, sockets=None) -> None:
+        self._loop = asyncio.get_running_loop()
+        await super().startup(sockets)
 
     def handle_exit(self, sig, frame) -> None:
-        if self._drain is None and self.drain_seconds > 0:
-            log.info("draining for %.1fs before shutting down", self.drain_seconds)
-            self.state.draining = True
-            self._drain = threading.Timer(self.drain_seconds, super().handle_exit, (sig, frame))
-            self._drain.daemon = True
-            self._drain.start()
+        # Not uvicorn's handler: it records the signal to raise it again after shutdown,
+        # so the process would die of SIGTERM instead of exiting 0 after draining.
+        if self._stopping or self._loop is None:
+            self.force_exit = self._stopping  # a second signal stops at once
+            self.should_exit = True
             return
-        super().handle_exit(sig, frame)
+        self._stopping = True
+        self._loop.call_soon_threadsafe(self._drain)
+
+    def _drain(self) -> None:
+        log.info("draining for %.1fs, then at most %.1fs for requests in flight", self.drain_seconds,
+                 self.graceful_seconds)
+        self.state.draining = True
+        assert self._loop is not None
+        self._loop.call_later(self.drain_seconds, self._stop)
+
+    def _stop(self) -> None:
+        self.should_exit = True
+        assert self._loop is not None
+        self._loop.call_later(max(0.0, self.graceful_seconds - 0.5), self._give_up)
+
+    def _give_up(self) -> None:
+        aborted = self.state.in_flight.abort_all("shutdown")
+        if aborted:
+            log.warning("answered %d unfinished request(s) with 503 at shutdown", aborted)
 
 
 def run(settings: Settings) -> None:
@@ -44,9 +186,17 @@ def run(settings: Settings) -> None:
         from rewardserve.service.memory import keep_activation_memory
 
         keep_activation_memory()  # process-wide: only for the process that serves
+    files = raise_open_file_limit(settings.max_connections + 256)
+    max_connections = min(settings.max_connections, max(16, files - 256))
+    if max_connections < settings.max_connections:
+        log.warning("max_connections lowered to %d: the open-file limit is %d", max_connections, files)
     app = create_app(settings)
     config = uvicorn.Config(
         app, host=settings.host, port=settings.port, log_level=settings.log_level,
-        timeout_graceful_shutdown=settings.graceful_seconds,
+        http=guarded_protocol(max_connections, settings.header_timeout_s),
+        timeout_keep_alive=int(max(1, settings.keep_alive_s)),
+        # A backstop only: the server answers what is unfinished half a second before.
+        timeout_graceful_shutdown=int(settings.graceful_seconds + 5),
     )
-    DrainingServer(config, app.state.svc, settings.drain_seconds).run()
+    rate_limit_logs()
+    DrainingServer(config, app.state.svc, settings.drain_seconds, settings.graceful_seconds).run()

@@ -35,6 +35,24 @@ class Settings(BaseSettings):
     api_keys_file: Path | None = None
     max_body_bytes: int = Field(default=32 * 1024 * 1024, gt=0)
     max_items_per_request: int = Field(default=4096, gt=0)
+    # JSON values (objects, lists, strings, numbers) in one body, counted before parsing.
+    max_json_values: int = Field(default=500_000, gt=0)
+    # Rule pools (models/rules/isolation.py): workers (0: twice the cores, 3 to 8), a
+    # call's time and memory, calls queued at most.
+    rule_workers: int = Field(default=0, ge=0)
+    rule_timeout_s: float = Field(default=5.0, gt=0)
+    rule_memory_mb: int = Field(default=1024, gt=0)
+    rule_queue_max: int = Field(default=200_000, gt=0)
+    # Connections (service/server.py): at most this many open at once (more are refused
+    # with a 503), a request's headers must arrive within header_timeout_s, an idle
+    # keep-alive connection is closed after keep_alive_s.
+    max_connections: int = Field(default=1024, gt=0)
+    header_timeout_s: float = Field(default=10.0, gt=0)
+    keep_alive_s: float = Field(default=5.0, gt=0)
+    # /docs, /redoc, /openapi.json (behind the API key when keys are set); false: off.
+    docs: bool = True
+    # false: /ready and /metrics name no model unless the request carries a valid key.
+    public_model_names: bool = True
     log_level: str = "info"
     # SIGTERM: refuse new work with 503 for drain_seconds, then wait for in-flight
     # requests at most graceful_seconds.
@@ -49,6 +67,8 @@ class Settings(BaseSettings):
     max_image_bytes: int = Field(default=20 * 1024 * 1024, gt=0)
     max_image_pixels: int = Field(default=40_000_000, gt=0)
     max_images_per_item: int = Field(default=16, gt=0)
+    # All images of one request together, decoded (a 6,300 x 6,300 image is 40 M).
+    max_request_pixels: int = Field(default=64_000_000, gt=0)
     image_fetch_timeout_s: float = Field(default=5.0, gt=0)
 
     @field_validator("api_keys", "image_url_allowlist", mode="before")
@@ -65,9 +85,16 @@ class Settings(BaseSettings):
             max_bytes=self.max_image_bytes,
             max_pixels=self.max_image_pixels,
             max_images=self.max_images_per_item,
+            max_request_pixels=self.max_request_pixels,
             url_allowlist=tuple(self.image_url_allowlist),
             fetch_timeout_s=self.image_fetch_timeout_s,
         )
+
+    def rule_limits(self):
+        from rewardserve.models.rules.runner import RuleLimits
+
+        return RuleLimits(workers=self.rule_workers, timeout_s=self.rule_timeout_s,
+                          memory_mb=self.rule_memory_mb, max_queued=self.rule_queue_max)
 
     def accepted_keys(self) -> list[str]:
         keys = list(self.api_keys)

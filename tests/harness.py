@@ -43,6 +43,16 @@ def serve_subprocess(
 ) -> Iterator[str]:
     """``rewardserve serve`` in a real uvicorn process on 127.0.0.1 (run by ``python``,
     this interpreter by default); yields its URL."""
+    with serve_process(*args, env=env, log_path=log_path, ready_timeout=ready_timeout, python=python) as (url, _):
+        yield url
+
+
+@contextmanager
+def serve_process(
+    *args: str, env: dict[str, str] | None = None, log_path: Path | None = None,
+    ready_timeout: float = 180.0, python: str | None = None,
+) -> Iterator[tuple[str, subprocess.Popen]]:
+    """``serve_subprocess`` that yields the URL and the process."""
     port = free_port()
     log = open(log_path, "wb") if log_path else subprocess.DEVNULL
     proc = subprocess.Popen(
@@ -54,7 +64,7 @@ def serve_subprocess(
     url = f"http://127.0.0.1:{port}"
     try:
         wait_ready(url, proc, ready_timeout)
-        yield url
+        yield url, proc
     finally:
         proc.terminate()
         try:

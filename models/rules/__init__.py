@@ -4,8 +4,10 @@ A rule takes the response text, the item's reference and its own keyword argumen
 returns a score (1.0 / 0.0 for pass / fail, or a graded value). A rule that cannot judge
 raises ``RuleError``: the item becomes ``valid: false``, never a silent 0.
 
-``isolated`` rules (math-verify's sympy can run for minutes on a crafted input) run in a
-process pool that kills them at a timeout.
+Every rule runs in a pool worker with a time and a memory limit (isolation.py): sympy
+can run for minutes on a crafted formula, a regex can backtrack for hours. A rule whose
+cost grows faster than its input declares ``limits``: a cheap check, run in the serving
+process before the call is queued, that names the field over its cap (a 413).
 """
 
 from __future__ import annotations
@@ -15,6 +17,11 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 RuleFn = Callable[..., float]
+# Caps every rule has; rules with super-linear costs add their own (``limits``).
+MAX_RESPONSE_CHARS = 1_000_000
+MAX_REFERENCES = 64
+# (response, reference, args) -> None, or (field, message) for the input over a cap.
+LimitsFn = Callable[[str, Any, dict], "tuple[str, str] | None"]
 
 # Modules that define rules; imported on first lookup (in the server and in pool workers).
 _RULE_MODULES = (
@@ -33,18 +40,51 @@ class RuleError(ValueError):
 class Rule:
     name: str
     fn: RuleFn
-    isolated: bool
+    limits: LimitsFn | None = None
+    # The pool it runs in (runner.py): "light", or "embedding" for rules holding a model.
+    pool: str = "light"
+    # Loads what the rule needs once per worker, outside any call's time limit.
+    warmer: Callable[[], None] | None = None
+
+    def check(self, response: str, reference: Any, args: dict) -> tuple[str, str] | None:
+        """Every rule's caps (response size, number of references), then its own."""
+        problem = over("response", len(response), MAX_RESPONSE_CHARS)
+        if problem is None and isinstance(reference, list):
+            problem = over("reference", len(reference), MAX_REFERENCES, "references")
+        if problem is None and self.limits is not None:
+            problem = self.limits(response, reference, args)
+        return problem
+
+    def warm(self) -> None:
+        if self.warmer is not None:
+            self.warmer()
 
 
 _RULES: dict[str, Rule] = {}
 
 
-def rule(name: str, *, isolated: bool = False) -> Callable[[RuleFn], RuleFn]:
+def rule(name: str, *, limits: LimitsFn | None = None, pool: str = "light",
+         warm: Callable[[], None] | None = None) -> Callable[[RuleFn], RuleFn]:
     def add(fn: RuleFn) -> RuleFn:
-        _RULES[name] = Rule(name, fn, isolated)
+        _RULES[name] = Rule(name, fn, limits, pool, warm)
         return fn
 
     return add
+
+
+def over(field: str, size: int, cap: int, unit: str = "characters") -> tuple[str, str] | None:
+    """The (field, message) of a limits check, or None when ``size`` is within ``cap``."""
+    if size <= cap:
+        return None
+    return field, f"{size} {unit}, over this rule's limit of {cap}"
+
+
+def reference_texts(reference: Any) -> list[str]:
+    """A reference (or a list of them) as strings, for size checks."""
+    if reference is None:
+        return []
+    refs = reference if isinstance(reference, list) else [reference]
+    return [r if isinstance(r, str) else str(r) for r in refs]
 
 
 def _load_rules() -> None:
@@ -65,6 +105,3 @@ def rule_names() -> list[str]:
     return sorted(_RULES)
 
 
-def call_rule(name: str, response: str, reference: Any, args: dict[str, Any]) -> float:
-    """Entry point for pool workers: look the rule up by name and run it."""
-    return float(get_rule(name).fn(response, reference, **args))

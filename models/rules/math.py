@@ -20,7 +20,12 @@ def _parse(text: str) -> list:
     return parse(text, parsing_timeout=None)
 
 
-@rule("math_equiv", isolated=True)
+def _warm() -> None:
+    """Import math-verify (and sympy behind it) in the worker before any call's clock."""
+    _parse("$1$")
+
+
+@rule("math_equiv", warm=_warm)
 def math_equiv(response: str, reference: Any, **_: Any) -> float:
     """1.0 when the response's final answer equals the reference mathematically."""
     from math_verify import verify

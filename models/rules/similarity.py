@@ -6,7 +6,12 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from rewardserve.models.rules import RuleError, rule
+from rewardserve.models.rules import RuleError, over, reference_texts, rule
+
+# One batch of 1 + references texts; each truncated to 256 tokens by the encoder, so
+# longer texts only cost tokenizing time.
+MAX_SIMILARITY_REFERENCES = 16
+MAX_SIMILARITY_CHARS = 20_000
 
 _lock = threading.Lock()
 _embedder = None
@@ -50,7 +55,23 @@ def embedder() -> SentenceEmbedder:
         return _embedder
 
 
-@rule("similarity")
+def _limits(response: str, reference: Any, args: dict) -> tuple[str, str] | None:
+    refs = reference_texts(reference)
+    problem = over("reference", len(refs), MAX_SIMILARITY_REFERENCES, "references")
+    problem = problem or over("response", len(response), MAX_SIMILARITY_CHARS)
+    for ref in refs:
+        problem = problem or over("reference", len(ref), MAX_SIMILARITY_CHARS)
+    return problem
+
+
+def _warm() -> None:
+    import torch
+
+    torch.set_num_threads(1)  # a pool worker among others: one core's worth
+    embedder()
+
+
+@rule("similarity", limits=_limits, pool="embedding", warm=_warm)
 def similarity(response: str, reference: Any, **_: Any) -> float:
     """Cosine similarity of the response and the reference (best over a list), -1..1."""
     if reference is None or reference == [] or reference == "":

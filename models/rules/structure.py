@@ -13,22 +13,37 @@ _FENCED = re.compile(r"```(?:json)?\s*\n(.*?)```", re.DOTALL)
 _TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
 
 
+# Characters the search for a balanced {...} / [...] may read in failed attempts: each
+# opening bracket starts a parse that can run to the end of the text, so "[" * 900
+# before 400,000 characters of "1," would cost 900 passes.
+MAX_JSON_SEARCH_CHARS = 2_000_000
+
+
 def extract_json(text: str) -> Any:
     """The JSON value in a response: the whole text, a fenced ```json block, or the
-    first balanced {...} / [...]. Raises ValueError when there is none."""
+    first balanced {...} / [...]. Raises ValueError when there is none, RuleError when
+    the search would read more than MAX_JSON_SEARCH_CHARS."""
     candidates = [text.strip()] + [m.group(1).strip() for m in _FENCED.finditer(text)]
     for candidate in candidates:
         try:
             return json.loads(candidate)
-        except ValueError:
+        except (ValueError, RecursionError):
             pass
     decoder = json.JSONDecoder()
+    spent = 0
     for start, char in enumerate(text):
         if char in "{[":
             try:
                 return decoder.raw_decode(text, start)[0]
-            except ValueError:
-                continue
+            except json.JSONDecodeError as exc:
+                spent += exc.pos - start + 1
+            except (ValueError, RecursionError):
+                spent += len(text) - start
+            if spent > MAX_JSON_SEARCH_CHARS:
+                raise RuleError(
+                    f"the response has too many unclosed JSON brackets to search (over "
+                    f"{MAX_JSON_SEARCH_CHARS} characters read)"
+                )
     raise ValueError("no JSON value found")
 
 
@@ -47,6 +62,8 @@ def json_schema(response: str, reference: Any = None, *, schema: dict | None = N
         raise RuleError(f"invalid JSON schema: {exc.message}") from exc
     try:
         value = extract_json(response)
+    except RuleError:
+        raise
     except ValueError:
         return 0.0
     return float(validator_class(schema).is_valid(value))
@@ -113,6 +130,8 @@ def tool_call_match(
         raise RuleError(f"tool_call_match: unknown arguments mode {arguments!r}")
     try:
         got = response_tool_calls(response)
+    except RuleError:
+        raise
     except (ValueError, TypeError):
         return 0.0
     total = 0.0

@@ -94,7 +94,10 @@ def test_exact_match_model_uses_last_assistant_turn():
     model = build_model(ModelSpec(name="em", kind="rule", source="exact_match"))
     model.load()
     item = Item(messages=[{"role": "user", "content": "capital?"}, {"role": "assistant", "content": "Paris"}], reference="paris")
-    (result,) = run(model, [item])
+    try:
+        (result,) = run(model, [item])
+    finally:
+        model.close()
     assert result.score == 1.0
 
 

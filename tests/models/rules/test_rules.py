@@ -18,7 +18,6 @@ def test_regex():
     assert run("regex", "abc", "b") == 1.0  # the reference as the pattern
     with pytest.raises(RuleError, match="invalid regex"):
         run("regex", "x", pattern="(")
-    assert get_rule("regex").isolated  # a catastrophic pattern cannot stall the server
 
 
 def test_bleu_and_chrf():

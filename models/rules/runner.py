@@ -1,0 +1,100 @@
+"""The service's rule pools, shared by every rule model and every rubric request.
+
+Rules go to the pool their definition names: ``light`` (text, structure, math; warm
+with the rule modules and math-verify imported) or ``embedding`` (the similarity rule:
+workers that hold the MiniLM encoder, started on first use, one by default). Templates
+that are not plain field lookups render in the light pool too.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+from rewardserve.models.request_scope import RequestScope
+from rewardserve.models.rules import get_rule
+from rewardserve.models.rules.isolation import RenderCall, RuleCall, RulePool
+
+
+def default_workers() -> int:
+    """Twice the cores (rule calls are short and a killed worker takes a moment to come
+    back), at least 3 so that one request's share leaves two free, at most 8."""
+    return max(3, min(8, 2 * (os.cpu_count() or 2)))
+
+
+@dataclass(frozen=True)
+class RuleLimits:
+    workers: int = 0  # 0: default_workers()
+    timeout_s: float = 5.0
+    memory_mb: int = 1024
+    max_queued: int = 200_000
+    embedding_workers: int = 1
+
+
+class RuleRunner:
+    def __init__(self, limits: RuleLimits | None = None):
+        self.limits = limits or RuleLimits()
+        self._pools: dict[str, RulePool] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def timeout_s(self) -> float:
+        return self.limits.timeout_s
+
+    def start(self) -> None:
+        """Start the light pool now (rules are the first thing ready)."""
+        self._pool("light")
+
+    def _pool(self, name: str) -> RulePool:
+        with self._lock:
+            if name not in self._pools:
+                limits = self.limits
+                if name == "embedding":
+                    workers, warm = limits.embedding_workers, ("similarity",)
+                else:
+                    workers, warm = limits.workers or default_workers(), ("math_equiv",)
+                self._pools[name] = RulePool(workers, limits.timeout_s, limits.memory_mb,
+                                             max_queued=limits.max_queued, warm=warm)
+            return self._pools[name]
+
+    def queued_calls(self) -> int:
+        return sum(pool.queued_calls for pool in list(self._pools.values()))
+
+    def run(self, calls: list[RuleCall | RenderCall], scope: RequestScope | None = None,
+            timeout_s: float | None = None) -> Future:
+        """Every call's result in order (a value or a CallFailure). Raises PoolBusy
+        when a pool's queue is full."""
+        by_pool: dict[str, list[int]] = {}
+        for index, call in enumerate(calls):
+            name = get_rule(call.rule).pool if isinstance(call, RuleCall) else "light"
+            by_pool.setdefault(name, []).append(index)
+        if len(by_pool) <= 1:
+            name = next(iter(by_pool), "light")
+            return self._pool(name).run(calls, scope, timeout_s)
+        merged: Future = Future()
+        results: list = [None] * len(calls)
+        parts = [(indices, self._pool(name).run([calls[i] for i in indices], scope, timeout_s))
+                 for name, indices in by_pool.items()]
+        left = [len(parts)]
+        lock = threading.Lock()
+
+        def collect(indices: list[int], part: Future) -> None:
+            for i, value in zip(indices, part.result()):
+                results[i] = value
+            with lock:
+                left[0] -= 1
+                last = left[0] == 0
+            if last:
+                merged.set_result(results)
+
+        for indices, part in parts:
+            part.add_done_callback(lambda f, idx=indices: collect(idx, f))
+        return merged
+
+    def close(self) -> None:
+        with self._lock:
+            pools, self._pools = list(self._pools.values()), {}
+        for pool in pools:
+            pool.close()

@@ -1,0 +1,192 @@
+"""What happens to a request before the route reads a byte of its body, and what stops
+it when nobody wants its answer any more.
+
+``Admission`` (pure ASGI middleware, inside the body-size limit):
+
+- authenticates: every route but the open ones (``/health``, ``/ready``, ``/metrics``,
+  ``/``) needs the bearer key when keys are set, the API docs included; a refused
+  request costs no body read and no JSON parse;
+- refuses new scoring work (POST) with 503 while the replica drains;
+- reads ``x-deadline-ms`` on arrival, so the deadline counts the time spent reading
+  and parsing the body too;
+- gives the request a ``RequestScope`` (``request.state.request_scope``) and cancels
+  it when the client disconnects after sending its body, or when the deadline passes:
+  queued and running work of that request is dropped (batcher, rule pool);
+- keeps the requests in flight, so that a shutdown that cannot wait any longer answers
+  each unfinished one with our JSON 503 and ``retry-after`` (which nginx and the client
+  retry elsewhere) instead of a bare 500 from the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import time
+from dataclasses import dataclass, field
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from rewardserve.models.request_scope import RequestScope
+from rewardserve.service.auth import AuthError, check_bearer
+
+OPEN_PATHS = frozenset({"/health", "/ready", "/metrics", "/"})
+DEADLINE_HEADER = "x-deadline-ms"
+
+
+def scope_of(request) -> RequestScope:
+    """The request's scope (one made on the spot for a request that bypassed the
+    middleware, as unit tests of a route may)."""
+    state = request.scope.setdefault("state", {})
+    if "request_scope" not in state:
+        state["request_scope"] = RequestScope()
+    return state["request_scope"]
+
+
+async def send_error(send: Send, status: int, kind: str, message: str, param: str | None = None,
+                     headers: dict[str, str] | None = None) -> None:
+    """Our error body, written straight to ASGI (before or instead of the app)."""
+    error = {"type": kind, "message": message}
+    if param is not None:
+        error["param"] = param
+    body = json.dumps({"error": error}).encode()
+    raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    raw += [(k.encode(), v.encode()) for k, v in (headers or {}).items()]
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": body})
+
+
+@dataclass(eq=False)  # kept in a set by identity
+class _InFlight:
+    scope: RequestScope
+    task: asyncio.Task
+    started: bool = False  # the response has begun: it can only finish or break
+    aborted: bool = False
+
+
+@dataclass
+class InFlightRequests:
+    """The requests the app is working on, for a shutdown that gives up on them."""
+
+    entries: set = field(default_factory=set)
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def abort_all(self, reason: str = "shutdown") -> int:
+        """Cancel every unfinished request: each one not yet answering gets a 503."""
+        count = 0
+        for entry in list(self.entries):
+            if not entry.task.done():
+                entry.aborted = True
+                entry.scope.cancel(reason)
+                entry.task.cancel()
+                count += 1
+        return count
+
+
+class Admission:
+    def __init__(self, app: ASGIApp, state):
+        """``state``: the service state (keys, draining, in-flight requests)."""
+        self.app = app
+        self.state = state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path, method = scope.get("path", ""), scope.get("method", "GET")
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        if path not in OPEN_PATHS and method != "OPTIONS":
+            try:
+                check_bearer(headers.get("authorization"), self.state.api_keys)
+            except AuthError as exc:
+                await send_error(send, 401, "authentication_error", str(exc), headers={"www-authenticate": "Bearer"})
+                return
+        if method == "POST" and self.state.draining:
+            await send_error(send, 503, "not_ready", "this replica is shutting down; send the request to another one",
+                             headers={"retry-after": "1"})
+            return
+        deadline = None
+        if DEADLINE_HEADER in headers:
+            try:
+                ms = float(headers[DEADLINE_HEADER])
+            except ValueError:
+                ms = -1.0
+            if not math.isfinite(ms) or ms < 0:
+                await send_error(send, 422, "invalid_request",
+                                 f"{DEADLINE_HEADER} must be a non-negative number of milliseconds",
+                                 param=DEADLINE_HEADER)
+                return
+            deadline = time.monotonic() + ms / 1000.0
+        request_scope = RequestScope(deadline)
+        scope.setdefault("state", {})["request_scope"] = request_scope
+        await self._run(scope, receive, send, request_scope)
+
+    async def _run(self, scope: Scope, receive: Receive, send: Send, request_scope: RequestScope) -> None:
+        loop = asyncio.get_running_loop()
+        timer = None
+        if request_scope.deadline is not None:
+            delay = max(0.0, request_scope.deadline - time.monotonic())
+            timer = loop.call_later(delay, request_scope.cancel, "deadline")
+        watch = _DisconnectWatch(receive, request_scope)
+
+        async def tracked_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                entry.started = True
+            if entry.aborted and not entry.started:
+                return  # the app was cancelled; our 503 answers instead
+            await send(message)
+
+        inner = asyncio.ensure_future(self.app(scope, watch.receive, tracked_send))
+        entry = _InFlight(request_scope, inner)
+        self.state.in_flight.entries.add(entry)
+        try:
+            await inner
+        except asyncio.CancelledError:
+            if not entry.aborted:
+                raise
+            if not entry.started:
+                entry.started = True
+                await send_error(send, 503, "not_ready",
+                                 "the replica shut down before this request finished; retry it",
+                                 headers={"retry-after": "1"})
+        finally:
+            self.state.in_flight.entries.discard(entry)
+            if timer is not None:
+                timer.cancel()
+            watch.close()
+            request_scope.cancel("finished")  # what the route left running is dropped
+
+
+class _DisconnectWatch:
+    """Passes the body through; once it has all arrived, listens for the client going
+    away (cancelling the request's scope) and tells the app through its own receive."""
+
+    def __init__(self, receive: Receive, request_scope: RequestScope):
+        self._receive = receive
+        self._scope = request_scope
+        self._gone = asyncio.Event()
+        self._task: asyncio.Task | None = None
+
+    async def receive(self) -> Message:
+        if self._task is None:
+            message = await self._receive()
+            if message["type"] == "http.disconnect":
+                self._gone.set()
+                self._scope.cancel("disconnected")
+            elif message["type"] == "http.request" and not message.get("more_body", False):
+                self._task = asyncio.ensure_future(self._listen())
+            return message
+        await self._gone.wait()
+        return {"type": "http.disconnect"}
+
+    async def _listen(self) -> None:
+        while (await self._receive())["type"] != "http.disconnect":
+            pass
+        self._gone.set()
+        self._scope.cancel("disconnected")
+
+    def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()

@@ -1,0 +1,159 @@
+"""Request bodies parsed under limits, off the event loop.
+
+A 32 MiB body can hold two million tiny items or ten million empty lists; building
+those as Python objects (and then as pydantic models) costs seconds and gigabytes. So a
+body is checked before it is parsed, and parsed and validated in a worker thread:
+
+1. the number of JSON values, counted from its brackets and commas at C speed (string
+   contents excluded when the quick upper bound is over the limit): over
+   ``max_json_values`` is a 413;
+2. ``json.loads`` with integers of at most ``MAX_INT_DIGITS`` digits and no
+   NaN / Infinity (422 naming the problem, not "not valid JSON");
+3. the top-level list (``items``, ``query``, ``input``) counted before any model is
+   built: over ``max_items_per_request`` is a 413 naming it;
+4. strings that hold an unpaired UTF-16 surrogate (``"\\ud800"``, which JSON allows and
+   UTF-8 cannot carry) are a 422 naming the field, found only when the raw body has
+   such an escape at all;
+5. the route's body model validated in the thread; FastAPI then receives the model
+   itself and does not validate it again.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Callable
+
+from fastapi import HTTPException
+from fastapi.routing import APIRoute
+from pydantic import BaseModel, ValidationError
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+
+MAX_INT_DIGITS = 1000
+LISTS = ("items", "query", "input")  # the list a request's limit counts, by route
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+class BodyError(HTTPException):
+    """A body refused before validation; rendered in our error shape, naming ``param``."""
+
+    def __init__(self, status: int, message: str, param: str = "body"):
+        super().__init__(status, message)
+        self.param = param
+
+
+def count_values(body: bytes, limit: int) -> int:
+    """How many JSON values (and object members) the body holds, at most: exact outside
+    strings. Cheap when the quick bound is under ``limit``."""
+    quick = body.count(b",") + body.count(b"{") + body.count(b"[") + 1
+    if quick <= limit:
+        return quick
+    strings = (body.count(b'"') - body.count(b'\\"')) // 2
+    if strings > limit:  # each string is a value (or a key): no need to look closer
+        return strings
+    bare = _STRING.sub(b'""', body)
+    return bare.count(b",") + bare.count(b"{") + bare.count(b"[") + 1
+
+
+def _bounded_int(text: str) -> int:
+    if len(text) > MAX_INT_DIGITS:
+        raise BodyError(422, f"a number in the body has {len(text)} digits, over the limit of {MAX_INT_DIGITS}")
+    return int(text)
+
+
+def _no_constant(name: str) -> float:
+    raise BodyError(422, f"{name} is not a JSON number")
+
+
+def _surrogate_path(value: Any) -> str | None:
+    """The path of the first string holding an unpaired surrogate, or None."""
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack:
+        node, path = stack.pop()
+        if isinstance(node, str):
+            try:
+                node.encode("utf-8")
+            except UnicodeEncodeError:
+                return path or "body"
+        elif isinstance(node, dict):
+            for key, child in node.items():
+                stack.append((key, path or "body"))
+                stack.append((child, f"{path}.{key}" if path else str(key)))
+        elif isinstance(node, list):
+            stack.extend((child, f"{path}[{i}]") for i, child in enumerate(node))
+    return None
+
+
+def parse_body(body: bytes, *, max_values: int, max_items: int) -> Any:
+    """The parsed JSON of a request body, or BodyError (413 / 422)."""
+    values = count_values(body, max_values)
+    if values > max_values:
+        raise BodyError(413, f"the body holds about {values} JSON values, over the limit of {max_values}")
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BodyError(422, f"the body is not UTF-8: {exc.reason} at byte {exc.start}") from exc
+    try:
+        value = json.loads(text, parse_int=_bounded_int, parse_constant=_no_constant)
+    except RecursionError as exc:
+        raise BodyError(422, "the body is nested too deeply") from exc
+    except json.JSONDecodeError as exc:
+        raise BodyError(422, f"the body is not valid JSON: {exc.msg} (line {exc.lineno} column {exc.colno})") from exc
+    if isinstance(value, dict):
+        for name in LISTS:
+            listed = value.get(name)
+            if isinstance(listed, list) and len(listed) > max_items:
+                raise BodyError(413, f"{len(listed)} entries in '{name}' is over the limit of {max_items} per "
+                                     "request; split the list (the client does this for you)", param=name)
+    if _SURROGATE_ESCAPE.search(body):
+        path = _surrogate_path(value)
+        if path is not None:
+            raise BodyError(422, f"{path}: the text holds an unpaired UTF-16 surrogate, which is not valid Unicode",
+                            param=path)
+    return value
+
+
+class BoundedRoute(APIRoute):
+    """A route whose JSON body goes through ``parse_body`` and its model's validation
+    in a worker thread."""
+
+    def get_route_handler(self) -> Callable:
+        handler = super().get_route_handler()
+        model = self._body_model()
+        if model is None:
+            return handler
+
+        async def bounded(request: Request):
+            return await handler(_BoundedRequest(request.scope, request.receive, model))
+
+        return bounded
+
+    def _body_model(self) -> type[BaseModel] | None:
+        params = self.dependant.body_params
+        if len(params) != 1:
+            return None
+        annotation = getattr(params[0].field_info, "annotation", None)
+        return annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
+
+
+class _BoundedRequest(Request):
+    def __init__(self, scope, receive, model: type[BaseModel]):
+        super().__init__(scope, receive)
+        self._model = model
+
+    async def json(self) -> Any:
+        if not hasattr(self, "_json"):
+            body = await self.body()
+            settings = self.app.state.svc.settings
+            self._json = await run_in_threadpool(self._parse, body, settings.max_json_values,
+                                                 settings.max_items_per_request)
+        return self._json
+
+    def _parse(self, body: bytes, max_values: int, max_items: int) -> Any:
+        value = parse_body(body, max_values=max_values, max_items=max_items)
+        try:
+            return self._model.model_validate(value)
+        except ValidationError:
+            return value  # FastAPI validates it again and reports every error its way

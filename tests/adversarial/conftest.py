@@ -1,0 +1,133 @@
+"""Attacks against a real service process, each watched from outside.
+
+One server process serves the attacked models: a small reward model (``rm``, the
+bystander every probe scores), a VLM and a CLIP goal model (image attacks), and the
+built-in rules. While an attack runs, ``Watch`` sends a fresh one-item request to
+``rm`` every 50 ms (fresh text, so no cache answers) and samples the server's RSS: every
+test asserts the probes' p99 stays under PROBE_P99_S and the RSS under RSS_BOUND_MB
+above where it started, and that the service answers normally afterwards.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.harness import serve_process
+
+KEY = "adversary-has-a-key"
+AUTH = {"authorization": f"Bearer {KEY}"}
+PROBE_P99_S = 1.0
+RSS_BOUND_MB = 600  # above the server's RSS before the attack
+
+
+def rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+@dataclass
+class Attacked:
+    url: str
+    pid: int
+    log: Path
+    _probe_ids: itertools.count = field(default_factory=itertools.count)
+
+    def post(self, path: str, body: dict | None = None, timeout: float = 60, **kw) -> httpx.Response:
+        headers = {**AUTH, **kw.pop("headers", {})}
+        return httpx.post(self.url + path, json=body, headers=headers, timeout=timeout, **kw)
+
+    def healthy(self) -> None:
+        """Alive, and a normal request is scored."""
+        assert httpx.get(self.url + "/health", timeout=5).status_code == 200
+        response = self.post("/v1/score", {"model": "math", "items": [{"response": r"\boxed{2}", "reference": "2"}]})
+        assert response.status_code == 200 and response.json()["results"][0]["score"] == 1.0
+
+    def watch(self) -> Watch:
+        return Watch(self)
+
+
+class Watch:
+    """Probes ``rm`` and samples RSS while the ``with`` block runs the attack."""
+
+    def __init__(self, target: Attacked, every_s: float = 0.05):
+        self.target = target
+        self.every_s = every_s
+        self.latencies: list[float] = []
+        self.failures: list[str] = []
+        self.rss_start = rss_mb(target.pid)
+        self.rss_peak = self.rss_start
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Watch:
+        self._thread.start()
+        time.sleep(0.2)  # a few probes before the attack starts
+        return self
+
+    def __exit__(self, *exc) -> None:
+        time.sleep(0.2)
+        self._stop.set()
+        self._thread.join(timeout=30)
+        if exc[0] is None:
+            self.check()
+
+    def _run(self) -> None:
+        with httpx.Client(base_url=self.target.url, headers=AUTH, timeout=30) as http:
+            while not self._stop.is_set():
+                n = next(self.target._probe_ids)
+                start = time.monotonic()
+                try:
+                    response = http.post("/v1/score", json={"model": "rm", "items": [{"response": f"probe {n} {time.time()}"}]})
+                    if response.status_code != 200:
+                        self.failures.append(f"{response.status_code} {response.text[:200]}")
+                except httpx.HTTPError as exc:
+                    self.failures.append(f"{type(exc).__name__}: {exc}")
+                self.latencies.append(time.monotonic() - start)
+                self.rss_peak = max(self.rss_peak, rss_mb(self.target.pid))
+                self._stop.wait(self.every_s)
+
+    @property
+    def p99(self) -> float:
+        ordered = sorted(self.latencies)
+        return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
+
+    def check(self) -> None:
+        assert not self.failures, self.failures[:3]
+        assert len(self.latencies) >= 3
+        assert self.p99 < PROBE_P99_S, f"probe p99 {self.p99:.2f}s over {len(self.latencies)} probes"
+        grown = self.rss_peak - self.rss_start
+        assert grown < RSS_BOUND_MB, f"server RSS grew {grown:.0f} MB during the attack"
+        self.target.healthy()
+
+
+@pytest.fixture(scope="session")
+def attacked(tmp_path_factory, qwen3_rm, vl_value, clip_model) -> Attacked:
+    tmp = tmp_path_factory.mktemp("attacked")
+    config = tmp / "models.yaml"
+    config.write_text(
+        "models:\n"
+        f"  - {{name: rm, source: {qwen3_rm}, max_wait_ms: 2}}\n"
+        f"  - {{name: vl, kind: vlm, source: {vl_value}}}\n"
+        f"  - {{name: clip, kind: clip_goal, source: {clip_model}, options: {{goal: a red square}}}}\n"
+    )
+    env = {
+        "REWARDSERVE_API_KEYS": KEY,
+        "REWARDSERVE_RULE_TIMEOUT_S": "2",
+        "REWARDSERVE_MAX_CONNECTIONS": "200",
+        "REWARDSERVE_HEADER_TIMEOUT_S": "2",
+        "REWARDSERVE_PUBLIC_MODEL_NAMES": "false",
+        "REWARDSERVE_LOG_LEVEL": "warning",
+    }
+    log = tmp / "server.log"
+    with serve_process("--config", str(config), env=env, log_path=log) as (url, proc):
+        yield Attacked(url, proc.pid, log)

@@ -1,0 +1,80 @@
+"""The rule pool: time and memory limits per call, chunks retried call by call, fair
+turns between requests, and cancelled requests' work dropped or killed."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from rewardserve.models.request_scope import RequestScope
+from rewardserve.models.rules.isolation import CallFailure, PoolBusy, RenderCall, RuleCall, RulePool
+
+SLOW = RuleCall("regex", "a" * 30 + "!", None, {"pattern": "^(a+)+$"})  # minutes of backtracking
+
+
+def fast(i: int) -> RuleCall:
+    return RuleCall("exact_match", str(i), str(i), {"extract": "none"})
+
+
+@pytest.fixture(scope="module")
+def pool():
+    pool = RulePool(workers=3, timeout_s=1.0, memory_mb=256, max_queued=1000)
+    pool.run([fast(0)]).result(timeout=60)  # workers up
+    yield pool
+    pool.close()
+
+
+def test_results_come_back_in_order_with_failures_in_place(pool):
+    calls = [fast(1), RuleCall("exact_match", "x", None, {}), fast(2), RenderCall("{{ item.a }}", {"item": {"a": 5}})]
+    out = pool.run(calls).result(timeout=30)
+    assert out[0] == 1.0 and out[2] == 1.0 and out[3] == "5"
+    assert isinstance(out[1], CallFailure) and out[1].kind == "rule" and "reference" in out[1].message
+
+
+def test_a_slow_call_in_a_chunk_times_out_alone(pool):
+    calls = [fast(i) for i in range(5)] + [SLOW] + [fast(i) for i in range(5, 10)]
+    start = time.monotonic()
+    out = pool.run(calls).result(timeout=60)
+    assert [v for i, v in enumerate(out) if i != 5] == [1.0] * 10
+    assert isinstance(out[5], CallFailure) and out[5].kind == "timeout"
+    assert time.monotonic() - start < 10
+
+
+def test_memory_is_limited_per_call(pool):
+    (out,) = pool.run([RenderCall("{% set ns = namespace(a='xx') %}{% for i in range(40) %}"
+                                  "{% set ns.a = ns.a ~ ns.a %}{% endfor %}{{ ns.a | length }}", {})]).result(timeout=60)
+    assert isinstance(out, CallFailure) and out.kind == "template" and "MemoryError" in out.message
+    assert pool.run([fast(3)]).result(timeout=30) == [1.0]  # the worker is fine after
+
+
+def test_one_request_holds_at_most_all_workers_but_one(pool):
+    hog = RequestScope()
+    slow = pool.run([SLOW] * 6, hog)  # one chunk, then (after its timeout) six singles
+    time.sleep(1.6)  # the chunk timed out: the singles hold two of three workers
+    start = time.monotonic()
+    assert pool.run([fast(7)], RequestScope()).result(timeout=30) == [1.0]
+    assert time.monotonic() - start < 0.8
+    hog.cancel("disconnected")
+    out = slow.result(timeout=30)
+    assert all(isinstance(v, CallFailure) and v.kind in ("timeout", "cancelled") for v in out)
+
+
+def test_a_cancelled_request_s_calls_are_dropped_and_killed(pool):
+    gone = RequestScope()
+    future = pool.run([SLOW] * 40, gone)
+    time.sleep(0.3)
+    start = time.monotonic()
+    gone.cancel("disconnected")
+    out = future.result(timeout=10)
+    assert time.monotonic() - start < 2
+    assert all(isinstance(v, CallFailure) and v.kind == "cancelled" for v in out)
+    assert pool.queued_calls == 0
+    late = RequestScope()
+    late.cancel("deadline")
+    assert all(v.kind == "cancelled" for v in pool.run([fast(1)] * 3, late).result(timeout=10))
+
+
+def test_the_queue_is_bounded(pool):
+    with pytest.raises(PoolBusy):
+        pool.run([fast(1)] * 1001)
