@@ -84,7 +84,7 @@ async def half_open_connection(host: str, port: int, hold_s: float = 3.0) -> Non
     writer.close()
 
 
-def pick(rng: random.Random, menu: list[Attack]) -> Attack | Callable:
+def pick(rng: random.Random, menu: list[Attack], half_open: bool = True) -> Attack | Callable:
     """An attack at random; one time in (len(menu) + 1) a half-open connection."""
-    index = rng.randrange(len(menu) + 1)
+    index = rng.randrange(len(menu) + (1 if half_open else 0))
     return half_open_connection if index == len(menu) else menu[index]

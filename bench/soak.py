@@ -56,21 +56,29 @@ def request_body(rng: random.Random) -> dict:
     return {"model": "math", "items": items}
 
 
-async def closed_loop(url: str, seconds: float, callers: int = 16) -> float:
+async def closed_loop(url: str, seconds: float, callers: int = 16, windows: int = 4) -> float:
+    """Requests per second with ``callers`` closed-loop callers: the slowest of
+    ``windows`` windows (this VM's speed drifts; an optimistic capacity would make the
+    open loop at 80% an overload)."""
     import httpx
 
-    rng, done, stop = random.Random(1), 0, time.monotonic() + seconds
+    rng, done = random.Random(1), 0
 
-    async def caller(http):
+    async def caller(http, stop):
         nonlocal done
         while time.monotonic() < stop:
             (await http.post(url + "/v1/score", json=request_body(rng))).raise_for_status()
             done += 1
 
+    rates = []
     async with httpx.AsyncClient(timeout=120, headers=AUTH, limits=httpx.Limits(max_connections=callers)) as http:
-        start = time.monotonic()
-        await asyncio.gather(*(caller(http) for _ in range(callers)))
-        return done / (time.monotonic() - start)
+        for _ in range(windows):
+            done, start = 0, time.monotonic()
+            stop = start + seconds / windows
+            await asyncio.gather(*(caller(http, stop) for _ in range(callers)))
+            rates.append(done / (time.monotonic() - start))
+    print("capacity windows: " + ", ".join(f"{r:.1f}" for r in rates) + " requests/s", flush=True)
+    return min(rates)
 
 
 class Phase:
@@ -78,6 +86,7 @@ class Phase:
 
     def __init__(self) -> None:
         self.latencies: list[float] = []
+        self.by_model: dict[str, list[float]] = {}
         self.errors = 0
         self.sent = 0
         self.hostile: dict[str, dict[int | str, int]] = {}
@@ -88,21 +97,33 @@ class Phase:
         ordered = sorted(self.latencies)
         return ordered[min(len(ordered) - 1, int(p * len(ordered)))] * 1000
 
+    def merge(self, other: Phase) -> None:
+        """Append a later block of the same phase."""
+        offset = self.samples[-1][0] + 5 if self.samples else 0.0
+        self.latencies += other.latencies
+        for model, latencies in other.by_model.items():
+            self.by_model.setdefault(model, []).extend(latencies)
+        self.errors += other.errors
+        self.sent += other.sent
+        self.server_errors += other.server_errors
+        self.samples += [(t + offset, m) for t, m in other.samples]
+        for attack, outcomes in other.hostile.items():
+            mine = self.hostile.setdefault(attack, {})
+            for outcome, n in outcomes.items():
+                mine[outcome] = mine.get(outcome, 0) + n
+
     def rss_trend(self) -> tuple[float, float, float]:
         first = [m for t, m in self.samples if t < 60]
         last = [m for t, m in self.samples if t >= self.samples[-1][0] - 60]
         return sum(first) / len(first), sum(last) / len(last), max(m for _, m in self.samples)
 
 
-async def open_loop(url: str, rate: float, seconds: float, pid: int, *, hostile_share: float = 0.0,
-                    seed: int = 2, record: bool = True) -> Phase:
+async def open_loop(url: str, rate: float, seconds: float, pid: int, *, seed: int = 2,
+                    record: bool = True) -> Phase:
+    """Legitimate requests at ``rate`` per second on a fixed schedule."""
     import httpx
 
-    from bench.hostile import attacks, pick
-
     rng = random.Random(seed)
-    menu = attacks(seed) if hostile_share > 0 else []
-    host, port = urlsplit(url).hostname, urlsplit(url).port
     phase = Phase()
     next_report = time.monotonic() + 60
     next_sample = time.monotonic()
@@ -120,35 +141,12 @@ async def open_loop(url: str, rate: float, seconds: float, pid: int, *, hostile_
             phase.errors += 1
             print(f"  error: {type(exc).__name__}: {exc}", flush=True)
         phase.latencies.append(time.monotonic() - start)
+        phase.by_model.setdefault(body["model"], []).append(time.monotonic() - start)
 
-    async def attack(http, chosen):
-        if not hasattr(chosen, "path"):
-            await chosen(host, port)
-            outcome: int | str = "connection held"
-        else:
-            headers = {"content-type": "application/json", **(AUTH if chosen.auth else {})}
-            try:
-                response = await http.post(url + chosen.path, content=chosen.body, headers=headers,
-                                           timeout=chosen.client_timeout_s or 120)
-                outcome = response.status_code
-                if response.status_code >= 500:
-                    phase.server_errors += 1
-                    print(f"  5xx on attack {chosen.name}: {response.status_code} {response.text[:200]}", flush=True)
-            except httpx.TimeoutException:
-                outcome = "hung up"
-            except httpx.HTTPError as exc:
-                outcome = type(exc).__name__
-        counts = phase.hostile.setdefault(getattr(chosen, "name", "half-open connection"), {})
-        counts[outcome] = counts.get(outcome, 0) + 1
-
-    async with httpx.AsyncClient(timeout=120, headers=AUTH, limits=httpx.Limits(max_connections=256)) as http, \
-            httpx.AsyncClient(timeout=120, limits=httpx.Limits(max_connections=64)) as hostile_http:
+    async with httpx.AsyncClient(timeout=120, headers=AUTH, limits=httpx.Limits(max_connections=256)) as http:
         begin = time.monotonic()
         while (now := time.monotonic()) - begin < seconds:
-            if menu and rng.random() < hostile_share:
-                tasks.append(asyncio.ensure_future(attack(hostile_http, pick(rng, menu))))
-            else:
-                tasks.append(asyncio.ensure_future(legit(http, request_body(rng))))
+            tasks.append(asyncio.ensure_future(legit(http, request_body(rng))))
             phase.sent += 1
             if record and now >= next_sample:
                 phase.samples.append((now - begin, rss_mb(pid)))
@@ -163,12 +161,82 @@ async def open_loop(url: str, rate: float, seconds: float, pid: int, *, hostile_
     return phase
 
 
+async def attack_loop(url: str, rate: float, seconds: float, seed: int, only: str = "") -> dict:
+    """Attacks at ``rate`` per second (bench/hostile.py); what each was answered."""
+    import httpx
+
+    from bench.hostile import attacks, pick
+
+    rng = random.Random(seed)
+    wanted = [w for w in only.split(",") if w]
+    menu = [a for a in attacks(seed) if not wanted or any(w in a.name for w in wanted)]
+    host, port = urlsplit(url).hostname, urlsplit(url).port
+    outcomes: dict[str, dict] = {}
+    tasks, sent = [], 0
+
+    async def attack(http, chosen):
+        if not hasattr(chosen, "path"):
+            await chosen(host, port)
+            outcome: int | str = "connection held"
+        else:
+            headers = {"content-type": "application/json", **(AUTH if chosen.auth else {})}
+            try:
+                response = await http.post(url + chosen.path, content=chosen.body, headers=headers,
+                                           timeout=chosen.client_timeout_s or 120)
+                outcome = response.status_code
+                if response.status_code >= 500:
+                    print(f"  5xx on attack {chosen.name}: {response.status_code} {response.text[:200]}", flush=True)
+            except httpx.TimeoutException:
+                outcome = "hung up"
+            except httpx.HTTPError as exc:
+                outcome = type(exc).__name__
+        counts = outcomes.setdefault(getattr(chosen, "name", "half-open connection"), {})
+        counts[outcome] = counts.get(outcome, 0) + 1
+
+    async with httpx.AsyncClient(timeout=120, limits=httpx.Limits(max_connections=64)) as http:
+        begin = time.monotonic()
+        while time.monotonic() - begin < seconds:
+            tasks.append(asyncio.ensure_future(attack(http, pick(rng, menu, not wanted))))
+            sent += 1
+            await asyncio.sleep(max(0.0, begin + sent / rate - time.monotonic()))
+        await asyncio.gather(*tasks)
+    return outcomes
+
+
+def _attacker(url: str, rate: float, seconds: float, seed: int, only: str, results) -> None:
+    """The attacks from a process of their own, at the lowest priority: what the
+    attacker's own CPU costs (building and uploading 32 MiB bodies) is not the server's,
+    and on one machine it must not slow the legitimate client either."""
+    os.nice(19)
+    results.put(asyncio.run(attack_loop(url, rate, seconds, seed, only)))
+
+
+def hostile_phase(url: str, rate: float, seconds: float, pid: int, share: float, only: str = "",
+                  seed: int = 3) -> Phase:
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    results = context.Queue()
+    attacker = context.Process(target=_attacker, args=(url, share * rate, seconds, seed, only, results))
+    attacker.start()
+    phase = asyncio.run(open_loop(url, (1 - share) * rate, seconds, pid, seed=seed))
+    phase.hostile = results.get(timeout=600)
+    attacker.join(timeout=60)
+    phase.server_errors += sum(n for counts in phase.hostile.values() for code, n in counts.items()
+                               if isinstance(code, int) and code >= 500)
+    return phase
+
+
 def report(name: str, phase: Phase) -> None:
     start, end, peak = phase.rss_trend()
     legit = len(phase.latencies)
     print(f"[{name}] requests {phase.sent} ({legit} legitimate), legitimate errors {phase.errors}, "
           f"5xx {phase.server_errors} (target 0)")
     print(f"[{name}] legitimate latency p50 {phase.pct(0.50):.1f} ms, p99 {phase.pct(0.99):.1f} ms")
+    for model, latencies in sorted(phase.by_model.items()):
+        ordered = sorted(latencies)
+        print(f"[{name}]   {model}: p50 {ordered[len(ordered) // 2] * 1000:.1f} ms, "
+              f"p99 {ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] * 1000:.1f} ms")
     print(f"[{name}] server RSS (mean of the first / last minute) {start:.0f} MB -> {end:.0f} MB: "
           f"{(end / start - 1) * 100:+.1f}% (target < 5%); peak {peak:.0f} MB")
     for attack, outcomes in sorted(phase.hostile.items()):
@@ -177,10 +245,11 @@ def report(name: str, phase: Phase) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--minutes", type=float, default=10.0, help="per phase")
+    parser.add_argument("--minutes", type=float, default=10.0, help="of load (with --hostile: of each kind)")
     parser.add_argument("--load", type=float, default=0.8)
-    parser.add_argument("--hostile", action="store_true", help="a second phase with attacks mixed in")
+    parser.add_argument("--hostile", action="store_true", help="alternate clean minutes with ones with attacks mixed in")
     parser.add_argument("--hostile-share", type=float, default=0.1)
+    parser.add_argument("--attacks", default="", help="only attacks whose names hold one of these (comma-separated)")
     args = parser.parse_args()
 
     from tests.builders import build_sequence_classifier
@@ -198,20 +267,30 @@ def main() -> None:
         url = f"http://127.0.0.1:{port}"
         try:
             wait_ready(url, proc, 120)
-            capacity = asyncio.run(closed_loop(url, 20))
+            capacity = asyncio.run(closed_loop(url, 60))
             rate = args.load * capacity
             print(f"capacity {capacity:.1f} requests/s; warming up 1 min, then {rate:.1f}/s for "
                   f"{args.minutes:g} min", flush=True)
             asyncio.run(open_loop(url, rate, 60, proc.pid, record=False))  # every shape seen once, caches filled
-            clean = asyncio.run(open_loop(url, rate, args.minutes * 60, proc.pid))
+            if not args.hostile:
+                report("clean", asyncio.run(open_loop(url, rate, args.minutes * 60, proc.pid)))
+                return
+            # Clean and hostile minutes alternate, so the machine's drift (this VM's speed
+            # moves by tens of percent over minutes) weighs on both alike.
+            print(f"alternating clean and hostile minutes ({args.hostile_share:.0%} of the hostile ones' "
+                  f"requests are attacks), {args.minutes:g} min of each", flush=True)
+            clean, hostile = Phase(), Phase()
+            blocks = max(1, round(args.minutes))
+            for block in range(blocks):
+                seconds = args.minutes * 60 / blocks
+                clean.merge(asyncio.run(open_loop(url, rate, seconds, proc.pid, seed=10 + block)))
+                hostile.merge(hostile_phase(url, rate, seconds, proc.pid, args.hostile_share, args.attacks,
+                                            seed=100 + block))
+                print(f"  block {block + 1}/{blocks}: legitimate p99 clean {clean.pct(0.99):.0f} ms, "
+                      f"hostile {hostile.pct(0.99):.0f} ms", flush=True)
             report("clean", clean)
-            if args.hostile:
-                print(f"hostile phase: {args.hostile_share:.0%} of requests are attacks, {args.minutes:g} min",
-                      flush=True)
-                hostile = asyncio.run(open_loop(url, rate, args.minutes * 60, proc.pid,
-                                                hostile_share=args.hostile_share, seed=3))
-                report("hostile", hostile)
-                print(f"legitimate p99 hostile / clean: {hostile.pct(0.99) / clean.pct(0.99):.2f} (target <= 1.5)")
+            report("hostile", hostile)
+            print(f"legitimate p99 hostile / clean: {hostile.pct(0.99) / clean.pct(0.99):.2f} (target <= 1.5)")
         finally:
             proc.terminate()
             proc.wait(timeout=60)

@@ -17,6 +17,7 @@ does not have is that item's problem: ``ItemError``, the item is invalid.
 
 from __future__ import annotations
 
+import functools
 import math
 from functools import cache
 from typing import Any
@@ -171,8 +172,35 @@ def _size(x: Any) -> int:
     return len(x) if isinstance(x, (str, list, tuple)) else 0
 
 
+def _check_sizes(args: tuple, kwargs: dict) -> None:
+    """Widths and counts given to filters and methods (``center(10**9)``, ``'%*d'``)."""
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_VALUE_CHARS:
+            raise TemplateLimitError(f"a number given to a filter or method is over {MAX_VALUE_CHARS}")
+
+
+def _bounded_filter(fn):
+    @functools.wraps(fn)  # keeps jinja's pass_context / pass_environment marks
+    def bounded(*args, **kwargs):
+        _check_sizes(args, kwargs)
+        out = fn(*args, **kwargs)
+        if _size(out) > MAX_VALUE_CHARS:
+            raise TemplateLimitError(f"the template builds a value of over {MAX_VALUE_CHARS} characters")
+        return out
+
+    return bounded
+
+
 class _BoundedEnvironment(ImmutableSandboxedEnvironment):
-    intercepted_binops = frozenset({"*", "**", "+"})
+    intercepted_binops = frozenset({"*", "**", "+", "%"})
+
+    def __init__(self, **options: Any):
+        super().__init__(**options)
+        self.filters = {name: _bounded_filter(fn) for name, fn in self.filters.items()}
+
+    def call(__self, __context, __obj, *args: Any, **kwargs: Any) -> Any:  # noqa: N805 (jinja's signature)
+        _check_sizes(args, kwargs)
+        return super().call(__context, __obj, *args, **kwargs)
 
     def call_binop(self, context, operator: str, left: Any, right: Any) -> Any:
         if operator == "**" and isinstance(left, int) and isinstance(right, int) and abs(left) > 1:
@@ -186,6 +214,8 @@ class _BoundedEnvironment(ImmutableSandboxedEnvironment):
                 raise TemplateLimitError(f"the template builds a value of over {MAX_VALUE_CHARS} characters")
         if operator == "+" and _size(left) + _size(right) > MAX_VALUE_CHARS:
             raise TemplateLimitError(f"the template builds a value of over {MAX_VALUE_CHARS} characters")
+        if operator == "%" and isinstance(left, str):
+            _check_sizes(right if isinstance(right, tuple) else (right,), {})
         return super().call_binop(context, operator, left, right)
 
 

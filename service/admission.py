@@ -34,6 +34,10 @@ OPEN_PATHS = frozenset({"/health", "/ready", "/metrics", "/"})
 DEADLINE_HEADER = "x-deadline-ms"
 
 
+def has_body(headers: dict[str, str]) -> bool:
+    return headers.get("content-length", "0") not in ("", "0") or "transfer-encoding" in headers
+
+
 def scope_of(request) -> RequestScope:
     """The request's scope (one made on the spot for a request that bypassed the
     middleware, as unit tests of a route may)."""
@@ -97,15 +101,19 @@ class Admission:
             return
         path, method = scope.get("path", ""), scope.get("method", "GET")
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        # Answered before its body is read: the connection is not kept (the rest of the
+        # upload would have to be read and thrown away first).
+        unread = {"connection": "close"} if has_body(headers) else {}
         if path not in OPEN_PATHS and method != "OPTIONS":
             try:
                 check_bearer(headers.get("authorization"), self.state.api_keys)
             except AuthError as exc:
-                await send_error(send, 401, "authentication_error", str(exc), headers={"www-authenticate": "Bearer"})
+                await send_error(send, 401, "authentication_error", str(exc),
+                                 headers={"www-authenticate": "Bearer", **unread})
                 return
         if method == "POST" and self.state.draining:
             await send_error(send, 503, "not_ready", "this replica is shutting down; send the request to another one",
-                             headers={"retry-after": "1"})
+                             headers={"retry-after": "1", **unread})
             return
         deadline = None
         if DEADLINE_HEADER in headers:
@@ -116,7 +124,7 @@ class Admission:
             if not math.isfinite(ms) or ms < 0:
                 await send_error(send, 422, "invalid_request",
                                  f"{DEADLINE_HEADER} must be a non-negative number of milliseconds",
-                                 param=DEADLINE_HEADER)
+                                 param=DEADLINE_HEADER, headers=unread)
                 return
             deadline = time.monotonic() + ms / 1000.0
         request_scope = RequestScope(deadline)

@@ -4,9 +4,10 @@ A 32 MiB body can hold two million tiny items or ten million empty lists; buildi
 those as Python objects (and then as pydantic models) costs seconds and gigabytes. So a
 body is checked before it is parsed, and parsed and validated in a worker thread:
 
-1. the number of JSON values, counted from its brackets and commas at C speed (string
-   contents excluded when the quick upper bound is over the limit): over
-   ``max_json_values`` is a 413;
+1. the number of JSON values, counted from its brackets, commas and quotes chunk by
+   chunk while the body arrives (string contents excluded, by a second look, when that
+   quick upper bound is over the limit): over ``max_json_values`` is a 413, as soon as
+   the strings alone pass the limit (the rest of the body is not read);
 2. ``json.loads`` with integers of at most ``MAX_INT_DIGITS`` digits and no
    NaN / Infinity (422 naming the problem, not "not valid JSON");
 3. the top-level list (``items``, ``query``, ``input``) counted before any model is
@@ -32,29 +33,59 @@ from starlette.requests import Request
 
 MAX_INT_DIGITS = 1000
 LISTS = ("items", "query", "input")  # the list a request's limit counts, by route
-_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 
 
 class BodyError(HTTPException):
     """A body refused before validation; rendered in our error shape, naming ``param``."""
 
-    def __init__(self, status: int, message: str, param: str = "body"):
-        super().__init__(status, message)
+    def __init__(self, status: int, message: str, param: str = "body", headers: dict | None = None):
+        super().__init__(status, message, headers=headers)
         self.param = param
 
 
-def count_values(body: bytes, limit: int) -> int:
+class ValueCount:
+    """Counts kept while a body arrives: an upper bound on its JSON values (commas and
+    opening brackets, wherever they are) and a lower bound (its strings)."""
+
+    def __init__(self) -> None:
+        self.structure = 1
+        self.quotes = 0
+        self.escaped = 0
+
+    def add(self, chunk: bytes) -> None:
+        self.structure += chunk.count(b",") + chunk.count(b"{") + chunk.count(b"[")
+        self.quotes += chunk.count(b'"')
+        self.escaped += chunk.count(b'\\"')
+
+    @property
+    def strings(self) -> int:
+        return (self.quotes - self.escaped) // 2
+
+
+def structure_outside_strings(body: bytes) -> int:
+    """Commas and opening brackets outside strings, plus one: the exact bound."""
+    total, inside = 1, False
+    for part in body.split(b'"'):
+        if not inside:
+            total += part.count(b",") + part.count(b"{") + part.count(b"[")
+        elif (len(part) - len(part.rstrip(b"\\"))) % 2 == 1:
+            continue  # the quote after this part is escaped: still inside the string
+        inside = not inside
+    return total
+
+
+def count_values(body: bytes, limit: int, counted: ValueCount | None = None) -> int:
     """How many JSON values (and object members) the body holds, at most: exact outside
     strings. Cheap when the quick bound is under ``limit``."""
-    quick = body.count(b",") + body.count(b"{") + body.count(b"[") + 1
-    if quick <= limit:
-        return quick
-    strings = (body.count(b'"') - body.count(b'\\"')) // 2
-    if strings > limit:  # each string is a value (or a key): no need to look closer
-        return strings
-    bare = _STRING.sub(b'""', body)
-    return bare.count(b",") + bare.count(b"{") + bare.count(b"[") + 1
+    if counted is None:
+        counted = ValueCount()
+        counted.add(body)
+    if counted.structure <= limit:
+        return counted.structure
+    if counted.strings > limit:  # each string is a value (or a key): no need to look closer
+        return counted.strings
+    return structure_outside_strings(body)
 
 
 def _bounded_int(text: str) -> int:
@@ -86,11 +117,18 @@ def _surrogate_path(value: Any) -> str | None:
     return None
 
 
-def parse_body(body: bytes, *, max_values: int, max_items: int) -> Any:
+def too_many_values(values: int, limit: int, unread: bool = False) -> BodyError:
+    # A body refused before it has all arrived: the connection is not kept (the rest of
+    # the upload would have to be read and thrown away first).
+    return BodyError(413, f"the body holds about {values} JSON values, over the limit of {limit}",
+                     headers={"connection": "close"} if unread else None)
+
+
+def parse_body(body: bytes, *, max_values: int, max_items: int, counted: ValueCount | None = None) -> Any:
     """The parsed JSON of a request body, or BodyError (413 / 422)."""
-    values = count_values(body, max_values)
+    values = count_values(body, max_values, counted)
     if values > max_values:
-        raise BodyError(413, f"the body holds about {values} JSON values, over the limit of {max_values}")
+        raise too_many_values(values, max_values)
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -142,6 +180,21 @@ class _BoundedRequest(Request):
     def __init__(self, scope, receive, model: type[BaseModel]):
         super().__init__(scope, receive)
         self._model = model
+        self._counted = ValueCount()
+
+    async def body(self) -> bytes:
+        """The body, counted chunk by chunk; refused as soon as its strings alone are
+        over the value limit."""
+        if not hasattr(self, "_body"):
+            limit = self.app.state.svc.settings.max_json_values
+            chunks = []
+            async for chunk in self.stream():
+                self._counted.add(chunk)
+                if self._counted.strings > limit:
+                    raise too_many_values(self._counted.strings, limit, unread=True)
+                chunks.append(chunk)
+            self._body = b"".join(chunks)
+        return self._body
 
     async def json(self) -> Any:
         if not hasattr(self, "_json"):
@@ -152,7 +205,7 @@ class _BoundedRequest(Request):
         return self._json
 
     def _parse(self, body: bytes, max_values: int, max_items: int) -> Any:
-        value = parse_body(body, max_values=max_values, max_items=max_items)
+        value = parse_body(body, max_values=max_values, max_items=max_items, counted=self._counted)
         try:
             return self._model.model_validate(value)
         except ValidationError:

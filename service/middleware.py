@@ -31,8 +31,8 @@ class BodyLimit:
             except ValueError:
                 too_big = True
                 message = "the content-length header is not a number"
-            if too_big:
-                response = error_response(413, "payload_too_large", message)
+            if too_big:  # unread, so the connection is not kept
+                response = error_response(413, "payload_too_large", message, headers={"connection": "close"})
                 await response(scope, receive, send)
                 return
         seen = 0

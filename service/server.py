@@ -25,6 +25,7 @@ import logging
 import resource
 import time
 
+import h11
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
@@ -38,12 +39,44 @@ _REFUSAL = (
 )
 
 
+LINGER_S = 5.0
+LINGER_BYTES = 64 * 1024 * 1024
+
+
+class _LingeringTransport:
+    """The connection's transport, whose ``close`` lingers while the client is still
+    sending a body the server refused without reading: the response is followed by a
+    FIN and what still arrives is thrown away unparsed, for at most LINGER_S seconds or
+    LINGER_BYTES, so the client reads the refusal instead of a connection reset."""
+
+    def __init__(self, transport, protocol):
+        self._transport = transport
+        self._protocol = protocol
+
+    def __getattr__(self, name):
+        return getattr(self._transport, name)
+
+    def close(self) -> None:
+        protocol = self._protocol
+        if protocol.discarding is None and protocol.conn.their_state is h11.SEND_BODY \
+                and self._transport.can_write_eof() and not self._transport.is_closing():
+            protocol.discarding = 0
+            self._transport.write_eof()
+            protocol.loop.call_later(LINGER_S, self._transport.close)
+            self._transport.resume_reading()
+            return
+        self._transport.close()
+
+
 def guarded_protocol(max_connections: int, header_timeout_s: float) -> type[H11Protocol]:
-    """uvicorn's h11 protocol with a connection cap and a header-read timeout."""
+    """uvicorn's h11 protocol with a connection cap, a header-read timeout, and a
+    lingering close after a refusal sent before the body was read."""
 
     class GuardedH11Protocol(H11Protocol):
+        discarding: int | None = None  # bytes thrown away since a lingering close
+
         def connection_made(self, transport) -> None:  # type: ignore[override]
-            super().connection_made(transport)
+            super().connection_made(_LingeringTransport(transport, self))
             self._header_timer = None
             if len(self.connections) > max_connections:
                 log.warning("refused a connection: %d open, the limit is %d", len(self.connections) - 1,
@@ -58,6 +91,11 @@ def guarded_protocol(max_connections: int, header_timeout_s: float) -> type[H11P
             self._arm_header_timer()
 
         def data_received(self, data: bytes) -> None:
+            if self.discarding is not None:
+                self.discarding += len(data)
+                if self.discarding > LINGER_BYTES:
+                    self.transport._transport.close()
+                return
             super().data_received(data)
             if self.cycle is not None and not self.cycle.response_complete:
                 self._disarm_header_timer()  # a request is in progress: headers done

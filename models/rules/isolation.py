@@ -5,8 +5,9 @@ A rule is code run on text the client controls (sympy on a crafted formula, a
 backtracking regex, a quadratic alignment); so is a request's template. None of it runs
 in the serving process:
 
-- each call runs in a pool worker (pebble) under ``RLIMIT_AS`` set to what the worker
-  already maps plus ``memory_mb``; a call over it fails with MemoryError alone;
+- each call runs in a pool worker (pebble, niced below the serving process) under
+  ``RLIMIT_AS`` set to what the worker already maps plus ``memory_mb``; a call over it
+  fails with MemoryError alone;
 - workers are forked from a fork server that has the rules' libraries imported (not
   from the serving process, which holds torch threads and an event loop), so a worker
   killed for overrunning is back in a fraction of a second rather than the seconds a
@@ -40,10 +41,11 @@ from rewardserve.models.request_scope import RequestScope
 log = logging.getLogger(__name__)
 
 CHUNK_CALLS = 16
-# Imported once by the fork server, shared by every worker forked from it.
+WORKER_NICENESS = 19
+# Imported once by the fork server, shared by every worker forked from it ("__main__":
+# a script's main module is imported there once, not again in every worker).
 PRELOAD = (
-    "rewardserve.models.rules.isolation", "rewardserve.models.rules.math", "rewardserve.models.rules.text",
-    "rewardserve.models.rules.structure", "rewardserve.models.templating", "math_verify", "sacrebleu",
+    "__main__", "rewardserve.models.rules.isolation", "rewardserve.models.rules.warmed", "sacrebleu",
     "rouge_score.rouge_scorer", "rapidfuzz.fuzz", "jsonschema",
 )
 
@@ -102,11 +104,12 @@ def _init_worker(memory_mb: int, warm: tuple[str, ...]) -> None:
     """Runs once per worker process, outside any call's time limit."""
     global _memory_bytes
     _memory_bytes = memory_mb * 1024 * 1024
-    from rewardserve.models import templating
-    from rewardserve.models.rules import get_rule, rule_names
+    # Below the serving process: a call that burns its whole time limit takes the cores
+    # the forward passes leave, not the other way round.
+    os.nice(WORKER_NICENESS)
+    import rewardserve.models.rules.warmed  # noqa: F401 (done in the fork server already, where there is one)
+    from rewardserve.models.rules import get_rule
 
-    rule_names()  # import every rule module (and what calls use) now, not in the first call
-    templating.render_field_bounded("{{ 1 }}", {})
     for name in warm:
         get_rule(name).warm()
 

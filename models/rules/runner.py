@@ -54,7 +54,7 @@ class RuleRunner:
                 if name == "embedding":
                     workers, warm = limits.embedding_workers, ("similarity",)
                 else:
-                    workers, warm = limits.workers or default_workers(), ("math_equiv",)
+                    workers, warm = limits.workers or default_workers(), ()
                 self._pools[name] = RulePool(workers, limits.timeout_s, limits.memory_mb,
                                              max_queued=limits.max_queued, warm=warm)
             return self._pools[name]

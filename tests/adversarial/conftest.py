@@ -110,7 +110,7 @@ class Watch:
         self.target.healthy()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")  # stopped once tests/adversarial is done
 def attacked(tmp_path_factory, qwen3_rm, vl_value, clip_model) -> Attacked:
     tmp = tmp_path_factory.mktemp("attacked")
     config = tmp / "models.yaml"
@@ -123,10 +123,12 @@ def attacked(tmp_path_factory, qwen3_rm, vl_value, clip_model) -> Attacked:
     env = {
         "REWARDSERVE_API_KEYS": KEY,
         "REWARDSERVE_RULE_TIMEOUT_S": "2",
+        "REWARDSERVE_RULE_MEMORY_MB": "256",
         "REWARDSERVE_MAX_CONNECTIONS": "200",
         "REWARDSERVE_HEADER_TIMEOUT_S": "2",
         "REWARDSERVE_PUBLIC_MODEL_NAMES": "false",
         "REWARDSERVE_LOG_LEVEL": "warning",
+        "REWARDSERVE_DRAIN_SECONDS": "0",
     }
     log = tmp / "server.log"
     with serve_process("--config", str(config), env=env, log_path=log) as (url, proc):

@@ -119,3 +119,18 @@ def test_deadline_counts_from_arrival(attacked):
     response = httpx.post(attacked.url + "/v1/score", content=slow_body(), timeout=30,
                           headers={**AUTH, "content-type": "application/json", "x-deadline-ms": "300"})
     assert response.status_code == 504, response.text
+
+
+def test_a_31_mib_text_with_truncation_is_cut_before_tokenizing(attacked):
+    """Tokenizing 31 MiB without spaces took 71 s and 5.7 GB; the model reads at most
+    its max_tokens, so the text is cut (far enough out) before the tokenizer sees it."""
+    body = {"model": "rm", "items": [{"response": "x" * (31 * MiB)}], "options": {"truncate": "right"}}
+    with attacked.watch():
+        start = time.monotonic()
+        response = attacked.post("/v1/score", body)
+        assert time.monotonic() - start < 5
+    assert response.status_code == 200, response.text[:300]
+    (result,) = response.json()["results"]
+    assert result["valid"] and result["truncated"]
+    refused = attacked.post("/v1/score", {**body, "options": {"truncate": "error"}})
+    assert refused.status_code == 413 and refused.json()["error"]["param"] == "items[0]"

@@ -48,3 +48,14 @@ def test_data_is_never_rendered_and_bad_syntax_is_a_422(attacked):
     bad_syntax = [{"name": "e", "fn": "exact_match", "args": {"extract": "{{ oops"}}]
     response = attacked.post("/v1/rubric", {"items": [ITEM], "criteria": bad_syntax})
     assert response.status_code == 422 and response.json()["error"]["param"] == "criteria[0].args"
+
+
+def test_constant_formula_parts_and_repeated_choices_are_422s(attacked):
+    formula = {"items": [ITEM], "criteria": [{"name": "e", "fn": "exact_match"}],
+               "aggregation": {"mode": "formula", "formula": "e * 9 ** 9 ** 9"}}
+    response = attacked.post("/v1/rubric", formula)
+    assert response.status_code == 422 and response.json()["error"]["param"] == "aggregation.formula"
+    choices = {"items": [ITEM], "judge": "rm", "criteria": [
+        {"name": "e", "fn": "exact_match"}, {"name": "q", "text": "How good?", "choices": ["good", "good", "bad"]}]}
+    response = attacked.post("/v1/rubric", choices)
+    assert response.status_code == 422 and response.json()["error"]["param"] == "criteria[1].choices"
