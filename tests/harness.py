@@ -57,7 +57,8 @@ def serve_process(
     log = open(log_path, "wb") if log_path else subprocess.DEVNULL
     proc = subprocess.Popen(
         [python or sys.executable, "-m", "rewardserve.service.cli", "serve", "--port", str(port), *args],
-        env={**os.environ, **(env or {})},
+        # No drain by default: tests stop their servers at once (drain tests set their own).
+        env={**os.environ, "REWARDSERVE_DRAIN_SECONDS": "0", **(env or {})},
         stdout=log,
         stderr=subprocess.STDOUT,
     )

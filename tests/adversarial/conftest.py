@@ -128,7 +128,6 @@ def attacked(tmp_path_factory, qwen3_rm, vl_value, clip_model) -> Attacked:
         "REWARDSERVE_HEADER_TIMEOUT_S": "2",
         "REWARDSERVE_PUBLIC_MODEL_NAMES": "false",
         "REWARDSERVE_LOG_LEVEL": "warning",
-        "REWARDSERVE_DRAIN_SECONDS": "0",
     }
     log = tmp / "server.log"
     with serve_process("--config", str(config), env=env, log_path=log) as (url, proc):

@@ -64,8 +64,10 @@ def vllm_url(models, tmp_path_factory):
 
     config.write_text(yaml.safe_dump({"models": [s.model_dump(exclude_defaults=True) for s in specs(models, "vllm")]}))
     log = tmp_path_factory.mktemp("vllm_log") / "server.log"
-    # vLLM on a CPU reserves its KV cache in RAM: keep it small (GiB).
-    env = {"VLLM_CPU_KVCACHE_SPACE": "1", "REWARDSERVE_BUILTIN_RULES": "false"}
+    # vLLM on a CPU reserves its KV cache in RAM: keep it small (GiB). Each engine's core
+    # in the service process rather than a process of its own: the numbers are the same,
+    # the four engines start ~70 s sooner on 2 cores.
+    env = {"VLLM_CPU_KVCACHE_SPACE": "1", "REWARDSERVE_BUILTIN_RULES": "false", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
     try:
         with serve_subprocess("--config", str(config), env=env, log_path=log, python=str(VLLM_PYTHON),
                               ready_timeout=600) as url:
