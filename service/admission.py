@@ -140,10 +140,10 @@ class Admission:
         watch = _DisconnectWatch(receive, request_scope)
 
         async def tracked_send(message: Message) -> None:
+            if entry.aborted and not entry.started:
+                return  # the app was given up on; our 503 answers instead
             if message["type"] == "http.response.start":
                 entry.started = True
-            if entry.aborted and not entry.started:
-                return  # the app was cancelled; our 503 answers instead
             await send(message)
 
         inner = asyncio.ensure_future(self.app(scope, watch.receive, tracked_send))

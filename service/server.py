@@ -5,8 +5,10 @@ Connections: at most ``max_connections`` open (one more is answered 503 with
 ``retry-after`` and closed at once, before it can hold a file descriptor for long), a
 request's headers must arrive within ``header_timeout_s`` of the connection opening or
 of the previous response (half-sent headers cannot hold a connection open), idle
-keep-alive connections close after ``keep_alive_s``. The open-file limit is raised to
-its hard limit at start. Repeated log lines (a flood of refused connections, accept
+keep-alive connections close after ``keep_alive_s``, and a request refused before its
+body was read (401, 413) gets its answer followed by a lingering close (the rest of the
+upload is thrown away unparsed for a few seconds) rather than a reset that could lose
+the answer. The open-file limit is raised to its hard limit at start. Repeated log lines (a flood of refused connections, accept
 errors) are rate-limited: one line per cause per 10 s, with a count.
 
 On SIGTERM (or Ctrl-C) the replica first turns not-ready: /ready answers 503 and new
