@@ -25,8 +25,13 @@ $(VENV)/.serve-installed: pyproject.toml | $(PY)
 	$(PIP) install --quiet -e '.[serve]'
 	touch $@
 
-$(VENV)/.dev-installed: pyproject.toml $(VENV)/.serve-installed
+# The peers' own code for the drop-in tests, without their training stacks (deepspeed,
+# ray, flash-attn): only the request-building modules are imported.
+PEERS := openrlhf==0.11.2
+
+$(VENV)/.dev-installed: pyproject.toml Makefile $(VENV)/.serve-installed
 	$(PIP) install --quiet -e '.[serve,dev]'
+	$(PIP) install --quiet --no-deps $(PEERS)
 	touch $@
 
 $(COMPOSE_SCHEMA): | $(PY)

@@ -128,6 +128,9 @@ class Item(_Request):
 
     - ``messages``: the conversation; the response is its final assistant turn.
     - ``response`` (with an optional ``prompt``, a string or a list of messages).
+    - ``text``: already templated by the caller (the policy's chat template applied,
+      special tokens written out), scored as it is: tokenized without adding special
+      tokens, no chat template applied. ``input_ids``: the same, as token ids.
     ``reference`` is the ground truth rule rewards compare against (a string, or any
     JSON value a rule understands). ``steps`` lists the steps of a reasoning chain for
     process rewards. ``group_id`` groups completions of one prompt (GRPO).
@@ -138,18 +141,32 @@ class Item(_Request):
     messages: list[Message] | None = Field(default=None, min_length=1)
     prompt: str | list[Message] | None = None
     response: str | None = None
+    text: str | None = None
+    input_ids: list[Annotated[int, Field(ge=0, lt=2**31)]] | None = Field(default=None, min_length=1)
     reference: JSONValue = None
     steps: list[str] | None = None
     metadata: dict[str, JSONValue] | None = None
 
     @model_validator(mode="after")
     def _one_shape(self) -> Item:
+        rendered = [f for f in ("text", "input_ids") if getattr(self, f) is not None]
+        if rendered:
+            others = [f for f in ("input_ids", "messages", "prompt", "response", "steps")
+                      if f != rendered[0] and getattr(self, f) is not None]
+            if others:
+                raise ValueError(f"give either '{rendered[0]}' or '{others[0]}', not both")
+            return self
         if self.messages is not None:
             if self.prompt is not None or self.response is not None:
                 raise ValueError("give either 'messages' or 'prompt' + 'response', not both")
         elif self.response is None and self.steps is None:
-            raise ValueError("an item needs 'messages', 'response' or 'steps'")
+            raise ValueError("an item needs 'messages', 'response', 'steps', 'text' or 'input_ids'")
         return self
+
+    @property
+    def rendered(self) -> str | None:
+        """Which pre-rendered field the item carries (``text``, ``input_ids``), if any."""
+        return "text" if self.text is not None else "input_ids" if self.input_ids is not None else None
 
     def conversation(self) -> list[Message]:
         """The item as chat messages: prompt turns then one assistant turn."""

@@ -128,6 +128,9 @@ class RewardModel(ABC):
     endpoints: ClassVar[frozenset[str]] = frozenset({"score"})
     # Whether the kind computes with torch in this process (rule kinds call functions).
     runs_torch: ClassVar[bool] = True
+    # The item shapes the kind scores: "chat" (messages, prompt + response, steps) and
+    # the pre-rendered "text" / "input_ids" (scored as they are, no template applied).
+    inputs: ClassVar[frozenset[str]] = frozenset({"chat"})
 
     def __init__(
         self, spec: ModelSpec, preset: dict[str, Any] | None = None, context: ModelContext | None = None
@@ -155,6 +158,18 @@ class RewardModel(ABC):
 
     @abstractmethod
     def predict(self, batch: list[Work]) -> list[ItemResult | ItemError]: ...
+
+    def refuse_unscorable_shapes(self, items: list[Item]) -> None:
+        """A pre-rendered item sent to a kind that needs the conversation (a rule needs
+        the response, a judge its prompt) fails the request, naming the field."""
+        for index, item in enumerate(items):
+            shape = item.rendered
+            if shape is not None and shape not in self.inputs:
+                raise RequestError(
+                    f"items[{index}].{shape}: a {self.kind} model needs the conversation, not "
+                    f"pre-rendered {shape}; send 'messages' or 'prompt' + 'response'",
+                    param=f"items[{index}].{shape}",
+                )
 
     def combine(self, works: list[Work]) -> list[tuple[Work, list[int]]]:
         """Forward units for a request's work: ``(unit, positions in works)``. A unit for

@@ -108,3 +108,18 @@ def readout_position(ids: list[int], pad_token_id: int | None) -> int:
         if ids[pos] != pad_token_id:
             return pos
     return 0
+
+
+def rendered_ids(backend, item: Item, index: int, truncate: str) -> list[int]:
+    """A pre-rendered item's token ids: ``input_ids`` as sent (each checked against the
+    vocabulary), or ``text`` tokenized as it is, without adding special tokens (the
+    caller wrote them into the text). Length limits are the caller's (fit_length)."""
+    if item.input_ids is not None:
+        for position, token in enumerate(item.input_ids):
+            if token >= backend.vocab_size:
+                raise RequestError(
+                    f"items[{index}].input_ids[{position}] is {token}, outside this model's vocabulary "
+                    f"of {backend.vocab_size} tokens", param=f"items[{index}].input_ids[{position}]")
+        return list(item.input_ids)
+    text = fit_text(item.text, backend.max_tokens, truncate, index=index)
+    return list(backend.tokenizer(text, add_special_tokens=False)["input_ids"])

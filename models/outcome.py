@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from rewardserve.client.protocol import Item, ItemResult, ScoreOptions
 from rewardserve.models.backends import Sequence, make_backend
 from rewardserve.models.base import BatchPolicy, ItemError, RewardModel, Work, sigmoid, work_key
-from rewardserve.models.chat import fit_length, fit_text, readout_position, render_chat, split_pair
+from rewardserve.models.chat import fit_length, fit_text, readout_position, render_chat, rendered_ids, split_pair
 from rewardserve.models.prefix import SharedUnit, read_units, share_prefixes
 from rewardserve.models.registry import register_kind
 
@@ -34,6 +34,7 @@ def _activate(x: float, activation: str) -> float:
 class OutcomeModel(RewardModel):
     default_policy = BatchPolicy(max_batch_tokens=16384, max_wait_ms=5.0)
     endpoints = frozenset({"score", "compare"})
+    inputs = frozenset({"chat", "text", "input_ids"})
 
     def load(self) -> None:
         self.backend = make_backend(self.spec, "classify")
@@ -42,6 +43,9 @@ class OutcomeModel(RewardModel):
         tok = self.backend.tokenizer
         limit = self.backend.max_tokens
         out: list[list[int] | ItemError] = []
+        if any(item.rendered for item in items):
+            return [rendered_ids(self.backend, item, i, truncate) if item.rendered
+                    else self._encode([item], truncate)[0] for i, item in enumerate(items)]
         if self.options.get("input", "chat") == "pair":
             pairs = [split_pair(item) for item in items]
             for i, (q, a) in enumerate(pairs):
@@ -79,7 +83,10 @@ class OutcomeModel(RewardModel):
             ids, cut = fit_length(
                 ids, backend.max_tokens, options.truncate, index=index, bos_id=bos
             )
-            seq = Sequence(ids=ids, positions=(readout_position(ids, backend.pad_token_id),))
+            # Pre-rendered text is read at its last token, as OpenRLHF's and vLLM's own
+            # servers read it; a templated conversation where transformers reads.
+            position = len(ids) - 1 if items[index].rendered else readout_position(ids, backend.pad_token_id)
+            seq = Sequence(ids=ids, positions=(position,))
             entries.append(
                 Work(
                     length=len(ids),

@@ -22,7 +22,7 @@ from rewardserve.client.protocol import (
 )
 from rewardserve.models.backends import Sequence, make_backend
 from rewardserve.models.base import BatchPolicy, ItemError, RequestError, RewardModel, Work, work_key
-from rewardserve.models.chat import MAX_CHARS_PER_TOKEN, fit_text
+from rewardserve.models.chat import MAX_CHARS_PER_TOKEN, fit_text, rendered_ids
 from rewardserve.models.prefix import SharedUnit, read_units, share_prefixes
 from rewardserve.models.prm_formats import FORMATS, StepFormat
 from rewardserve.models.registry import register_kind
@@ -49,6 +49,7 @@ class _Pooling:
 class ProcessModel(RewardModel):
     default_policy = BatchPolicy(max_batch_tokens=16384, max_wait_ms=5.0)
     endpoints = frozenset({"score", "steps", "pooling", "compare"})
+    inputs = frozenset({"chat", "text", "input_ids"})
 
     def load(self) -> None:
         name = self.options.get("format")
@@ -85,6 +86,8 @@ class ProcessModel(RewardModel):
         return entries
 
     def _prepare_one(self, index: int, item: Item, options: StepOptions) -> Work:
+        if item.rendered:
+            return self._prepare_rendered(index, item, options)
         traj = extract(item, options, self.options.get("separator"))
         if not traj.steps:
             raise ItemError("the item has no steps to score")
@@ -125,6 +128,38 @@ class ProcessModel(RewardModel):
                 raise ItemError(
                     f"the first step ends past this model's context of {limit} tokens"
                 )
+        return self._trajectory_work(ids, positions, n_steps, spans, options)
+
+    def _prepare_rendered(self, index: int, item: Item, options: StepOptions) -> Work:
+        """Text (or ids) already laid out with step tags, as vLLM's STEP pooling reads
+        it: each tag is a step. Spans are not reported (there are no step texts)."""
+        field = f"items[{index}].{item.rendered}"
+        tag_id = getattr(self.format, "tag_id", None)
+        if tag_id is None:
+            raise RequestError(f"{field}: model {self.name!r} ({self.options['format']}) marks steps "
+                               "without a tag token, so pre-rendered input cannot show them; send steps",
+                               param=field)
+        limit = self.backend.max_tokens
+        ids = rendered_ids(self.backend, item, index, "error" if options.truncate == "error" else "right")
+        positions = [p for p, token in enumerate(ids) if token == tag_id]
+        if not positions:
+            raise ItemError(f"the {item.rendered} holds no step tag")
+        if len(positions) > self.max_steps:
+            raise RequestError(f"{field} has {len(positions)} steps, over this model's limit of {self.max_steps}",
+                               param=field, status=413)
+        n_steps = len(positions)
+        if len(ids) > limit:
+            if options.truncate == "error":
+                raise RequestError(f"{field} has {len(ids)} tokens, over this model's limit of {limit}; "
+                                   "send options.truncate = 'steps' to score the steps that fit",
+                                   param=field, status=413)
+            ids, positions = ids[:limit], [p for p in positions if p < limit]
+            if not positions:
+                raise ItemError(f"the first step ends past this model's context of {limit} tokens")
+        return self._trajectory_work(ids, positions, n_steps, [], options)
+
+    def _trajectory_work(self, ids: list[int], positions: list[int], n_steps: int, spans: list[StepSpan],
+                         options: StepOptions) -> Work:
         payload = _Trajectory(
             seq=Sequence(ids=ids, positions=tuple(positions)),
             n_steps=n_steps,

@@ -95,6 +95,9 @@ def plan_criteria(items: list[Item], criteria: list[list[Criterion]], params: li
     a rule's cap or a template over its limits, naming the field."""
     plan = CriteriaPlan()
     for i, (item, own, param) in enumerate(zip(items, criteria, params)):
+        if item.rendered is not None:
+            raise RequestError(f"items[{i}].{item.rendered}: rubric criteria read the response; send "
+                               "'messages' or 'prompt' + 'response'", param=f"items[{i}].{item.rendered}")
         response = response_with_tool_calls(item)
         variables: dict[str, Any] | None = None
         for k, criterion in enumerate(own):

@@ -2,8 +2,12 @@
 
 - OpenRLHF ``POST /get_reward``: ``{"query", "prompts", "labels"}`` -> ``{"rewards",
   "scores", "extra_logs"}``. The model is ``?model=NAME``, else the settings'
-  ``default_model``, else the only model served besides the built-in rules. Queries are
-  prompt + response; the prompt prefix is cut off when present. OpenRLHF has no way to
+  ``default_model``, else the only model served besides the built-in rules. A query is
+  the policy's chat-templated prompt + its decoded completion. A reward model scores the
+  query text as it is, as OpenRLHF's own server does (openrlhf/cli/serve_rm.py, 0.11.2:
+  tokenized without adding special tokens, cut on the right at the model's context, read
+  at the last token). A rule model gets the completion: the prompt prefix is cut off
+  when present. OpenRLHF has no way to
   say "no reward", so an item the service cannot score fails the request (422 naming it)
   unless ``?invalid=<number>`` names a stand-in.
 """
@@ -17,7 +21,7 @@ from fastapi.responses import Response
 
 from rewardserve.client.integrations._items import make_item
 from rewardserve.client.integrations.openrlhf import split_query
-from rewardserve.client.protocol import OpenRLHFRewardRequest, OpenRLHFRewardResponse, ScoreOptions
+from rewardserve.client.protocol import Item, OpenRLHFRewardRequest, OpenRLHFRewardResponse, ScoreOptions
 from rewardserve.service.body import BoundedRoute
 from rewardserve.service.errors import InvalidRequest
 from rewardserve.service.routes import ERROR_RESPONSES, json_response, serving
@@ -56,9 +60,14 @@ async def get_reward(
             raise InvalidRequest(f"{field} has {len(values)} entries for {n} queries", param=field)
     prompts = body.prompts or [None] * n
     labels = body.labels or [None] * n
-    items = [make_item(*split_query(q, p), reference=label) for q, p, label in zip(body.query, prompts, labels)]
     served = serving(request, name, n, "score")
-    scored = await score_items(request, served, items, ScoreOptions())
+    if "text" in served.model.inputs:
+        items = [Item(text=q, reference=label) for q, label in zip(body.query, labels)]
+        options = ScoreOptions(truncate="right")
+    else:
+        items = [make_item(*split_query(q, p), reference=label) for q, p, label in zip(body.query, prompts, labels)]
+        options = ScoreOptions()
+    scored = await score_items(request, served, items, options)
     rewards = []
     for index, result in enumerate(scored.results):
         if result.valid:

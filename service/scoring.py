@@ -109,6 +109,7 @@ def prepare_isolating(model, items: list[Item], options) -> list:
     """``model.prepare``; if it fails on something other than a RequestError, each item
     again alone, so the item at fault is the only one invalid (a 500 on client input
     is a bug, but one bug must not fail the neighbours)."""
+    model.refuse_unscorable_shapes(items)
     try:
         return model.prepare(items, options)
     except RequestError:

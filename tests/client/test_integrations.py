@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+from types import SimpleNamespace
 
 import httpx
 import pytest
@@ -116,6 +117,51 @@ def test_openrlhf_get_reward_route_and_python_mode(service, monkeypatch):
     monkeypatch.setenv("REWARDSERVE_MODEL", "math")
     out = openrlhf.reward_func(queries, prompts, ["4", "4"])
     assert out["rewards"].tolist() == [1.0, 0.0]
+
+
+class _PolicyEngine:
+    """Generates as OpenRLHF's vLLM engine would (``await generate(prompt_token_ids,
+    params, multi_modal_data=...)`` -> ``outputs[0].token_ids``), with a real tiny policy
+    through transformers: vLLM is not in this environment."""
+
+    def __init__(self, path):
+        from transformers import AutoModelForCausalLM
+
+        self.model = AutoModelForCausalLM.from_pretrained(path).eval()
+
+    async def generate(self, prompt_token_ids, params, multi_modal_data=None):
+        import torch
+
+        with torch.inference_mode():
+            out = self.model.generate(torch.tensor([prompt_token_ids]), max_new_tokens=params.max_tokens,
+                                      do_sample=False)
+        ids = out[0, len(prompt_token_ids):].tolist()
+        return SimpleNamespace(outputs=[SimpleNamespace(token_ids=ids, finish_reason="length", logprobs=None)])
+
+
+def test_openrlhf_agent_gets_the_reward_its_own_server_gives(service, qwen3_rm, tmp_path):
+    """OpenRLHF 0.11.2's own SingleTurnAgentExecutor (openrlhf/utils/agent.py: execute,
+    _fetch_rewards_via_http) builds the query and posts it to /get_reward; the reward is
+    what openrlhf/cli/serve_rm.py would answer for that query text."""
+    import asyncio
+
+    from openrlhf.utils.agent import SingleTurnAgentExecutor
+    from transformers import AutoTokenizer
+
+    from tests.builders import build_causal_lm, reference_text_scores
+
+    policy = build_causal_lm(tmp_path / "policy", seed=3)
+    tokenizer = AutoTokenizer.from_pretrained(policy)
+    engine = _PolicyEngine(policy)
+    executor = SingleTurnAgentExecutor(remote_rm_url=f"{service}/get_reward?model=rm")
+    params = SimpleNamespace(max_tokens=12, logprobs=None)  # the fields of vLLM's SamplingParams it reads
+    for k in range(3):
+        prompt = tokenizer.apply_chat_template([{"role": "user", "content": f"Say yes {k}."}], tokenize=False,
+                                               add_generation_prompt=True)
+        output = asyncio.run(executor.execute(prompt, "yes", params, 256, tokenizer, engine))
+        query = tokenizer.decode(output["observation_tokens"], skip_special_tokens=False)
+        assert output["reward"] is not None, "the reward request failed"
+        assert output["reward"] == pytest.approx(reference_text_scores(qwen3_rm, [query]), abs=1e-4)
 
 
 def test_trajectory_rewards_and_token_placement(service):
