@@ -22,6 +22,7 @@ from torch import nn
 
 from rewardserve.client.protocol import ImagePart, ImageURLPart, Item, ItemResult, ScoreOptions
 from rewardserve.models.base import BatchPolicy, ItemError, RequestError, RewardModel, Work, sigmoid
+from rewardserve.models.backends.transformers_backend import context_limit
 from rewardserve.models.chat import fit_text
 from rewardserve.models.images import load_item_images
 from rewardserve.models.registry import register_kind
@@ -61,7 +62,7 @@ class VLMModel(RewardModel):
         self.image_token = self.tokenizer.convert_ids_to_tokens(config.image_token_id)
         self.merge = getattr(self.image_processor, "merge_size", 2)
         self.pad_id = text_config.pad_token_id if text_config.pad_token_id is not None else 0
-        self.max_tokens_limit = self.spec.max_tokens or text_config.max_position_embeddings
+        self.max_tokens_limit = context_limit(self.name, self.spec.max_tokens, text_config, self.tokenizer)
         self.head_kind = self.options.get("head", "value_head")
         self.head, self.token_ids = self._load_head(model, text_config.hidden_size)
         if self.device.type == "cpu" and self.dtype == torch.float32:

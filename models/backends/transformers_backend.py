@@ -82,7 +82,7 @@ class TransformersBackend(Backend):
         # Token ids sent by callers (/pooling) are checked against it: an id past the
         # embedding table is a bad request, not an IndexError mid-batch.
         self.vocab_size = getattr(config, "vocab_size", None) or len(self.tokenizer)
-        self.max_tokens = spec.max_tokens or _position_limit(config, self.tokenizer)
+        self.max_tokens = context_limit(spec.name, spec.max_tokens, config, self.tokenizer)
         self._softcap = getattr(config, "final_logit_softcapping", None)
         self._pad = self.pad_token_id if self.pad_token_id is not None else 0
         self._reads_only = False
@@ -337,7 +337,17 @@ def _warn_without_bf16_kernels(name: str) -> None:
                     "than float32 here; dtype float32 (the CPU default) is faster", name)
 
 
-def _position_limit(config, tokenizer) -> int:
-    limits = [getattr(config, "max_position_embeddings", None), tokenizer.model_max_length]
+def context_limit(name: str, asked: int | None, config, tokenizer) -> int:
+    """The tokens a model may be given: the checkpoint's position limit
+    (``max_position_embeddings``, or the tokenizer's ``model_max_length`` where smaller and
+    real), or less when the spec asks. Asking for more is a load error: a model read past
+    the positions it was trained on gives numbers, not scores."""
+    limits = [getattr(config, "max_position_embeddings", None), getattr(tokenizer, "model_max_length", None)]
     sane = [int(x) for x in limits if isinstance(x, int) and 0 < x < _MAX_SANE_POSITIONS]
-    return min(sane) if sane else 4096
+    limit = min(sane) if sane else None
+    if asked is None:
+        return limit or 4096
+    if limit is not None and asked > limit:
+        raise ValueError(f"model {name!r}: max_tokens {asked} is over the checkpoint's context of {limit} "
+                         f"positions; set max_tokens to at most {limit} or leave it unset")
+    return asked

@@ -123,3 +123,14 @@ def test_cpu_batch_policy_and_spec_overrides(qwen3_rm):
     tuned = load(qwen3_rm, max_batch_tokens=512, max_padding_ratio=0.5, max_wait_ms=0)
     policy = tuned.policy()
     assert (policy.max_batch_tokens, policy.max_padding_ratio, policy.max_wait_ms) == (512, 0.5, 0)
+
+
+def test_max_tokens_past_the_checkpoint_context_is_a_load_error(qwen3_rm):
+    with pytest.raises(ValueError, match=r"'rm': max_tokens 8192 .* context of 512 positions"):
+        load(qwen3_rm, max_tokens=8192)
+    model = load(qwen3_rm, max_tokens=256)
+    assert model.max_tokens == 256 and load(qwen3_rm).max_tokens == 512
+    long = Item(prompt="x", response="word " * 3000)
+    with pytest.raises(RequestError, match="limit of 512"):
+        model_512 = load(qwen3_rm)
+        model_512.prepare([long], ScoreOptions())
