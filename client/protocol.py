@@ -544,6 +544,13 @@ ModelKind = Literal["outcome", "process", "verifier", "rule", "vlm", "clip_goal"
 
 
 class ModelCard(_Response):
+    """One served model: OpenAI's model object (``id``, ``object``, ``created``,
+    ``owned_by``), so OpenAI-style clients list it, and this service's own fields."""
+
+    id: str = ""
+    object: Literal["model"] = "model"
+    created: int = 0
+    owned_by: str = "rewardserve"
     name: str
     kind: str
     backend: str

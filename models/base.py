@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -140,6 +141,7 @@ class RewardModel(ABC):
 
         self.spec = spec
         self.name = spec.name
+        self.created = int(time.time())
         self.context = context or ModelContext()
         self.image_policy: ImagePolicy = self.context.image_policy or ImagePolicy()
         # Preset options first, then the user's own options on top.
@@ -236,6 +238,8 @@ class RewardModel(ABC):
 
     def card(self, ready: bool) -> ModelCard:
         return ModelCard(
+            id=self.name,
+            created=self.created,
             name=self.name,
             kind=self.kind,
             backend=self.backend_name,

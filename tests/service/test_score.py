@@ -6,6 +6,7 @@ import asyncio
 import random
 import statistics
 
+import httpx
 import pytest
 import pytest_asyncio
 
@@ -136,8 +137,11 @@ async def test_rule_models_beside_weights(service):
 
 async def test_models_health_ready_metrics(service):
     _, http = service
-    cards = (await http.get("/v1/models")).json()["data"]
+    listed = (await http.get("/v1/models")).json()
+    cards = listed["data"]
     by_name = {c["name"]: c for c in cards}
+    assert listed["object"] == "list" and all(c["object"] == "model" and c["id"] == c["name"] for c in cards)
+    assert all(isinstance(c["created"], int) and c["created"] > 0 and c["owned_by"] for c in cards)
     assert by_name["qwen"]["kind"] == "outcome" and by_name["qwen"]["backend"] == "transformers"
     assert by_name["qwen"]["max_tokens"] == 512 and by_name["qwen"]["ready"]
     assert by_name["math"]["kind"] == "rule"
@@ -158,3 +162,17 @@ async def test_models_health_ready_metrics(service):
         assert name in text
     assert metric(text, "rewardserve_requests_total", route="/v1/score", model="qwen", status="200") > 0
     assert metric(text, "rewardserve_items_scored_total", model="qwen", valid="true") > 0
+
+
+async def test_openai_sdk_lists_the_models(service):
+    from openai import AsyncOpenAI
+
+    app, _ = service
+    http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://rewardserve")
+    client = AsyncOpenAI(base_url="http://rewardserve/v1", api_key="unused", http_client=http)
+    page = await client.models.list()
+    ids = [m.id for m in page.data]
+    assert "qwen" in ids and "math" in ids
+    qwen = next(m for m in page.data if m.id == "qwen")
+    assert qwen.object == "model" and qwen.owned_by == "rewardserve" and qwen.created > 0
+    await http.aclose()
