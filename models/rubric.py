@@ -17,7 +17,7 @@ from rewardserve.client.protocol import Aggregation, Criterion, CriterionResult,
 from rewardserve.models.base import ItemError, RequestError
 from rewardserve.models.formula import FormulaError, compile_formula, evaluate
 from rewardserve.models.judging import item_variables
-from rewardserve.models.rules import get_rule
+from rewardserve.models.rules import get_rule, with_named_reference
 from rewardserve.models.rules.isolation import CallFailure, RenderCall, RuleCall
 from rewardserve.models.templating import (
     TemplateLimitError,
@@ -123,10 +123,12 @@ def plan_criteria(items: list[Item], criteria: list[list[Criterion]], params: li
                 else:
                     plan.texts[key] = source
                 continue
+            reference = item.reference
             if not pooled:
-                check_rule_input(criterion.fn, response, item.reference, source, i)
+                reference, source = with_named_reference(reference, source)
+                check_rule_input(criterion.fn, response, reference, source, i)
             plan.rule_keys.append(key)
-            plan.rule_calls.append(RuleCall(criterion.fn, response, item.reference, source,
+            plan.rule_calls.append(RuleCall(criterion.fn, response, reference, source,
                                             variables if pooled else None))
     return plan
 

@@ -79,6 +79,33 @@ def over(field: str, size: int, cap: int, unit: str = "characters") -> tuple[str
     return field, f"{size} {unit}, over this rule's limit of {cap}"
 
 
+def text_references(reference: Any, rule_name: str) -> list[str]:
+    """The references a text rule compares against: a string, a number, or a list of
+    them. An object (``{"answer": "42"}``) is not one: comparing against its printed form
+    would score a right answer 0 and call it valid, so the rule refuses it and says how
+    to name the field."""
+    if reference is None or reference == [] or reference == "":
+        raise RuleError(f"{rule_name} needs a 'reference'")
+    refs = reference if isinstance(reference, list) else [reference]
+    for ref in refs:
+        if isinstance(ref, (dict, list)):
+            raise RuleError(
+                f"{rule_name} compares text, and the reference is {type(ref).__name__ if isinstance(ref, list) else 'an object'} "
+                f"({str(ref)[:60]}); name the part to compare in the criterion, e.g. "
+                "args: {\"reference\": \"{{ item.reference.answer }}\"}"
+            )
+    return [str(r) for r in refs]
+
+
+def with_named_reference(reference: Any, args: dict) -> tuple[Any, dict]:
+    """A criterion's ``args.reference`` (rendered already, so a template such as
+    ``{{ item.reference.answer }}`` picks a field) replaces the item's reference."""
+    if "reference" not in args:
+        return reference, args
+    rest = dict(args)
+    return rest.pop("reference"), rest
+
+
 def reference_texts(reference: Any) -> list[str]:
     """A reference (or a list of them) as strings, for size checks."""
     if reference is None:

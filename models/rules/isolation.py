@@ -155,7 +155,7 @@ def run_calls(calls: list) -> list:
 
 def _run_one(call) -> Any:
     from rewardserve.models.base import ItemError
-    from rewardserve.models.rules import RuleError, get_rule
+    from rewardserve.models.rules import RuleError, get_rule, with_named_reference
     from rewardserve.models.templating import TemplateLimitError, render_field_bounded
 
     try:
@@ -163,13 +163,13 @@ def _run_one(call) -> Any:
             if isinstance(call, RenderCall):
                 return render_field_bounded(call.source, call.variables)
             rule = get_rule(call.rule)
-            args = call.args
+            args, reference = call.args, call.reference
             if call.variables is not None:  # rendered only now: its caps checked only now
-                args = render_field_bounded(call.args, call.variables)
-                problem = rule.check(call.response, call.reference, args)
+                reference, args = with_named_reference(reference, render_field_bounded(call.args, call.variables))
+                problem = rule.check(call.response, reference, args)
                 if problem is not None:
                     return CallFailure("limit", f"{problem[0]}: {problem[1]} ({call.rule})")
-            return float(rule.fn(call.response, call.reference, **args))
+            return float(rule.fn(call.response, reference, **args))
     except MemoryError:
         _trim()
         return CallFailure("memory", f"over its memory limit ({_memory_bytes // 2**20} MB)")

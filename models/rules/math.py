@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from rewardserve.models.rules import RuleError, rule
+from rewardserve.models.rules import RuleError, rule, text_references
 
 # math-verify warns once per process that its own timeouts are off; they are off on
 # purpose (see _parse), so its warnings would only be noise in every pool worker.
@@ -32,7 +32,9 @@ def math_equiv(response: str, reference: Any, **_: Any) -> float:
 
     if reference is None or str(reference).strip() == "":
         raise RuleError("math_equiv needs a 'reference' answer")
-    reference = str(reference)
+    if isinstance(reference, list):
+        raise RuleError("math_equiv compares against one answer, and the reference is a list")
+    (reference,) = text_references(reference, "math_equiv")
     gold = _parse(reference) or _parse(f"${reference}$")
     # A parse that found only the raw string (no expression) did not understand it.
     if not any(not isinstance(g, str) for g in gold):

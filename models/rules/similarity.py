@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from rewardserve.models.rules import RuleError, over, reference_texts, rule
+from rewardserve.models.rules import RuleError, over, reference_texts, rule, text_references
 
 # One batch of 1 + references texts; each truncated to 256 tokens by the encoder, so
 # longer texts only cost tokenizing time.
@@ -74,8 +74,6 @@ def _warm() -> None:
 @rule("similarity", limits=_limits, pool="embedding", warm=_warm)
 def similarity(response: str, reference: Any, **_: Any) -> float:
     """Cosine similarity of the response and the reference (best over a list), -1..1."""
-    if reference is None or reference == [] or reference == "":
-        raise RuleError("similarity needs a 'reference'")
-    refs = [str(r) for r in (reference if isinstance(reference, list) else [reference])]
+    refs = text_references(reference, "similarity")
     vectors = embedder().embed([response] + refs)
     return float((vectors[1:] @ vectors[0]).max())

@@ -14,7 +14,7 @@ import re
 import string
 from typing import Any
 
-from rewardserve.models.rules import RuleError, over, reference_texts, rule
+from rewardserve.models.rules import RuleError, over, reference_texts, rule, text_references
 
 _BOXED = re.compile(r"\\boxed\s*\{")
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
@@ -51,13 +51,6 @@ def normalize_text(text: str, *, case: bool, punctuation: bool, articles: bool) 
     return " ".join(text.split())
 
 
-def _references(reference: Any, rule_name: str) -> list[str]:
-    if reference is None or reference == [] or reference == "":
-        raise RuleError(f"{rule_name} needs a 'reference'")
-    refs = reference if isinstance(reference, list) else [reference]
-    return [str(r) for r in refs]
-
-
 @rule("exact_match")
 def exact_match(
     response: str,
@@ -75,7 +68,7 @@ def exact_match(
     whole response, ``last_line`` its last non-empty line. Whitespace is always
     collapsed; case, punctuation and articles (SQuAD's normalisation) by choice.
     """
-    references = _references(reference, "exact_match")
+    references = text_references(reference, "exact_match")
     if extract == "boxed":
         response = last_boxed(response) or response
     elif extract == "last_line":
@@ -120,7 +113,7 @@ def bleu(response: str, reference: Any, **_: Any) -> float:
     """Sentence BLEU (sacrebleu, its default tokenizer and smoothing), 0..1."""
     import sacrebleu
 
-    return sacrebleu.sentence_bleu(response, _references(reference, "bleu")).score / 100.0
+    return sacrebleu.sentence_bleu(response, text_references(reference, "bleu")).score / 100.0
 
 
 @rule("chrf")
@@ -128,7 +121,7 @@ def chrf(response: str, reference: Any, *, word_order: int = 0, **_: Any) -> flo
     """Sentence chrF (chrF++ with ``word_order=2``), 0..1."""
     import sacrebleu
 
-    refs = _references(reference, "chrf")
+    refs = text_references(reference, "chrf")
     return sacrebleu.sentence_chrf(response, refs, word_order=word_order).score / 100.0
 
 
@@ -158,7 +151,7 @@ def rouge(response: str, reference: Any, *, variant: str = "rougeL", measure: st
     scorer = rouge_scorer.RougeScorer([variant], use_stemmer=True)
     return max(
         getattr(scorer.score(ref, response)[variant], measure)
-        for ref in _references(reference, "rouge")
+        for ref in text_references(reference, "rouge")
     )
 
 
@@ -182,4 +175,4 @@ def fuzzy(response: str, reference: Any, *, method: str = "ratio", **_: Any) -> 
     scorer = getattr(fuzz, method, None)
     if method not in ("ratio", "partial_ratio", "token_sort_ratio", "token_set_ratio") or not scorer:
         raise RuleError(f"fuzzy: unknown method {method!r}")
-    return max(scorer(response, ref) / 100.0 for ref in _references(reference, "fuzzy"))
+    return max(scorer(response, ref) / 100.0 for ref in text_references(reference, "fuzzy"))

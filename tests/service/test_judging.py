@@ -171,6 +171,28 @@ async def test_invalid_criterion_invalidates_only_its_item(service):
     assert bad["criteria"][0]["valid"] is False
 
 
+async def test_rules_read_the_reference_they_are_told_to(service):
+    _, http = service
+    item = {"prompt": "6*7?", "response": "It is \\boxed{42}.", "reference": {"answer": "42", "unit": "none"}}
+    criteria = [
+        {"name": "whole", "fn": "exact_match"},  # an object is no text to compare against
+        {"name": "plain", "fn": "exact_match", "args": {"reference": "{{ item.reference.answer }}"}},
+        {"name": "pooled", "fn": "exact_match", "args": {"reference": "{{ item.reference.answer | trim }}"}},
+        {"name": "literal", "fn": "math_equiv", "args": {"reference": "42"}},
+        {"name": "math_whole", "fn": "math_equiv"},
+    ]
+    out = await post(http, "/v1/rubric", {"items": [item], "criteria": criteria})
+    by_name = {c["name"]: c for c in out["results"][0]["criteria"]}
+    assert by_name["plain"]["score"] == by_name["pooled"]["score"] == by_name["literal"]["score"] == 1.0
+    for name in ("whole", "math_whole"):
+        assert by_name[name]["valid"] is False and by_name[name]["score"] is None
+        assert "item.reference.answer" in by_name[name]["error"], by_name[name]
+    assert out["results"][0]["valid"] is False
+    wrong = dict(item, response="\\boxed{41}")
+    out = await post(http, "/v1/rubric", {"items": [wrong], "criteria": criteria[1:4]})
+    assert [c["score"] for c in out["results"][0]["criteria"]] == [0.0, 0.0, 0.0] and out["results"][0]["valid"]
+
+
 async def test_pathological_math_times_out_without_stalling_others(service):
     _, http = service
     slow = {"items": [{"response": PATHOLOGICAL, "reference": "3"}],
