@@ -195,7 +195,9 @@ class Item(_Request):
 
 # --------------------------------------------------------------------------- options
 
-Activation = Literal["none", "sigmoid"]
+# "auto": a classifier's own (sigmoid for one label, softmax over several), as vLLM's
+# /classify applies it.
+Activation = Literal["none", "sigmoid", "softmax", "auto"]
 Normalize = Literal["none", "group"]
 Truncate = Literal["error", "left", "right"]
 
@@ -220,6 +222,12 @@ class ScoreOptions(GoalOptions):
     # "error" (default): an item over the model's max tokens fails the request with 413.
     # "left" / "right": drop tokens from that end of the text so the item fits.
     truncate: Truncate = "error"
+    # Pre-rendered ``text`` items: add the tokenizer's special tokens (a BOS) when
+    # tokenizing, as vLLM's /classify does by default. Off: the text is scored as written.
+    add_special_tokens: bool = False
+    # Pre-rendered items: keep at most this many tokens, cut from the end ``truncate``
+    # names ("right" keeps the first ones, otherwise the last ones are kept).
+    truncate_tokens: int | None = Field(default=None, ge=1)
 
 
 # --------------------------------------------------------------------------- results
@@ -242,6 +250,8 @@ class ItemResult(_Response):
     advantage: float | None = None
     # Multi-head reward models: the whole head vector at the readout position.
     scores: list[float] | None = None
+    # Classifiers: the checkpoint's name (id2label) of the head with the highest value.
+    label: str | None = None
     tokens: int | None = None
     truncated: bool = False
 
@@ -514,6 +524,74 @@ class PoolingRequest(_Request):
         if self.truncate_prompt_tokens == 0:
             raise ValueError("truncate_prompt_tokens must be -1 or at least 1")
         return self
+
+
+class ClassifyRequest(_Request):
+    """vLLM's ``/classify`` body (vllm/entrypoints/pooling/classify/protocol.py, 0.32):
+    text already templated (or its token ids), one classification per input."""
+
+    model: str | None = None
+    input: str | list[str] | list[Annotated[int, Field(ge=0, lt=2**31)]] | list[list[Annotated[int, Field(ge=0, lt=2**31)]]]
+    # vLLM's default: special tokens (a BOS) are added when tokenizing.
+    add_special_tokens: bool = True
+    # None: the classifier's own activation (sigmoid for one label, softmax for more).
+    use_activation: bool | None = None
+    activation: bool | None = None  # the older name of use_activation
+    # Keep the last N tokens (the first N with truncation_side "right"); -1: as many as
+    # the model takes.
+    truncate_prompt_tokens: int | None = Field(None, ge=-1)
+    truncation_side: Literal["left", "right"] | None = None
+    user: str | None = None
+    request_id: str | None = None
+    priority: int = 0
+
+
+class ClassifyData(_Response):
+    index: int
+    label: str | None = None
+    probs: list[float]
+    num_classes: int
+
+
+class ClassifyUsage(_Response):
+    prompt_tokens: int = 0
+    total_tokens: int = 0
+    completion_tokens: int | None = 0
+    prompt_tokens_details: dict | None = None
+
+
+class ClassifyResponse(_Response):
+    id: str
+    object: Literal["list"] = "list"
+    created: int
+    model: str
+    data: list[ClassifyData]
+    usage: ClassifyUsage
+
+
+class EmbeddingRequest(_Request):
+    """The OpenAI / SGLang ``/v1/embeddings`` body, for reward models: SGLang answers a
+    reward model's score as the embedding (verl/experimental/reward_loop/reward_loop.py,
+    0.9.1, reads ``data[-1].embedding[-1]``)."""
+
+    model: str | None = None
+    input: str | list[str] | list[Annotated[int, Field(ge=0, lt=2**31)]] | list[list[Annotated[int, Field(ge=0, lt=2**31)]]]
+    encoding_format: Literal["float"] = "float"
+    dimensions: int | None = None
+    user: str | None = None
+
+
+class EmbeddingData(_Response):
+    index: int
+    object: Literal["embedding"] = "embedding"
+    embedding: list[float]
+
+
+class EmbeddingResponse(_Response):
+    object: Literal["list"] = "list"
+    model: str
+    data: list[EmbeddingData]
+    usage: ClassifyUsage
 
 
 class PoolingData(_Response):

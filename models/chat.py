@@ -110,10 +110,21 @@ def readout_position(ids: list[int], pad_token_id: int | None) -> int:
     return 0
 
 
-def rendered_ids(backend, item: Item, index: int, truncate: str) -> list[int]:
+def rendered_ids(backend, item: Item, index: int, truncate: str, *, add_special_tokens: bool = False,
+                 keep: int | None = None) -> tuple[list[int], bool]:
     """A pre-rendered item's token ids: ``input_ids`` as sent (each checked against the
-    vocabulary), or ``text`` tokenized as it is, without adding special tokens (the
-    caller wrote them into the text). Length limits are the caller's (fit_length)."""
+    vocabulary), or ``text`` tokenized as it is, without adding special tokens unless
+    asked (the caller wrote them into the text); at most ``keep`` tokens, cut from the
+    end ``truncate`` names ("right", else the start). Whether a cut was made; the model's
+    own limit is the caller's (fit_length)."""
+    ids = _rendered_ids(backend, item, index, "right" if keep and truncate == "right" else
+                        "left" if keep else truncate, add_special_tokens)
+    if keep is None or len(ids) <= keep:
+        return ids, False
+    return (ids[:keep] if truncate == "right" else ids[len(ids) - keep:]), True
+
+
+def _rendered_ids(backend, item: Item, index: int, truncate: str, add_special_tokens: bool) -> list[int]:
     if item.input_ids is not None:
         for position, token in enumerate(item.input_ids):
             if token >= backend.vocab_size:
@@ -122,4 +133,4 @@ def rendered_ids(backend, item: Item, index: int, truncate: str) -> list[int]:
                     f"of {backend.vocab_size} tokens", param=f"items[{index}].input_ids[{position}]")
         return list(item.input_ids)
     text = fit_text(item.text, backend.max_tokens, truncate, index=index)
-    return list(backend.tokenizer(text, add_special_tokens=False)["input_ids"])
+    return list(backend.tokenizer(text, add_special_tokens=add_special_tokens)["input_ids"])

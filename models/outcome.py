@@ -24,28 +24,41 @@ class _Scoring:
     activation: str
 
 
-def _activate(x: float, activation: str) -> float:
+def _activate(values: list[float], activation: str) -> list[float]:
+    if activation == "auto":
+        activation = "sigmoid" if len(values) == 1 else "softmax"
     if activation == "sigmoid":
-        return sigmoid(x)
-    return x
+        return [sigmoid(x) for x in values]
+    if activation == "softmax":
+        top = max(values)
+        exps = [math.exp(x - top) for x in values]
+        return [e / sum(exps) for e in exps]
+    return values
 
 
 @register_kind("outcome")
 class OutcomeModel(RewardModel):
     default_policy = BatchPolicy(max_batch_tokens=16384, max_wait_ms=5.0)
-    endpoints = frozenset({"score", "compare"})
+    endpoints = frozenset({"score", "compare", "classify"})
     inputs = frozenset({"chat", "text", "input_ids"})
 
     def load(self) -> None:
-        self.backend = make_backend(self.spec, "classify")
+        from transformers import AutoConfig
 
-    def _encode(self, items: list[Item], truncate: str) -> list[list[int] | ItemError]:
+        self.backend = make_backend(self.spec, "classify")
+        names = getattr(AutoConfig.from_pretrained(self.spec.source), "id2label", None) or {}
+        self.labels = {int(k): str(v) for k, v in names.items()}
+
+    def _encode(self, items: list[Item], options: ScoreOptions) -> list[list[int] | ItemError]:
+        """Token ids per item; pre-rendered items come as (ids, cut) pairs."""
         tok = self.backend.tokenizer
         limit = self.backend.max_tokens
-        out: list[list[int] | ItemError] = []
+        truncate = options.truncate
+        out: list = []
         if any(item.rendered for item in items):
-            return [rendered_ids(self.backend, item, i, truncate) if item.rendered
-                    else self._encode([item], truncate)[0] for i, item in enumerate(items)]
+            return [rendered_ids(self.backend, item, i, truncate, add_special_tokens=options.add_special_tokens,
+                                 keep=options.truncate_tokens) if item.rendered
+                    else self._encode([item], options)[0] for i, item in enumerate(items)]
         if self.options.get("input", "chat") == "pair":
             pairs = [split_pair(item) for item in items]
             for i, (q, a) in enumerate(pairs):
@@ -73,16 +86,18 @@ class OutcomeModel(RewardModel):
         backend = self.backend
         bos = backend.tokenizer.bos_token_id
         entries: list[Work | ItemError] = []
-        for index, ids in enumerate(self._encode(items, options.truncate)):
+        for index, ids in enumerate(self._encode(items, options)):
             if isinstance(ids, ItemError):
                 entries.append(ids)
                 continue
+            ids, kept_short = ids if isinstance(ids, tuple) else (ids, False)
             if not ids:
                 entries.append(ItemError("the item encodes to no tokens"))
                 continue
             ids, cut = fit_length(
                 ids, backend.max_tokens, options.truncate, index=index, bos_id=bos
             )
+            cut = cut or kept_short
             # Pre-rendered text is read at its last token, as OpenRLHF's and vLLM's own
             # servers read it; a templated conversation where transformers reads.
             position = len(ids) - 1 if items[index].rendered else readout_position(ids, backend.pad_token_id)
@@ -113,12 +128,15 @@ class OutcomeModel(RewardModel):
 
     def _result(self, work: Work, rows) -> ItemResult | ItemError:
         (head,) = rows
-        values = [_activate(float(v), work.payload.activation) for v in head]
-        if not all(math.isfinite(v) for v in values):
+        raw = [float(v) for v in head]
+        if not all(math.isfinite(v) for v in raw):
             return ItemError("the model produced a non-finite score")
+        values = _activate(raw, work.payload.activation)
+        best = max(range(len(raw)), key=raw.__getitem__)
         return ItemResult(
             score=values[0],
             scores=values if len(values) > 1 else None,
+            label=self.labels.get(best),
             tokens=work.length,
             truncated=work.truncated,
         )

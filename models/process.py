@@ -140,7 +140,7 @@ class ProcessModel(RewardModel):
                                "without a tag token, so pre-rendered input cannot show them; send steps",
                                param=field)
         limit = self.backend.max_tokens
-        ids = rendered_ids(self.backend, item, index, "error" if options.truncate == "error" else "right")
+        ids, _ = rendered_ids(self.backend, item, index, "error" if options.truncate == "error" else "right")
         positions = [p for p, token in enumerate(ids) if token == tag_id]
         if not positions:
             raise ItemError(f"the {item.rendered} holds no step tag")

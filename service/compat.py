@@ -10,18 +10,42 @@
   when present. OpenRLHF has no way to
   say "no reward", so an item the service cannot score fails the request (422 naming it)
   unless ``?invalid=<number>`` names a stand-in.
+- vLLM ``POST /classify`` (verl's reward loop with a vLLM reward model): text already
+  templated, or token ids, scored by an outcome model as vLLM scores it (special tokens
+  added unless ``add_special_tokens: false``, read at the last token); ``probs`` are the
+  head's values, through the classifier's activation unless ``use_activation: false``.
+- SGLang-style ``POST /v1/embeddings`` for reward models (verl's reward loop with an
+  SGLang reward model): the same, the raw head values as ``embedding``.
+
+``model`` may be a served model's name or its source (verl sends the checkpoint path).
+Neither shape has a per-input error: an input that cannot be scored fails the request,
+naming it.
 """
 
 from __future__ import annotations
 
 import math
+import time
+import uuid
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
 from rewardserve.client.integrations._items import make_item
 from rewardserve.client.integrations.openrlhf import split_query
-from rewardserve.client.protocol import Item, OpenRLHFRewardRequest, OpenRLHFRewardResponse, ScoreOptions
+from rewardserve.client.protocol import (
+    ClassifyData,
+    ClassifyRequest,
+    ClassifyResponse,
+    ClassifyUsage,
+    EmbeddingData,
+    EmbeddingRequest,
+    EmbeddingResponse,
+    Item,
+    OpenRLHFRewardRequest,
+    OpenRLHFRewardResponse,
+    ScoreOptions,
+)
 from rewardserve.service.body import BoundedRoute
 from rewardserve.service.errors import InvalidRequest
 from rewardserve.service.routes import ERROR_RESPONSES, json_response, serving
@@ -78,3 +102,71 @@ async def get_reward(
             raise InvalidRequest(f"query[{index}] has no reward: {result.error}", param=f"query[{index}]")
     response = OpenRLHFRewardResponse(rewards=rewards, scores=rewards)
     return json_response(response, headers=scored.timing_headers())
+
+
+def _model_named(request: Request, named: str | None) -> str:
+    """A served model's name, or the name of the one served from ``named`` as its source."""
+    registry = request.app.state.svc.registry
+    if named and named not in {s.model.name for s in registry}:
+        sourced = [s.model.name for s in registry if s.model.spec.source == named]
+        if len(sourced) == 1:
+            return sourced[0]
+    return default_model(request, named)
+
+
+def _as_items(given) -> list[Item]:
+    if isinstance(given, str):
+        return [Item(text=given)]
+    if given and isinstance(given[0], int):
+        return [Item(input_ids=given)]
+    if not given:
+        raise InvalidRequest("input is empty", param="input")
+    items = []
+    for index, one in enumerate(given):
+        if not one:
+            raise InvalidRequest(f"input[{index}] is empty", param=f"input[{index}]")
+        items.append(Item(text=one) if isinstance(one, str) else Item(input_ids=one))
+    return items
+
+
+async def _classified(request: Request, named: str | None, given, options: ScoreOptions):
+    """(model name, results, usage) of scoring each input with an outcome model."""
+    name = _model_named(request, named)
+    items = _as_items(given)
+    served = serving(request, name, len(items), "classify")
+    scored = await score_items(request, served, items, options)
+    for index, result in enumerate(scored.results):
+        if not result.valid:
+            raise InvalidRequest(f"input[{index}]: {result.error}", param=f"input[{index}]")
+    tokens = scored.usage.prompt_tokens
+    return name, scored, ClassifyUsage(prompt_tokens=tokens, total_tokens=tokens)
+
+
+def _truncation(body) -> dict:
+    keep = body.truncate_prompt_tokens
+    if keep is None:
+        return {}
+    side = "right" if getattr(body, "truncation_side", None) == "right" else "left"
+    return {"truncate": side} if keep == -1 else {"truncate": side, "truncate_tokens": keep}
+
+
+@router.post("/classify", response_model=ClassifyResponse)
+async def classify(body: ClassifyRequest, request: Request) -> Response:
+    activate = body.use_activation if body.use_activation is not None else body.activation
+    options = ScoreOptions(activation="none" if activate is False else "auto",
+                           add_special_tokens=body.add_special_tokens, **_truncation(body))
+    name, scored, usage = await _classified(request, body.model, body.input, options)
+    data = [ClassifyData(index=i, label=r.label, probs=r.scores or [r.score], num_classes=len(r.scores or [r.score]))
+            for i, r in enumerate(scored.results)]
+    response = ClassifyResponse(id=f"classify-{uuid.uuid4().hex}", created=int(time.time()), model=body.model or name,
+                                data=data, usage=usage)
+    return json_response(response, headers=scored.timing_headers())
+
+
+@router.post("/v1/embeddings", response_model=EmbeddingResponse)
+async def embeddings(body: EmbeddingRequest, request: Request) -> Response:
+    options = ScoreOptions(activation="none", add_special_tokens=True)
+    name, scored, usage = await _classified(request, body.model, body.input, options)
+    data = [EmbeddingData(index=i, embedding=r.scores or [r.score]) for i, r in enumerate(scored.results)]
+    return json_response(EmbeddingResponse(model=body.model or name, data=data, usage=usage),
+                         headers=scored.timing_headers())

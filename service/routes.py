@@ -29,7 +29,6 @@ from rewardserve.service.body import BoundedRoute
 from rewardserve.service.errors import (
     InvalidRequest,
     PayloadTooLarge,
-    ServiceError,
     from_request_error,
 )
 from rewardserve.service.metrics import CONTENT_TYPE
@@ -85,6 +84,7 @@ ENDPOINT_ROUTES = {
     "verify": "/v1/verify",
     "judge": "/v1/rubric (as judge)",
     "compare": "/v1/compare",
+    "classify": "/classify, /v1/embeddings",
 }
 
 
@@ -132,7 +132,7 @@ async def pooling(body: PoolingRequest, request: Request) -> Response:
     outcomes = await compute(request, served, works)
     failed = [i for i, o in enumerate(outcomes) if isinstance(o.result, ItemError)]
     if failed:  # vLLM's shape has no per-input error: fail the request, name the input
-        raise ServiceError(f"input[{failed[0]}]: {outcomes[failed[0]].result}", param=f"input[{failed[0]}]")
+        raise InvalidRequest(f"input[{failed[0]}]: {outcomes[failed[0]].result}", param=f"input[{failed[0]}]")
     tokens = sum(w.prompt_tokens for w in works)
     response = PoolingResponse(
         id=f"pool-{uuid.uuid4().hex}",

@@ -170,7 +170,8 @@ def reference_outcome_scores(model_dir: Path, conversations: list[list[dict]]) -
     return out
 
 
-def reference_text_scores(model_dir: Path, texts: list[str], max_length: int | None = None) -> list[float]:
+def reference_text_scores(model_dir: Path, texts: list[str], max_length: int | None = None,
+                          add_special_tokens: bool = False) -> list[float]:
     """Already templated texts as OpenRLHF's reward server scores them
     (openrlhf/cli/serve_rm.py and openrlhf/models/model.py, 0.11.2): tokenized without
     adding special tokens, cut on the right at ``max_length``, the score head read at
@@ -184,7 +185,7 @@ def reference_text_scores(model_dir: Path, texts: list[str], max_length: int | N
     out = []
     with torch.inference_mode():
         for text in texts:
-            encoded = tokenizer(text, add_special_tokens=False, return_tensors="pt",
+            encoded = tokenizer(text, add_special_tokens=add_special_tokens, return_tensors="pt",
                                 truncation=max_length is not None, max_length=max_length)
             hidden = model.model(**encoded).last_hidden_state
             out.append(float(model.score(hidden)[0, -1, 0]))
