@@ -537,7 +537,7 @@ class ClassifyRequest(_Request):
     # None: the classifier's own activation (sigmoid for one label, softmax for more).
     use_activation: bool | None = None
     activation: bool | None = None  # the older name of use_activation
-    # Keep the last N tokens (the first N with truncation_side "right"); -1: as many as
+    # Keep the first N tokens (the last N with truncation_side "left"); -1: as many as
     # the model takes.
     truncate_prompt_tokens: int | None = Field(None, ge=-1)
     truncation_side: Literal["left", "right"] | None = None
@@ -558,6 +558,7 @@ class ClassifyUsage(_Response):
     total_tokens: int = 0
     completion_tokens: int | None = 0
     prompt_tokens_details: dict | None = None
+    completion_tokens_details: dict | None = None
 
 
 class ClassifyResponse(_Response):

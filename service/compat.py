@@ -146,7 +146,8 @@ def _truncation(body) -> dict:
     keep = body.truncate_prompt_tokens
     if keep is None:
         return {}
-    side = "right" if getattr(body, "truncation_side", None) == "right" else "left"
+    # vLLM 0.32 cuts where the tokenizer does unless told: on the right (the first N kept).
+    side = "left" if body.truncation_side == "left" else "right"
     return {"truncate": side} if keep == -1 else {"truncate": side, "truncate_tokens": keep}
 
 

@@ -85,6 +85,8 @@ async def test_classify_in_vllm_shape(service, llama_rm, qwen3_multihead_rm):
     kept = await http.post("/classify", json={"model": "rm", "input": ids[2], "truncate_prompt_tokens": 3,
                                                 "use_activation": False})
     assert kept.json()["usage"]["prompt_tokens"] == 3
+    first = reference_text_scores(llama_rm, [tokenizer.decode(ids[2][:3])])[0]
+    assert kept.json()["data"][0]["probs"][0] == pytest.approx(first, abs=1e-4)
 
     heads = await http.post("/classify", json={"model": "heads", "input": texts[1]})
     data = heads.json()["data"][0]
