@@ -9,19 +9,34 @@ verl calls ``compute_score(data_source, solution_str, ground_truth, extra_info)`
 reward is the service's score for the response against the ground truth. A result the
 service could not compute raises (verl has no "missing reward"), unless you choose a
 stand-in with ``invalid_score``.
+
+verl's reward-loop managers (naive, dapo) call once per sample and await the function
+when it is a coroutine function: name ``compute_score_async`` there, so calls share one
+event loop and one connection pool instead of a thread each. The keywords verl adds when
+it also serves a reward model (``reward_router_address``, ``reward_model_tokenizer``)
+are accepted and not sent to the service.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
+import weakref
 from typing import Any
 
+from rewardserve.client.async_client import AsyncRewardClient
 from rewardserve.client.errors import RewardServeError
 from rewardserve.client.integrations._items import make_item
 from rewardserve.client.sync_client import RewardClient
 
+# What verl passes beside the sample (verl 0.9.1, experimental/reward_loop/reward_manager/
+# naive.py and dapo.py), which is not a scoring option.
+VERL_KEYWORDS = ("reward_router_address", "reward_model_tokenizer")
+
 _clients: dict[tuple, RewardClient] = {}
+_async_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple, AsyncRewardClient]] = (
+    weakref.WeakKeyDictionary())
 _lock = threading.Lock()
 
 
@@ -55,19 +70,53 @@ def compute_score_batch(
     **options: Any,
 ) -> list[float]:
     """One call for a whole batch (verl's batch reward manager)."""
+    model, items, options = _request(data_sources, solution_strs, ground_truths, extra_infos, model, options)
+    client = _client(base_url, api_key)
+    call = {"steps": client.score_steps, "verify": client.verify}.get(endpoint, client.score)
+    return _scores(call(model, items, **options), data_sources, invalid_score)
+
+
+async def compute_score_batch_async(
+    data_sources: list[str],
+    solution_strs: list[str],
+    ground_truths: list[Any],
+    extra_infos: list[Any] | None = None,
+    *,
+    model: str | None = None,
+    endpoint: str = "score",
+    base_url: str | None = None,
+    api_key: str | None = None,
+    invalid_score: float | None = None,
+    **options: Any,
+) -> list[float]:
+    """``compute_score_batch`` as a coroutine."""
+    model, items, options = _request(data_sources, solution_strs, ground_truths, extra_infos, model, options)
+    client = _async_client(base_url, api_key)
+    call = {"steps": client.score_steps, "verify": client.verify}.get(endpoint, client.score)
+    return _scores(await call(model, items, **options), data_sources, invalid_score)
+
+
+def _request(data_sources, solution_strs, ground_truths, extra_infos, model, options) -> tuple[str, list, dict]:
     model = model or os.environ.get("REWARDSERVE_MODEL", "math")
     extra_infos = extra_infos or [None] * len(solution_strs)
     items = [
         make_item(_prompt(info), solution, truth, {"data_source": source})
         for source, solution, truth, info in zip(data_sources, solution_strs, ground_truths, extra_infos)
     ]
-    client = _client(base_url, api_key)
-    if endpoint == "steps":
-        response = client.score_steps(model, items, **options)
-    elif endpoint == "verify":
-        response = client.verify(model, items, **options)
-    else:
-        response = client.score(model, items, **options)
+    return model, items, {k: v for k, v in options.items() if k not in VERL_KEYWORDS}
+
+
+def _async_client(base_url: str | None, api_key: str | None) -> AsyncRewardClient:
+    # A client's connection pool belongs to the event loop it was made on: one per loop,
+    # forgotten with the loop.
+    with _lock:
+        mine = _async_clients.setdefault(asyncio.get_running_loop(), {})
+        if (base_url, api_key) not in mine:
+            mine[(base_url, api_key)] = AsyncRewardClient(base_url, api_key=api_key)
+        return mine[(base_url, api_key)]
+
+
+def _scores(response, data_sources: list[str], invalid_score: float | None) -> list[float]:
     scores = []
     for index, result in enumerate(response.results):
         if result.valid:
@@ -83,3 +132,10 @@ def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_
                   **kwargs: Any) -> float:
     """verl's per-sample signature."""
     return compute_score_batch([data_source], [solution_str], [ground_truth], [extra_info], **kwargs)[0]
+
+
+async def compute_score_async(data_source: str, solution_str: str, ground_truth: Any, extra_info: Any = None,
+                              **kwargs: Any) -> float:
+    """verl's per-sample signature as a coroutine, for its reward-loop managers."""
+    return (await compute_score_batch_async([data_source], [solution_str], [ground_truth], [extra_info],
+                                            **kwargs))[0]

@@ -3,8 +3,11 @@ function shapes, OpenRLHF's /get_reward and python reward mode, agent trajectori
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import math
 import os
+from functools import partial
 from types import SimpleNamespace
 
 import httpx
@@ -98,6 +101,54 @@ def test_verl_compute_score_shapes(service):
     with pytest.raises(Exception, match="no reward"):
         verl.compute_score("x", "\\boxed{1}", None, None, **kwargs)
     assert verl.compute_score("x", "\\boxed{1}", None, None, invalid_score=-1.0, **kwargs) == -1.0
+
+
+# verl 0.9.1 cannot be imported here (its package imports ray at the top), so what its
+# reward loop does with a custom reward function is replayed from its source:
+# verl/trainer/ppo/reward.py get_custom_reward_fn wraps the function with its
+# reward_kwargs (these two helpers, verbatim in behaviour), and
+# verl/experimental/reward_loop/reward_manager/naive.py (dapo.py alike) run_single calls
+# it once per sample with keywords, awaiting it when it is a coroutine function.
+
+
+def _verl_call_with_kwargs(raw_fn, extra_kwargs, *args, **kwargs):
+    return raw_fn(*args, **{**kwargs, **extra_kwargs})
+
+
+async def _verl_call_with_kwargs_async(raw_fn, extra_kwargs, *args, **kwargs):
+    return await raw_fn(*args, **{**kwargs, **extra_kwargs})
+
+
+def _verl_custom_reward_fn(raw_fn, reward_kwargs):
+    if not inspect.iscoroutinefunction(raw_fn):
+        return partial(_verl_call_with_kwargs, raw_fn, reward_kwargs)
+    return partial(_verl_call_with_kwargs_async, raw_fn, reward_kwargs)
+
+
+async def _verl_run_single(compute_score, sample: dict, reward_router_address=None, reward_model_tokenizer=None):
+    extra_info = dict(sample.get("extra_info", {}), num_turns=None, rollout_reward_scores={})
+    extra_reward_kwargs = ({"reward_router_address": reward_router_address,
+                            "reward_model_tokenizer": reward_model_tokenizer}
+                           if reward_router_address is not None else {})
+    call = dict(data_source=sample["data_source"], solution_str=sample["response"],
+                ground_truth=sample["ground_truth"], extra_info=extra_info, **extra_reward_kwargs)
+    if inspect.iscoroutinefunction(compute_score):
+        result = await compute_score(**call)
+    else:
+        result = await asyncio.get_running_loop().run_in_executor(None, lambda: compute_score(**call))
+    return result["score"] if isinstance(result, dict) else result
+
+
+async def test_verl_reward_loop_managers_call_the_adapter(service):
+    samples = [{"data_source": "openai/gsm8k", "response": f"so \\boxed{{{k}}}", "ground_truth": "2",
+                "extra_info": {"question": "1+1?", "index": k}} for k in range(4)]
+    reward_kwargs = {"model": "math", "base_url": service}
+    for raw_fn, awaited in ((verl.compute_score_async, True), (verl.compute_score, False)):
+        fn = _verl_custom_reward_fn(raw_fn, reward_kwargs)
+        assert inspect.iscoroutinefunction(fn) is awaited
+        for router in (None, "10.0.0.1:9000"):  # verl also serving a reward model adds its keywords
+            scores = await asyncio.gather(*(_verl_run_single(fn, s, router, object()) for s in samples))
+            assert scores == [0.0, 0.0, 1.0, 0.0]
 
 
 def test_openrlhf_get_reward_route_and_python_mode(service, monkeypatch):
