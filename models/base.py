@@ -60,6 +60,10 @@ class Work:
     # The request it belongs to (set by the service): who shares a pool fairly with
     # whom, and whether the work is still wanted.
     scope: RequestScope | None = None
+    # A unit of several items: the tokens it does not compute again because they are
+    # shared (a prompt run once for a group), reported as cached, as OpenAI counts a
+    # prefix-cache hit.
+    shared_tokens: int = 0
 
 
 @dataclass(frozen=True)

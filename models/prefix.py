@@ -82,6 +82,7 @@ def share_prefixes(works: list[Work], seq_of: Callable[[Work], Sequence]) -> lis
             length=prefix + sum(len(s.ids) for s in suffixes),
             payload=SharedUnit(seqs[members[0]].ids[:prefix], [works[m] for m in members], suffixes),
             prompt_tokens=sum(works[m].prompt_tokens for m in members),
+            shared_tokens=prefix * (len(members) - 1),
         )
         units.append((unit, members))
     return units

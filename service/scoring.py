@@ -95,7 +95,8 @@ async def score_items(
     usage = Usage(
         items=len(items),
         prompt_tokens=sum(w.prompt_tokens for _, w in works),
-        cached_tokens=sum(w.prompt_tokens for i, w in works if i not in computed),
+        cached_tokens=sum(w.prompt_tokens for i, w in works if i not in computed)
+        + sum(unit.shared_tokens for unit, _ in units),
     )
     return Scored(
         results,

@@ -60,7 +60,7 @@ async def test_shared_prompt_scores_equal_the_card_reference(service, qwen3_rm):
     assert batch_tokens < 0.5 * sum(r["tokens"] for r in results)
 
 
-async def test_cache_and_duplicates_return_the_same_scores(service):
+async def test_cache_and_duplicates_return_the_same_scores(service, qwen3_rm):
     app, http = service
     items = grpo_group(3, size=4)
     items = items + [items[0], items[1], items[0]]  # GRPO repeats completions
@@ -74,7 +74,33 @@ async def test_cache_and_duplicates_return_the_same_scores(service):
     assert metric(text, "rewardserve_cache_hits_total", model="rm") >= len(items)
     plain = (await http.post("/v1/score", json={"model": "rm_plain", "items": items})).json()
     assert [r["score"] for r in plain["results"]] == pytest.approx([r["score"] for r in first["results"]], abs=1e-4)
-    assert plain["usage"]["cached_tokens"] == sum(r["tokens"] for r in plain["results"][4:])  # twins only
+    # The twins, and the prompt the four distinct completions share, computed once.
+    twins = sum(r["tokens"] for r in plain["results"][4:])
+    assert plain["usage"]["cached_tokens"] == twins + 3 * common_prefix(qwen3_rm, items[:4])
+
+
+def common_prefix(model_dir, items: list[dict]) -> int:
+    """Tokens every item's templated conversation starts with."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    ids = [tokenizer(tokenizer.apply_chat_template([{"role": "user", "content": i["prompt"]},
+                                                    {"role": "assistant", "content": i["response"]}],
+                                                   tokenize=False))["input_ids"] for i in items]
+    n = 0
+    while all(len(x) > n and x[n] == ids[0][n] for x in ids):
+        n += 1
+    return n
+
+
+async def test_usage_counts_the_shared_prompt_as_cached(service, qwen3_rm):
+    _, http = service
+    items = grpo_group(7, size=8, prompt_words=260)
+    prefix = common_prefix(qwen3_rm, items)
+    assert 250 <= prefix <= 400  # a GRPO prompt of ~300 tokens
+    out = (await http.post("/v1/score", json={"model": "rm_plain", "items": items})).json()
+    assert out["usage"]["cached_tokens"] == 7 * prefix
+    assert out["usage"]["prompt_tokens"] == sum(r["tokens"] for r in out["results"])
 
 
 async def test_shared_trajectories_equal_unshared(service):
