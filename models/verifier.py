@@ -28,7 +28,7 @@ from rewardserve.client.protocol import (
 from rewardserve.models.backends import Sequence, make_backend
 from rewardserve.models.base import BatchPolicy, ItemError, RequestError, RewardModel, Work, work_key
 from rewardserve.models.cache import LRUCache
-from rewardserve.models.chat import MAX_CHARS_PER_TOKEN, render_chat
+from rewardserve.models.chat import MAX_CHARS_PER_TOKEN, render_chat, rendered_ids
 from rewardserve.models.judging import JudgeTemplate, ParseError, item_variables, load_templates
 from rewardserve.models.prefix import SharedUnit, read_units, shared_prefix_groups
 from rewardserve.models.registry import register_kind
@@ -84,6 +84,7 @@ class _Judge:
 class VerifierModel(RewardModel):
     default_policy = BatchPolicy(max_batch_tokens=16384, max_wait_ms=5.0)
     endpoints = frozenset({"score", "verify", "judge", "compare"})
+    inputs = frozenset({"chat", "text", "input_ids"})
 
     def load(self) -> None:
         self.backend = make_backend(self.spec, "lm")
@@ -163,23 +164,33 @@ class VerifierModel(RewardModel):
         template = self.template(options.template)
         choices = self.template_choices(template) if options.mode == "logprob" else None
         entries: list[Work | ItemError] = []
-        for item in items:
+        for index, item in enumerate(items):
             try:
-                variables = item_variables(item, options.variables)
                 if options.mode == "logprob":
                     prefill = template.logprob_prefill if template.logprob_prefill is not None else template.prefill
-                    ids = self.encode_prompt(template, variables, prefill)
+                    ids = self._prompt_ids(item, index, template, options, prefill)
                     payload = _Logprob(Sequence(ids, (len(ids) - 1,)), choices,
                                        key=(tuple(ids), choices.token_ids))
                     entries.append(Work(len(ids), payload, prompt_tokens=len(ids),
                                         key=work_key(ids, choices.token_ids, choices.values)))
                 else:
-                    ids = self.encode_prompt(template, variables, template.prefill)
+                    ids = self._prompt_ids(item, index, template, options, template.prefill)
                     cost = len(ids) + options.max_new_tokens * options.n
                     entries.append(Work(cost, _Generate(ids, template, options), prompt_tokens=len(ids)))
             except ItemError as exc:
                 entries.append(exc)
         return entries
+
+    def _prompt_ids(self, item: Item, index: int, template: JudgeTemplate, options, prefill: str) -> list[int]:
+        """The judge prompt's ids: the template over the item, or a pre-rendered item as
+        the caller wrote it (its whole prompt, the verdict read right after it)."""
+        if not item.rendered:
+            return self.encode_prompt(template, item_variables(item, options.variables), prefill)
+        ids, _ = rendered_ids(self.backend, item, index, "error")
+        if len(ids) > self.backend.max_tokens:
+            raise RequestError(f"items[{index}] has {len(ids)} tokens, over this model's limit of "
+                               f"{self.backend.max_tokens}", param=f"items[{index}]", status=413)
+        return ids
 
     def combine(self, works: list[Work]) -> list[tuple[Work, list[int]]]:
         """Judge prompts of one request share their system prompt and often the

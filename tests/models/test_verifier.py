@@ -114,3 +114,17 @@ def test_templates_and_modes_are_checked(judge):
     assert isinstance(no_reference[0], ItemError) and "reference" in str(no_reference[0])
     generate = judge.prepare(ITEMS[:1], VerifyOptions(mode="generate", max_new_tokens=8, n=2))
     assert isinstance(generate[0], Work) and generate[0].length > 16
+
+
+def test_a_pre_rendered_judge_prompt_is_read_as_written(judge, judge_lm):
+    """A trainer that renders the judge prompt itself (special tokens written out) gets
+    the verdict read right after its text, equal to the template's own prompt."""
+    tok = AutoTokenizer.from_pretrained(judge_lm)
+    template = builtin_templates()["yes_no"]
+    for item in ITEMS:
+        messages = [m.model_dump(exclude_none=True) for m in template.render(item_variables(item))]
+        text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        for rendered in (Item(text=text), Item(input_ids=tok(text, add_special_tokens=False)["input_ids"])):
+            (work,) = judge.prepare([rendered], VerifyOptions())
+            (result,) = judge.predict([work])
+            assert result.score == pytest.approx(direct_p_yes(judge_lm, item), abs=1e-5)
