@@ -515,8 +515,10 @@ class PoolingRequest(_Request):
     model: str | None = None
     input: str | list[str] | list[int] | list[list[int]]
     encoding_format: Literal["float"] = "float"
-    # vLLM's meaning: keep the last N tokens; -1 keeps as many as the model takes.
+    # vLLM 0.32's meaning: keep the first N tokens (the last N with truncation_side
+    # "left"); -1 keeps as many as the model takes.
     truncate_prompt_tokens: int | None = Field(None, ge=-1)
+    truncation_side: Literal["left", "right"] | None = None
     user: str | None = None
 
     @model_validator(mode="after")
@@ -544,6 +546,12 @@ class ClassifyRequest(_Request):
     user: str | None = None
     request_id: str | None = None
     priority: int = 0
+
+    @model_validator(mode="after")
+    def _truncation_not_zero(self) -> "ClassifyRequest":
+        if self.truncate_prompt_tokens == 0:
+            raise ValueError("truncate_prompt_tokens must be -1 or at least 1")
+        return self
 
 
 class ClassifyData(_Response):

@@ -212,10 +212,11 @@ class ProcessModel(RewardModel):
     # ------------------------------------------------------------------ vLLM /pooling
 
     def prepare_pooling(
-        self, inputs: list[str | list[int]], keep_last: int | None = None
+        self, inputs: list[str | list[int]], keep: int | None = None, side: str = "right"
     ) -> list[Work]:
         """Text already laid out with step tags (or its token ids), as verl and slime send
-        it to vLLM; every tag position yields that step's probability vector."""
+        it to vLLM; every tag position yields that step's probability vector. ``keep``:
+        at most that many tokens, the first ones (the last ones when ``side`` is left)."""
         tag_id = getattr(self.format, "tag_id", None)
         if tag_id is None:
             raise RequestError(
@@ -223,12 +224,12 @@ class ProcessModel(RewardModel):
                 "token, so /pooling cannot find them; use POST /v1/score/steps",
                 param="model",
             )
-        if keep_last == -1:  # vLLM's "as many as the model takes"
-            keep_last = self.backend.max_tokens
+        if keep == -1:  # vLLM's "as many as the model takes"
+            keep = self.backend.max_tokens
         works = []
         for index, given in enumerate(inputs):
             if isinstance(given, str):
-                given = fit_text(given, self.backend.max_tokens, "left" if keep_last else "error", index=index,
+                given = fit_text(given, self.backend.max_tokens, side if keep else "error", index=index,
                                  field="input")
             ids = self.backend.tokenizer.encode(given) if isinstance(given, str) else list(given)
             bad = next((t for t in ids if not 0 <= t < self.backend.vocab_size), None)
@@ -238,8 +239,8 @@ class ProcessModel(RewardModel):
                     f"[0, {self.backend.vocab_size})",
                     param=f"input[{index}]",
                 )
-            if keep_last:
-                ids = ids[-keep_last:]
+            if keep and len(ids) > keep:
+                ids = ids[len(ids) - keep:] if side == "left" else ids[:keep]
             if not ids:
                 raise RequestError(f"input[{index}] is empty", param=f"input[{index}]")
             if len(ids) > self.backend.max_tokens:

@@ -125,7 +125,7 @@ async def pooling(body: PoolingRequest, request: Request) -> Response:
     served = serving(request, name, len(inputs), "pooling")
     try:
         works = await run_in_threadpool(
-            served.model.prepare_pooling, inputs, body.truncate_prompt_tokens
+            served.model.prepare_pooling, inputs, body.truncate_prompt_tokens, body.truncation_side or "right"
         )
     except RequestError as exc:
         raise from_request_error(exc) from exc

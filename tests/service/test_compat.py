@@ -101,6 +101,8 @@ async def test_classify_in_vllm_shape(service, llama_rm, qwen3_multihead_rm):
     ({"model": "rm", "input": [[3, 10**6]]}, 422, "items[0].input_ids[1]"),
     ({"model": "prm", "input": "x"}, 422, "model"),
     ({"model": "nope", "input": "x"}, 404, None),
+    ({"model": "rm", "input": "", "truncate_prompt_tokens": 0}, 422, None),  # found by schemathesis
+    ({"model": "rm", "input": "", "add_special_tokens": False}, 422, "input[0]"),
 ])
 async def test_classify_refusals_name_the_input(service, body, status, param):
     _, http = service

@@ -249,7 +249,7 @@ async def test_vllm_pooling_drop_in(service, qwen2_prm):
     assert refused.status_code == 422
 
 
-async def test_pooling_refuses_token_ids_outside_the_vocabulary(service):
+async def test_pooling_refuses_token_ids_outside_the_vocabulary(service, qwen2_prm):
     _, http = service
     for ids in ([-547, 3], [10**9]):
         response = await http.post("/pooling", json={"model": "qwen", "input": ids})
@@ -259,4 +259,14 @@ async def test_pooling_refuses_token_ids_outside_the_vocabulary(service):
     zero = await http.post("/pooling", json={"model": "qwen", "input": [3, 4], "truncate_prompt_tokens": 0})
     assert zero.status_code == 422 and "truncate_prompt_tokens" in zero.text
     whole = await http.post("/pooling", json={"model": "qwen", "input": [3, 4], "truncate_prompt_tokens": -1})
+    # vLLM 0.32: the first N tokens are kept unless truncation_side is "left".
+    from transformers import AutoTokenizer
+
+    tag = AutoTokenizer.from_pretrained(qwen2_prm).convert_tokens_to_ids("<extra_0>")
+    ids = [3, tag, 4, tag, 5, tag]
+    for side, kept in ((None, ids[:4]), ("right", ids[:4]), ("left", ids[-4:])):
+        cut = await http.post("/pooling", json={"model": "qwen", "input": ids, "truncate_prompt_tokens": 4,
+                                                "truncation_side": side})
+        same = await http.post("/pooling", json={"model": "qwen", "input": kept})
+        assert cut.json()["data"] == same.json()["data"] and cut.json()["usage"]["prompt_tokens"] == 4
     assert whole.status_code == 200, whole.text
