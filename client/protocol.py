@@ -528,6 +528,16 @@ class PoolingRequest(_Request):
         return self
 
 
+class PoolingUsage(_Response):
+    """vLLM's usage block (its UsageInfo), as its pooling routes answer it."""
+
+    prompt_tokens: int = 0
+    total_tokens: int = 0
+    completion_tokens: int | None = 0
+    prompt_tokens_details: dict | None = None
+    completion_tokens_details: dict | None = None
+
+
 class ClassifyRequest(_Request):
     """vLLM's ``/classify`` body (vllm/entrypoints/pooling/classify/protocol.py, 0.32):
     text already templated (or its token ids), one classification per input."""
@@ -561,21 +571,13 @@ class ClassifyData(_Response):
     num_classes: int
 
 
-class ClassifyUsage(_Response):
-    prompt_tokens: int = 0
-    total_tokens: int = 0
-    completion_tokens: int | None = 0
-    prompt_tokens_details: dict | None = None
-    completion_tokens_details: dict | None = None
-
-
 class ClassifyResponse(_Response):
     id: str
     object: Literal["list"] = "list"
     created: int
     model: str
     data: list[ClassifyData]
-    usage: ClassifyUsage
+    usage: PoolingUsage
 
 
 class EmbeddingRequest(_Request):
@@ -600,19 +602,13 @@ class EmbeddingResponse(_Response):
     object: Literal["list"] = "list"
     model: str
     data: list[EmbeddingData]
-    usage: ClassifyUsage
+    usage: PoolingUsage
 
 
 class PoolingData(_Response):
     index: int
     object: Literal["pooling"] = "pooling"
     data: list[list[float]]
-
-
-class PoolingUsage(_Response):
-    prompt_tokens: int = 0
-    total_tokens: int = 0
-    completion_tokens: int = 0
 
 
 class PoolingResponse(_Response):

@@ -37,18 +37,18 @@ from rewardserve.client.protocol import (
     ClassifyData,
     ClassifyRequest,
     ClassifyResponse,
-    ClassifyUsage,
     EmbeddingData,
     EmbeddingRequest,
     EmbeddingResponse,
     Item,
     OpenRLHFRewardRequest,
     OpenRLHFRewardResponse,
+    PoolingUsage,
     ScoreOptions,
 )
 from rewardserve.service.body import BoundedRoute
 from rewardserve.service.errors import InvalidRequest
-from rewardserve.service.routes import ERROR_RESPONSES, json_response, serving
+from rewardserve.service.routes import ERROR_RESPONSES, by_name_or_source, json_response, serving
 from rewardserve.service.scoring import score_items
 from rewardserve.service.settings import BUILTIN_RULES
 
@@ -106,12 +106,7 @@ async def get_reward(
 
 def _model_named(request: Request, named: str | None) -> str:
     """A served model's name, or the name of the one served from ``named`` as its source."""
-    registry = request.app.state.svc.registry
-    if named and named not in {s.model.name for s in registry}:
-        sourced = [s.model.name for s in registry if s.model.spec.source == named]
-        if len(sourced) == 1:
-            return sourced[0]
-    return default_model(request, named)
+    return default_model(request, by_name_or_source(request.app.state.svc.registry, named) if named else None)
 
 
 def _as_items(given) -> list[Item]:
@@ -139,7 +134,7 @@ async def _classified(request: Request, named: str | None, given, options: Score
         if not result.valid:
             raise InvalidRequest(f"input[{index}]: {result.error}", param=f"input[{index}]")
     tokens = scored.usage.prompt_tokens
-    return name, scored, ClassifyUsage(prompt_tokens=tokens, total_tokens=tokens)
+    return name, scored, PoolingUsage(prompt_tokens=tokens, total_tokens=tokens)
 
 
 def _truncation(body) -> dict:

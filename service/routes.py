@@ -118,7 +118,7 @@ async def pooling(body: PoolingRequest, request: Request) -> Response:
     """vLLM's /pooling for process reward models: per-step probability vectors read at
     the step tags of already-templated text, in vLLM's response shape."""
     svc = request.app.state.svc
-    name = body.model or _only_model_with(svc.registry, "pooling")
+    name = by_name_or_source(svc.registry, body.model) if body.model else _only_model_with(svc.registry, "pooling")
     inputs = [body.input] if isinstance(body.input, str) or (
         body.input and isinstance(body.input[0], int)
     ) else list(body.input)
@@ -135,13 +135,23 @@ async def pooling(body: PoolingRequest, request: Request) -> Response:
         raise InvalidRequest(f"input[{failed[0]}]: {outcomes[failed[0]].result}", param=f"input[{failed[0]}]")
     tokens = sum(w.prompt_tokens for w in works)
     response = PoolingResponse(
-        id=f"pool-{uuid.uuid4().hex}",
+        id=f"pooling-{uuid.uuid4().hex}",
         created=int(time.time()),
-        model=name,
+        model=body.model or name,
         data=[PoolingData(index=i, data=o.result) for i, o in enumerate(outcomes)],
         usage=PoolingUsage(prompt_tokens=tokens, total_tokens=tokens),
     )
     return json_response(response)
+
+
+def by_name_or_source(registry, named: str) -> str:
+    """A served model's name, or the name of the one model served from ``named`` as its
+    source (vLLM's clients, verl among them, send the checkpoint path)."""
+    if named not in {s.model.name for s in registry}:
+        sourced = [s.model.name for s in registry if s.model.spec.source == named]
+        if len(sourced) == 1:
+            return sourced[0]
+    return named
 
 
 def _only_model_with(registry, endpoint: str) -> str:

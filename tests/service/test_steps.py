@@ -234,7 +234,7 @@ async def test_vllm_pooling_drop_in(service, qwen2_prm):
     response = await http.post("/pooling", json={"model": "qwen", "input": [text, text]})
     assert response.status_code == 200, response.text
     body = response.json()
-    assert body["object"] == "list" and body["model"] == "qwen" and body["id"].startswith("pool-")
+    assert body["object"] == "list" and body["model"] == "qwen" and body["id"].startswith("pooling-")
     assert [d["index"] for d in body["data"]] == [0, 1] and body["data"][0]["object"] == "pooling"
     by_ids = await http.post("/pooling", json={"model": "qwen", "input": tokenizer.encode(text)})
     flat = [x for pair in body["data"][0]["data"] for x in pair]

