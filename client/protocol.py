@@ -42,6 +42,10 @@ def _plain_json(value: Any) -> Any:
 
 JSONValue = Annotated[Any, AfterValidator(_plain_json)]
 
+TokenId = Annotated[int, Field(ge=0, lt=2**31)]
+# What vLLM's pooling routes take: text, texts, token ids, or lists of token ids.
+RenderedInput = str | list[str] | list[TokenId] | list[list[TokenId]]
+
 
 class _Response(BaseModel):
     model_config = ConfigDict(extra="ignore")
@@ -142,7 +146,7 @@ class Item(_Request):
     prompt: str | list[Message] | None = None
     response: str | None = None
     text: str | None = None
-    input_ids: list[Annotated[int, Field(ge=0, lt=2**31)]] | None = Field(default=None, min_length=1)
+    input_ids: list[TokenId] | None = Field(default=None, min_length=1)
     reference: JSONValue = None
     steps: list[str] | None = None
     metadata: dict[str, JSONValue] | None = None
@@ -543,7 +547,7 @@ class ClassifyRequest(_Request):
     text already templated (or its token ids), one classification per input."""
 
     model: str | None = None
-    input: str | list[str] | list[Annotated[int, Field(ge=0, lt=2**31)]] | list[list[Annotated[int, Field(ge=0, lt=2**31)]]]
+    input: RenderedInput
     # vLLM's default: special tokens (a BOS) are added when tokenizing.
     add_special_tokens: bool = True
     # None: the classifier's own activation (sigmoid for one label, softmax for more).
@@ -586,7 +590,7 @@ class EmbeddingRequest(_Request):
     0.9.1, reads ``data[-1].embedding[-1]``)."""
 
     model: str | None = None
-    input: str | list[str] | list[Annotated[int, Field(ge=0, lt=2**31)]] | list[list[Annotated[int, Field(ge=0, lt=2**31)]]]
+    input: RenderedInput
     encoding_format: Literal["float"] = "float"
     dimensions: int | None = None
     user: str | None = None

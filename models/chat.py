@@ -117,8 +117,9 @@ def rendered_ids(backend, item: Item, index: int, truncate: str, *, add_special_
     asked (the caller wrote them into the text); at most ``keep`` tokens, cut from the
     end ``truncate`` names ("right", else the start). Whether a cut was made; the model's
     own limit is the caller's (fit_length)."""
-    ids = _rendered_ids(backend, item, index, "right" if keep and truncate == "right" else
-                        "left" if keep else truncate, add_special_tokens)
+    # Under a token budget a long text is cut (from the end the budget drops), not refused.
+    side = ("right" if truncate == "right" else "left") if keep else truncate
+    ids = _rendered_ids(backend, item, index, side, add_special_tokens)
     if keep is None or len(ids) <= keep:
         return ids, False
     return (ids[:keep] if truncate == "right" else ids[len(ids) - keep:]), True

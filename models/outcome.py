@@ -49,27 +49,38 @@ class OutcomeModel(RewardModel):
         names = getattr(AutoConfig.from_pretrained(self.spec.source), "id2label", None) or {}
         self.labels = {int(k): str(v) for k, v in names.items()}
 
-    def _encode(self, items: list[Item], options: ScoreOptions) -> list[list[int] | ItemError]:
-        """Token ids per item; pre-rendered items come as (ids, cut) pairs."""
+    def _encode(self, items: list[Item], options: ScoreOptions) -> list[tuple[list[int], bool] | ItemError]:
+        """Per item, its token ids and whether a token budget cut them, or its error:
+        pre-rendered items as sent, the others templated and tokenized in one batch."""
+        out: list = [None] * len(items)
+        chat = []
+        for i, item in enumerate(items):
+            if item.rendered:
+                out[i] = rendered_ids(self.backend, item, i, options.truncate,
+                                      add_special_tokens=options.add_special_tokens, keep=options.truncate_tokens)
+            else:
+                chat.append(i)
+        if chat:
+            for i, ids in zip(chat, self._encode_chat([items[i] for i in chat], chat, options.truncate)):
+                out[i] = ids if isinstance(ids, ItemError) else (ids, False)
+        return out
+
+    def _encode_chat(self, items: list[Item], indices: list[int], truncate: str) -> list[list[int] | ItemError]:
+        """Templated conversations' ids; ``indices``: the items' places in the request."""
         tok = self.backend.tokenizer
         limit = self.backend.max_tokens
-        truncate = options.truncate
-        out: list = []
-        if any(item.rendered for item in items):
-            return [rendered_ids(self.backend, item, i, truncate, add_special_tokens=options.add_special_tokens,
-                                 keep=options.truncate_tokens) if item.rendered
-                    else self._encode([item], options)[0] for i, item in enumerate(items)]
+        out: list[list[int] | ItemError] = []
         if self.options.get("input", "chat") == "pair":
             pairs = [split_pair(item) for item in items]
-            for i, (q, a) in enumerate(pairs):
+            for i, (q, a) in zip(indices, pairs):
                 fit_text(q + a, limit, "error" if truncate == "error" else "right", index=i)
             pairs = [(fit_text(q, limit, truncate, index=i), fit_text(a, limit, truncate, index=i))
-                     for i, (q, a) in enumerate(pairs)]
+                     for i, (q, a) in zip(indices, pairs)]
             return list(tok([q for q, _ in pairs], [a for _, a in pairs])["input_ids"])
         texts: dict[int, str] = {}
-        for i, item in enumerate(items):
+        for k, (i, item) in enumerate(zip(indices, items)):
             try:
-                texts[i] = fit_text(render_chat(
+                texts[k] = fit_text(render_chat(
                     tok, item.conversation(), strip_bos=self.options.get("strip_bos", True)
                 ), limit, truncate, index=i)
             except ItemError as exc:
@@ -78,8 +89,8 @@ class OutcomeModel(RewardModel):
             out.append([])
         # One batched call: the fast tokenizer encodes in parallel, off the GIL.
         encoded = tok(list(texts.values()))["input_ids"] if texts else []
-        for i, ids in zip(texts, encoded):
-            out[i] = list(ids)
+        for k, ids in zip(texts, encoded):
+            out[k] = list(ids)
         return out
 
     def prepare(self, items: list[Item], options: ScoreOptions) -> list[Work | ItemError]:
@@ -90,7 +101,7 @@ class OutcomeModel(RewardModel):
             if isinstance(ids, ItemError):
                 entries.append(ids)
                 continue
-            ids, kept_short = ids if isinstance(ids, tuple) else (ids, False)
+            ids, kept_short = ids
             if not ids:
                 entries.append(ItemError("the item encodes to no tokens"))
                 continue

@@ -111,24 +111,25 @@ class ProcessModel(RewardModel):
             if fitted is None:
                 raise ItemError(f"the first step ends past this model's context of {limit} tokens")
             traj = fitted
-        ids, positions = self.format.encode(traj)
-        if len(ids) > limit:
-            if options.truncate == "error":
-                raise RequestError(
-                    f"items[{index}] has {len(ids)} tokens, over this model's limit of {limit}; "
-                    "send options.truncate = 'steps' to score the steps that fit",
-                    param=f"items[{index}]",
-                    status=413,
-                )
-            # Causal attention: cutting the tail leaves every earlier position unchanged,
-            # so the steps that fit keep their exact scores; the rest are not scored.
-            ids = ids[:limit]
-            positions = [p for p in positions if p < limit]
-            if not positions:
-                raise ItemError(
-                    f"the first step ends past this model's context of {limit} tokens"
-                )
+        ids, positions = self._fit(*self.format.encode(traj), f"items[{index}]", options.truncate)
         return self._trajectory_work(ids, positions, n_steps, spans, options)
+
+    def _fit(self, ids: list[int], positions: list[int], field: str, truncate: str) -> tuple[list[int], list[int]]:
+        """A trajectory within the model's context: 413 naming ``field``, or (truncate
+        "steps") its tail cut off. Causal attention: cutting the tail leaves every earlier
+        position unchanged, so the steps that fit keep their exact scores; the rest are
+        not scored."""
+        limit = self.backend.max_tokens
+        if len(ids) <= limit:
+            return ids, positions
+        if truncate == "error":
+            raise RequestError(f"{field} has {len(ids)} tokens, over this model's limit of {limit}; "
+                               "send options.truncate = 'steps' to score the steps that fit",
+                               param=field, status=413)
+        positions = [p for p in positions if p < limit]
+        if not positions:
+            raise ItemError(f"the first step ends past this model's context of {limit} tokens")
+        return ids[:limit], positions
 
     def _prepare_rendered(self, index: int, item: Item, options: StepOptions) -> Work:
         """Text (or ids) already laid out with step tags, as vLLM's STEP pooling reads
@@ -139,7 +140,6 @@ class ProcessModel(RewardModel):
             raise RequestError(f"{field}: model {self.name!r} ({self.options['format']}) marks steps "
                                "without a tag token, so pre-rendered input cannot show them; send steps",
                                param=field)
-        limit = self.backend.max_tokens
         ids, _ = rendered_ids(self.backend, item, index, "error" if options.truncate == "error" else "right")
         positions = [p for p, token in enumerate(ids) if token == tag_id]
         if not positions:
@@ -148,14 +148,7 @@ class ProcessModel(RewardModel):
             raise RequestError(f"{field} has {len(positions)} steps, over this model's limit of {self.max_steps}",
                                param=field, status=413)
         n_steps = len(positions)
-        if len(ids) > limit:
-            if options.truncate == "error":
-                raise RequestError(f"{field} has {len(ids)} tokens, over this model's limit of {limit}; "
-                                   "send options.truncate = 'steps' to score the steps that fit",
-                                   param=field, status=413)
-            ids, positions = ids[:limit], [p for p in positions if p < limit]
-            if not positions:
-                raise ItemError(f"the first step ends past this model's context of {limit} tokens")
+        ids, positions = self._fit(ids, positions, field, options.truncate)
         return self._trajectory_work(ids, positions, n_steps, [], options)
 
     def _trajectory_work(self, ids: list[int], positions: list[int], n_steps: int, spans: list[StepSpan],

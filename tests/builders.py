@@ -150,15 +150,21 @@ def build_sequence_classifier(
     return out_dir
 
 
+def _classifier(model_dir: Path):
+    """The saved tokenizer and sequence classifier, fp32, for the references below."""
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    model = AutoModelForSequenceClassification.from_pretrained(model_dir, dtype=torch.float32)
+    return AutoTokenizer.from_pretrained(model_dir), model.eval()
+
+
 def reference_outcome_scores(model_dir: Path, conversations: list[list[dict]]) -> list[list[float]]:
     """The Skywork-Reward-V2 card's recipe, one conversation at a time, straight
     transformers: template, strip the duplicate BOS, tokenize, logits[0]."""
     import torch
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForSequenceClassification.from_pretrained(model_dir, dtype=torch.float32)
-    model.eval()
+    tokenizer, model = _classifier(model_dir)
     out = []
     with torch.inference_mode():
         for conversation in conversations:
@@ -177,11 +183,8 @@ def reference_text_scores(model_dir: Path, texts: list[str], max_length: int | N
     adding special tokens, cut on the right at ``max_length``, the score head read at
     the last token. One text at a time, straight transformers."""
     import torch
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForSequenceClassification.from_pretrained(model_dir, dtype=torch.float32)
-    model.eval()
+    tokenizer, model = _classifier(model_dir)
     out = []
     with torch.inference_mode():
         for text in texts:

@@ -62,6 +62,9 @@ async def test_long_text_is_refused_or_cut_on_the_right(service, qwen3_rm):
     text = templated(qwen3_rm, 1) + " more words" * 80
     refused = await http.post("/v1/score", json={"model": "rm_short", "items": [{"text": text}]})
     assert refused.status_code == 413 and refused.json()["error"]["param"] == "items[0]"
+    long_chat = {"prompt": "x", "response": "word " * 3000}  # named by its place beside a text item
+    mixed = await http.post("/v1/score", json={"model": "rm_short", "items": [{"text": "x"}, long_chat]})
+    assert mixed.status_code == 413 and mixed.json()["error"]["param"] == "items[1]"
     cut = await http.post("/v1/score", json={"model": "rm_short", "items": [{"text": text}],
                                               "options": {"truncate": "right"}})
     result = cut.json()["results"][0]

@@ -149,13 +149,18 @@ def same_shape(a, b, where: str = "") -> None:
         assert a == b, where
 
 
-async def test_classify_answers_as_vllm_does(vllm_servers, ours, checkpoint):
+async def answer_alike(vllm_url: str, ours, route: str, bodies: list[dict]) -> None:
+    """Each body to vLLM's server and to ours: both 200, the same answer (same_shape)."""
     async with httpx.AsyncClient(timeout=120) as http:
-        for body in bodies(checkpoint):
-            theirs = await http.post(vllm_servers["rm"] + "/classify", json=body)
-            mine = await ours.post("/classify", json=body)
+        for body in bodies:
+            theirs = await http.post(vllm_url + route, json=body)
+            mine = await ours.post(route, json=body)
             assert theirs.status_code == mine.status_code == 200, (body, theirs.text, mine.text)
             same_shape(mine.json(), theirs.json(), "response")
+
+
+async def test_classify_answers_as_vllm_does(vllm_servers, ours, checkpoint):
+    await answer_alike(vllm_servers["rm"], ours, "/classify", bodies(checkpoint))
 
 
 def pooling_bodies(checkpoint: Path) -> list[dict]:
@@ -184,9 +189,4 @@ def pooling_bodies(checkpoint: Path) -> list[dict]:
 
 
 async def test_pooling_answers_as_vllm_does(vllm_servers, ours, prm_checkpoint):
-    async with httpx.AsyncClient(timeout=120) as http:
-        for body in pooling_bodies(prm_checkpoint):
-            theirs = await http.post(vllm_servers["prm"] + "/pooling", json=body)
-            mine = await ours.post("/pooling", json=body)
-            assert theirs.status_code == mine.status_code == 200, (body, theirs.text, mine.text)
-            same_shape(mine.json(), theirs.json(), "response")
+    await answer_alike(vllm_servers["prm"], ours, "/pooling", pooling_bodies(prm_checkpoint))
