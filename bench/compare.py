@@ -110,7 +110,7 @@ def build_workloads(seed: int, scale: float = 1.0) -> list[Workload]:
 def attach_token_ids(model_dir: Path, workloads: list[Workload]) -> None:
     """The token ids and readout positions rewardserve's own kinds build for each item."""
     from rewardserve.client.protocol import Item, ScoreOptions, StepOptions
-    from rewardserve.models.registry import build_model
+    from rewardserve.models.kinds import build_model
 
     outcome = build_model(model_spec("rm", model_dir, "transformers"))
     steps = build_model(model_spec("rm_steps", model_dir, "transformers"))
@@ -200,7 +200,7 @@ def raw_forward(model_dir: Path, w: Workload, dtype: str, batch: int = 8) -> tup
     import torch
     from transformers import AutoModelForSequenceClassification
 
-    from rewardserve.models.backends.cpu_linear import pack_linears
+    from rewardserve.models.backends.kernels.cpu_linear import pack_linears
 
     model = AutoModelForSequenceClassification.from_pretrained(model_dir, dtype=getattr(torch, dtype)).eval()
     if dtype == "float32":

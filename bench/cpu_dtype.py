@@ -29,7 +29,7 @@ def main() -> None:
 
     from bench.outcome import build_items, build_model
     from rewardserve.client.protocol import Item, ScoreOptions
-    from rewardserve.models.registry import build_model as build_kind
+    from rewardserve.models.kinds import build_model as build_kind
     from rewardserve.models.spec import ModelSpec
 
     flags = open("/proc/cpuinfo").read()

@@ -75,7 +75,7 @@ def raw_forward(
     import torch
     from transformers import AutoModelForSequenceClassification
 
-    from rewardserve.models.backends.cpu_linear import pack_linears
+    from rewardserve.models.backends.kernels.cpu_linear import pack_linears
 
     model = AutoModelForSequenceClassification.from_pretrained(model_dir, dtype=torch.float32).eval()
     if onednn:

@@ -60,7 +60,7 @@ def naive(model_dir: Path, trajectories: list[dict]) -> tuple[float, list[list[f
     import torch
     from transformers import AutoTokenizer
 
-    from rewardserve.models.architectures import Qwen2ForProcessRewardModel
+    from rewardserve.models.backends.architectures import Qwen2ForProcessRewardModel
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = Qwen2ForProcessRewardModel.from_pretrained(model_dir, dtype=torch.float32).eval()

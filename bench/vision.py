@@ -57,7 +57,7 @@ def raw(model_dir: Path, items: list[dict], batch_sizes) -> tuple[dict[int, floa
     import torch
 
     from rewardserve.client.protocol import Item, ScoreOptions
-    from rewardserve.models.registry import build_model
+    from rewardserve.models.kinds import build_model
     from rewardserve.models.spec import ModelSpec
 
     model = build_model(ModelSpec(name="raw", kind="vlm", source=str(model_dir)))

@@ -28,7 +28,7 @@ from typing import Iterator
 from urllib.parse import urlsplit
 
 from rewardserve.client.protocol import ImagePart, ImageURLPart, Item, Message
-from rewardserve.models.base import RequestError
+from rewardserve.models.reward_model import RequestError
 
 ALLOWED_FORMATS = ("PNG", "JPEG", "WEBP")
 

@@ -16,18 +16,18 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
 from rewardserve.client import __version__
-from rewardserve.models.base import ModelContext
+from rewardserve.models.reward_model import ModelContext
 from rewardserve.models.rules.runner import RuleRunner
 from rewardserve.service.admission import Admission, InFlightRequests
 from rewardserve.service.compat import router as compat_routes
 from rewardserve.service.errors import install_error_handlers
-from rewardserve.service.judging import router as judging_routes
+from rewardserve.service.judge_routes import router as judging_routes
 from rewardserve.service.memory import MallocTrim
 from rewardserve.service.metrics import Metrics
 from rewardserve.service.middleware import BodyLimit, RequestMetrics
-from rewardserve.service.registry import ModelRegistry
+from rewardserve.service.served_models import ModelRegistry
 from rewardserve.service.routes import open_routes, scoring_routes
-from rewardserve.service.scoring import ClientGone
+from rewardserve.service.dispatch import ClientGone
 from rewardserve.service.settings import Settings
 
 log = logging.getLogger(__name__)

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 
-from rewardserve.models.base import BatchPolicy, ItemError, Work
+from rewardserve.models.reward_model import BatchPolicy, ItemError, Work
 from rewardserve.service.errors import DeadlineExceeded, NotReady
 from rewardserve.service.metrics import Metrics
 

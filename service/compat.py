@@ -31,8 +31,7 @@ import uuid
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
-from rewardserve.client.integrations._items import make_item
-from rewardserve.client.integrations.openrlhf import split_query
+from rewardserve.client.items import make_item, split_query
 from rewardserve.client.protocol import (
     ClassifyData,
     ClassifyRequest,
@@ -49,7 +48,7 @@ from rewardserve.client.protocol import (
 from rewardserve.service.body import BoundedRoute
 from rewardserve.service.errors import InvalidRequest
 from rewardserve.service.routes import ERROR_RESPONSES, by_name_or_source, json_response, serving
-from rewardserve.service.scoring import score_items
+from rewardserve.service.dispatch import score_items
 from rewardserve.service.settings import BUILTIN_RULES
 
 router = APIRouter(route_class=BoundedRoute, responses=ERROR_RESPONSES)

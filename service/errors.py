@@ -13,7 +13,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rewardserve.client.protocol import ErrorBody, ErrorDetail
-from rewardserve.models.base import RequestError
+from rewardserve.models.reward_model import RequestError
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from rewardserve.client.protocol import (
     StepsResponse,
     StepsResult,
 )
-from rewardserve.models.base import ItemError, RequestError
+from rewardserve.models.reward_model import ItemError, RequestError
 from rewardserve.service.auth import has_valid_key
 from rewardserve.service.body import BoundedRoute
 from rewardserve.service.errors import (
@@ -32,8 +32,8 @@ from rewardserve.service.errors import (
     from_request_error,
 )
 from rewardserve.service.metrics import CONTENT_TYPE
-from rewardserve.service.registry import Served
-from rewardserve.service.scoring import compute, group_advantages, score_items, shape_steps
+from rewardserve.service.served_models import Served
+from rewardserve.service.dispatch import compute, group_advantages, score_items, shape_steps
 
 ERROR_RESPONSES = {
     code: {"model": ErrorBody}

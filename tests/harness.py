@@ -108,7 +108,7 @@ def item_of_tokens(model_dir, tokens: int, word: str = "apple") -> dict:
     from transformers import AutoTokenizer
 
     from rewardserve.client.protocol import Item
-    from rewardserve.models.chat import render_chat
+    from rewardserve.models.text.chat import render_chat
 
     tok = AutoTokenizer.from_pretrained(model_dir)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from rewardserve.client.grpo.config import RewardSource
-from rewardserve.client.integrations._items import make_item
+from rewardserve.client.items import make_item
 from rewardserve.client.sync_client import RewardClient
 
 

@@ -11,14 +11,8 @@ from __future__ import annotations
 import os
 
 from rewardserve.client.errors import RewardServeError
-from rewardserve.client.integrations._items import make_item
+from rewardserve.client.items import make_item, split_query
 from rewardserve.client.sync_client import RewardClient
-
-
-def split_query(query: str, prompt: str | None) -> tuple[str | None, str]:
-    if prompt and query.startswith(prompt):
-        return prompt, query[len(prompt):]
-    return prompt, query
 
 
 def reward_func(queries: list[str], prompts: list[str] | None = None, labels: list | None = None):

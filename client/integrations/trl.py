@@ -20,7 +20,7 @@ import re
 from typing import Any, Callable
 
 from rewardserve.client.async_client import AsyncRewardClient
-from rewardserve.client.integrations._items import column_rows, make_item
+from rewardserve.client.items import column_rows, make_item
 from rewardserve.client.sync_client import RewardClient
 
 ENDPOINTS = ("score", "steps", "verify", "rubric")

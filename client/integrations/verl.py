@@ -27,7 +27,7 @@ from typing import Any
 
 from rewardserve.client.async_client import AsyncRewardClient
 from rewardserve.client.errors import RewardServeError
-from rewardserve.client.integrations._items import make_item
+from rewardserve.client.items import make_item
 from rewardserve.client.sync_client import RewardClient
 
 # What verl passes beside the sample (verl 0.9.1, experimental/reward_loop/reward_manager/

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rewardserve.models.backends.base import Backend, Sequence
+from rewardserve.models.backends.backend import Backend, Sequence
 from rewardserve.models.spec import ModelSpec
 
 __all__ = ["Backend", "Sequence", "make_backend"]

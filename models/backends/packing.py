@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-from rewardserve.models.backends.base import Sequence
+from rewardserve.models.backends.backend import Sequence
 
 Unit = tuple[list[int], list[Sequence]]  # (prefix, continuations)
 # The name models are given in transformers' AttentionInterface when they pack.

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from rewardserve.models.backends.base import TASKS, Backend, Sequence, after_prefix
+from rewardserve.models.backends.backend import TASKS, Backend, Sequence, after_prefix
 from rewardserve.models.backends.readouts import unwrap_last_layer, wrap_last_layer
 from rewardserve.models.spec import ModelSpec
 
@@ -68,7 +68,7 @@ class TransformersBackend(Backend):
         if self.device.type == "cpu" and self.dtype in (torch.float32, torch.bfloat16) and spec.options.get(
             "cpu_linear", "onednn"
         ) == "onednn":
-            from rewardserve.models.backends.cpu_linear import ROW_MULTIPLE, build_kernels, pack_linears
+            from rewardserve.models.backends.kernels.cpu_linear import ROW_MULTIPLE, build_kernels, pack_linears
 
             # Only inside the backbone (or the whole classifier): heads stay nn.Linear
             # because the lm task reads rows of their weight.
@@ -112,12 +112,12 @@ class TransformersBackend(Backend):
             # Encoder classifiers pool on their own (CLS / pooler).
             return None, None, model.config.get_text_config(), model
         if task == "prm_head":
-            from rewardserve.models.architectures import Qwen2ForProcessRewardModel
+            from rewardserve.models.backends.architectures import Qwen2ForProcessRewardModel
 
             model = Qwen2ForProcessRewardModel.from_pretrained(source, **kw).to(self.device).eval()
             return model.model, model.score, model.config, None
         if task == "value_head":
-            from rewardserve.models.architectures import load_value_head
+            from rewardserve.models.backends.architectures import load_value_head
 
             base = AutoModel.from_pretrained(source, **kw).to(self.device).eval()
             config = base.config.get_text_config()
@@ -209,13 +209,13 @@ class TransformersBackend(Backend):
         probe and a one-row read (sizes of 1 get graphs of their own). On a failure, the
         norms alone, then nothing compiled. ``options.compile_layers`` /
         ``compile_norms: false`` turn either off."""
-        from rewardserve.models.backends.compiled_layers import (
+        from rewardserve.models.backends.kernels.compiled_layers import (
             CompiledLayer,
             compile_layers,
             compiler_settings,
             uncompile_layers,
         )
-        from rewardserve.models.backends.cpu_norms import compile_norms, uncompile_norms
+        from rewardserve.models.backends.kernels.cpu_norms import compile_norms, uncompile_norms
 
         for layers in (True, False) if options.get("compile_layers", True) else (False,):
             with compiler_settings():
@@ -328,7 +328,7 @@ class TransformersBackend(Backend):
 
 
 def _warn_without_bf16_kernels(name: str) -> None:
-    from rewardserve.models.backends.cpu_linear import onednn_available
+    from rewardserve.models.backends.kernels.cpu_linear import onednn_available
 
     # Measured on an AVX2-only Zen 3 (bench model, ~960-token packed batch): 7.2 s in bf16
     # against 1.1 s in fp32; bf16 pays off only with avx512_bf16 / AMX kernels.

@@ -26,7 +26,7 @@ import threading
 
 import numpy as np
 
-from rewardserve.models.backends.base import Backend, Sequence
+from rewardserve.models.backends.backend import Backend, Sequence
 from rewardserve.models.spec import ModelSpec
 
 log = logging.getLogger("rewardserve.vllm")

@@ -62,7 +62,7 @@ def worker_context():
 @dataclass(frozen=True)
 class RuleCall:
     """A rule on one response. With ``variables``, the string ``args`` are templates the
-    worker renders first (models/templating.py, bounded)."""
+    worker renders first (models/text/templating.py, bounded)."""
 
     rule: str
     response: str
@@ -154,9 +154,9 @@ def run_calls(calls: list) -> list:
 
 
 def _run_one(call) -> Any:
-    from rewardserve.models.base import ItemError
+    from rewardserve.models.reward_model import ItemError
     from rewardserve.models.rules import RuleError, get_rule, with_named_reference
-    from rewardserve.models.templating import TemplateLimitError, render_field_bounded
+    from rewardserve.models.text.templating import TemplateLimitError, render_field_bounded
 
     try:
         with _MemoryLimit():

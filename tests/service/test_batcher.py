@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from rewardserve.client.protocol import ItemResult
-from rewardserve.models.base import BatchPolicy, ItemError, Work
+from rewardserve.models.reward_model import BatchPolicy, ItemError, Work
 from rewardserve.service.batcher import Batcher, QueueFull, QueueTooSmall
 from rewardserve.service.metrics import Metrics
 

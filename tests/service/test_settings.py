@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from rewardserve.models.registry import build_model
+from rewardserve.models.kinds import build_model
 from rewardserve.models.spec import ModelSpec
 from rewardserve.service.settings import Settings, parse_model_arg
 

@@ -7,7 +7,7 @@ import random
 import pytest
 import pytest_asyncio
 
-from rewardserve.models.prefix import shared_prefix_groups
+from rewardserve.models.prefix_sharing import shared_prefix_groups
 from rewardserve.models.spec import ModelSpec
 from rewardserve.service.settings import Settings
 from tests.builders import random_text, reference_outcome_scores

@@ -1,4 +1,4 @@
-"""Every rule on real inputs (math_equiv and its timeout live in tests/models/test_rule.py)."""
+"""Every rule on real inputs (math_equiv and its timeout live in tests/models/kinds/test_rule.py)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,59 @@
+"""Kinds register by name; a model spec becomes a ``RewardModel`` here.
+
+A kind lives in ``models/<kind>.py`` and registers itself with ``@register_kind``. Its
+module is imported the first time a spec names it, so adding a kind needs no edit here.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from typing import Any, Callable, TypeVar
+
+from rewardserve.models import presets
+from rewardserve.models.reward_model import ModelContext, RewardModel
+from rewardserve.models.spec import ModelSpec
+
+_KINDS: dict[str, type[RewardModel]] = {}
+M = TypeVar("M", bound=type[RewardModel])
+
+
+def register_kind(name: str) -> Callable[[M], M]:
+    def add(cls: M) -> M:
+        cls.kind = name
+        _KINDS[name] = cls
+        return cls
+
+    return add
+
+
+def kind_class(name: str) -> type[RewardModel]:
+    if name not in _KINDS and re.fullmatch(r"[a-z][a-z0-9_]*", name):
+        try:
+            importlib.import_module(f"rewardserve.models.kinds.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"rewardserve.models.kinds.{name}":
+                raise
+    if name not in _KINDS:
+        raise ValueError(f"unknown model kind {name!r}")
+    return _KINDS[name]
+
+
+def infer_kind(source: str) -> str | None:
+    """A kind from the checkpoint's architecture, for sources no preset knows."""
+    for arch in presets.checkpoint_architectures(source):
+        if arch.endswith("ForSequenceClassification"):
+            return "outcome"
+    return None
+
+
+def build_model(spec: ModelSpec, context: ModelContext | None = None) -> RewardModel:
+    preset: dict[str, Any] | None = presets.resolve(spec.source, spec.preset)
+    kind = spec.kind or (preset or {}).get("kind") or infer_kind(spec.source)
+    if kind is None:
+        raise ValueError(
+            f"model {spec.name!r}: cannot tell the kind of {spec.source!r}; set 'kind'"
+        )
+    if preset is not None and preset.get("kind") != kind:
+        preset = None  # a preset of another kind says nothing about this model
+    return kind_class(kind)(spec, preset, context)

@@ -1,0 +1,157 @@
+"""Kind ``clip_goal``: zero-shot rewards from CLIP (VLM-RM, "Vision-Language Models are
+Zero-Shot Reward Models for Reinforcement Learning").
+
+    x = the image embedding, normalised
+    g = the mean of the normalised goal-prompt embeddings, normalised
+    b = the same for the baseline prompts (none: alpha is 0)
+    P = alpha * d d^T / |d|^2 + (1 - alpha) * I,  d = g - b
+    reward = 1 - |(x - g) P|^2 / 2
+
+With alpha = 0 the reward is the cosine similarity of image and goal. Every image of an
+item is a frame: ``/v1/score`` rewards the last frame, ``/v1/score/steps`` gives one reward
+per frame (a robot trajectory's step rewards; step k is the k-th image), optionally
+averaged over a trailing ``window``. Text embeddings are cached.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from rewardserve.client.protocol import Item, ItemResult, StepOptions, StepsResult
+from rewardserve.models.reward_model import BatchPolicy, ItemError, RequestError, RewardModel, Work
+from rewardserve.models.cache import LRUCache
+from rewardserve.models.images import load_item_images
+from rewardserve.models.kinds import register_kind
+from rewardserve.models.text.steps import aggregate
+
+
+@dataclass
+class _Frames:
+    pixels: torch.Tensor
+    goal: tuple[str, ...]
+    baseline: tuple[str, ...]
+    alpha: float
+    window: int | None
+    steps: bool
+
+
+def _texts(value) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    return (value,) if isinstance(value, str) else tuple(value)
+
+
+def goal_reward(x: np.ndarray, goal: np.ndarray, baseline: np.ndarray | None, alpha: float) -> np.ndarray:
+    """Rewards of unit image embeddings ``x`` [n, d] for the unit goal (and baseline)."""
+    projection = np.eye(len(goal))
+    if baseline is not None and alpha > 0:
+        d = goal - baseline
+        if float(d @ d) < 1e-12:
+            raise ItemError("the goal and baseline prompts embed to the same vector, so the direction "
+                            "between them is undefined; give another baseline, or alpha 0")
+        projection = alpha * np.outer(d, d) / float(d @ d) + (1 - alpha) * projection
+    diff = (x - goal) @ projection
+    return 1.0 - 0.5 * np.sum(diff * diff, axis=-1)
+
+
+def _unit(v: np.ndarray) -> np.ndarray:
+    return v / np.linalg.norm(v, axis=-1, keepdims=True)
+
+
+@register_kind("clip_goal")
+class CLIPGoalModel(RewardModel):
+    # A unit of work is one frame; frames batch without padding.
+    default_policy = BatchPolicy(max_batch_tokens=64, max_wait_ms=5.0, pads=False)
+    endpoints = frozenset({"score", "steps"})
+
+    def load(self) -> None:
+        from transformers import AutoImageProcessor, AutoTokenizer, CLIPModel
+
+        from rewardserve.models.backends.transformers_backend import pick_device
+
+        self.device = pick_device(self.spec.device)
+        self.model = CLIPModel.from_pretrained(self.spec.source, dtype=torch.float32).to(self.device).eval()
+        self.image_processor = AutoImageProcessor.from_pretrained(self.spec.source)
+        self.tokenizer = AutoTokenizer.from_pretrained(self.spec.source)
+        self.text_cache = LRUCache(int(self.options.get("text_cache_size", 4096)))
+
+    @property
+    def backend_name(self) -> str:
+        return "transformers"
+
+    def probe(self) -> None:
+        from PIL import Image
+
+        pixels = self.image_processor(images=[Image.new("RGB", (8, 8))], return_tensors="pt")["pixel_values"]
+        self._image_embeddings(pixels)
+        self._text_embeddings(("a photo",))
+
+    # ------------------------------------------------------------------ prepare
+
+    def prepare(self, items: list[Item], options) -> list[Work | ItemError]:
+        goal = _texts(options.goal) or _texts(self.options.get("goal"))
+        if not goal:
+            raise RequestError("a clip_goal model needs a goal: options.goal (or its config)", param="options.goal")
+        baseline = _texts(options.baseline) or _texts(self.options.get("baseline"))
+        alpha = options.alpha if options.alpha is not None else float(self.options.get("alpha", 0.5 if baseline else 0.0))
+        steps = isinstance(options, StepOptions)
+        window = options.window if steps else None
+        entries: list[Work | ItemError] = []
+        budget = self.image_policy.request_budget()
+        for index, item in enumerate(items):
+            images = load_item_images(item, index, self.image_policy, budget)
+            if not images:
+                entries.append(ItemError("a clip_goal item needs at least one image"))
+                continue
+            pixels = self.image_processor(images=images, return_tensors="pt")["pixel_values"]
+            payload = _Frames(pixels, goal, baseline, alpha if baseline else 0.0, window, steps)
+            entries.append(Work(length=len(images), payload=payload))
+        return entries
+
+    # ------------------------------------------------------------------ predict
+
+    @torch.inference_mode()
+    def _image_embeddings(self, pixels: torch.Tensor) -> np.ndarray:
+        out = self.model.get_image_features(pixel_values=pixels.to(self.device))
+        out = out if isinstance(out, torch.Tensor) else out.pooler_output
+        return _unit(out.double().cpu().numpy())
+
+    @torch.inference_mode()
+    def _text_embeddings(self, texts: tuple[str, ...]) -> np.ndarray:
+        missing = [t for t in dict.fromkeys(texts) if self.text_cache.get(t) is None]
+        if missing:
+            batch = self.tokenizer(missing, padding=True, truncation=True, return_tensors="pt")
+            out = self.model.get_text_features(**{k: v.to(self.device) for k, v in batch.items()})
+            out = out if isinstance(out, torch.Tensor) else out.pooler_output
+            for text, vector in zip(missing, _unit(out.double().cpu().numpy())):
+                self.text_cache.put(text, vector)
+        return np.stack([self.text_cache.get(t) for t in texts])
+
+    def _prompt_vector(self, texts: tuple[str, ...]) -> np.ndarray:
+        return _unit(self._text_embeddings(texts).mean(0))
+
+    def predict(self, batch: list[Work]) -> list:
+        frames = self._image_embeddings(torch.cat([w.payload.pixels for w in batch]))
+        results, at = [], 0
+        for work in batch:
+            job: _Frames = work.payload
+            x = frames[at : at + work.length]
+            at += work.length
+            baseline = self._prompt_vector(job.baseline) if job.baseline else None
+            try:
+                rewards = goal_reward(x, self._prompt_vector(job.goal), baseline, job.alpha).tolist()
+            except ItemError as exc:
+                results.append(exc)
+                continue
+            if job.window:
+                rewards = [float(np.mean(rewards[max(0, k - job.window + 1) : k + 1])) for k in range(len(rewards))]
+            if not job.steps:
+                results.append(ItemResult(score=rewards[-1]))
+                continue
+            stats = aggregate(rewards, None)
+            results.append(StepsResult(score=rewards[-1], step_scores=rewards, steps_scored=len(rewards),
+                                       aggregates=stats.aggregates))
+        return results

@@ -1,0 +1,98 @@
+"""Kind ``rule``: verifiable rewards computed by a registered rule function, no weights.
+
+``source`` (or ``options.fn``) names the rule, ``options.args`` are its keyword
+arguments. Each item's ``response`` (or final assistant turn) is graded against its
+``reference``. Calls run in the service's rule pools (models/rules/isolation.py);
+``options.timeout_s`` bounds each call (default: the pools' own limit).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from rewardserve.client.protocol import Item, ItemResult, ScoreOptions
+from rewardserve.models.reward_model import BatchPolicy, ItemError, RequestError, RewardModel, Work, work_key
+from rewardserve.models.kinds import register_kind
+from rewardserve.models.rules import get_rule
+from rewardserve.models.rules.isolation import CallFailure, RuleCall
+from rewardserve.models.rules.runner import RuleLimits, RuleRunner
+
+
+def failure_message(rule: str, failure: CallFailure) -> str:
+    """A rule call's failure as an item's error."""
+    if failure.kind == "rule":
+        return failure.message
+    return f"rule {rule!r} {failure.message}" if failure.kind in ("timeout", "memory") else \
+        f"rule {rule!r} failed: {failure.message}"
+
+
+@register_kind("rule")
+class RuleModel(RewardModel):
+    runs_torch = False
+    # A batch is whatever is queued (the pool chunks it); many batches in flight, each
+    # waiting on the pool, which decides what runs next.
+    default_policy = BatchPolicy(
+        max_batch_tokens=64,
+        max_batch_items=64,
+        max_wait_ms=0.0,
+        max_queue_tokens=100_000,
+        pads=False,
+        concurrency=16,
+    )
+
+    def load(self) -> None:
+        self.rule = get_rule(self.options.get("fn", self.spec.source))
+        self.args = dict(self.options.get("args", {}))
+        self.timeout_s: float | None = self.options.get("timeout_s")
+        self._own_runner: RuleRunner | None = None
+        runner = self.context.rules
+        if runner is None:  # built outside the service: pools of its own
+            runner = self._own_runner = RuleRunner(RuleLimits(timeout_s=float(self.timeout_s or 5.0)))
+        self.runner = runner
+
+    @property
+    def backend_name(self) -> str:
+        return "rule"
+
+    def prepare(self, items: list[Item], options: ScoreOptions) -> list[Work | ItemError]:
+        entries: list[Work | ItemError] = []
+        for index, item in enumerate(items):
+            response = item.response_text()
+            problem = self.rule.check(response, item.reference, self.args)
+            if problem is not None:
+                field, message = problem
+                raise RequestError(f"items[{index}].{field}: {message}", param=f"items[{index}].{field}", status=413)
+            call = RuleCall(self.rule.name, response, item.reference, self.args)
+            entries.append(Work(length=1, payload=call,
+                                key=work_key([], self.rule.name, self.args, response, item.reference)))
+        return entries
+
+    def predict(self, batch: list[Work]) -> list[ItemResult | ItemError]:
+        by_request: dict[int, list[int]] = defaultdict(list)
+        for index, work in enumerate(batch):
+            by_request[work.scope.id if work.scope is not None else 0].append(index)
+        runs = [(indices, self.runner.run([batch[i].payload for i in indices], batch[indices[0]].scope,
+                                          timeout_s=self.timeout_s))
+                for indices in by_request.values()]
+        results: list[ItemResult | ItemError] = [ItemError("not run")] * len(batch)
+        for indices, future in runs:
+            for index, value in zip(indices, future.result()):
+                results[index] = self._result(value)
+        return results
+
+    def _result(self, value) -> ItemResult | ItemError:
+        if isinstance(value, CallFailure):
+            return ItemError(failure_message(self.rule.name, value))
+        return ItemResult(score=float(value))
+
+    def probe(self) -> None:
+        """One call through the pool proves it serves; the rule may find the probe item
+        beneath it (no reference, say), but must answer."""
+        (work,) = self.prepare([Item(prompt="1+1?", response="2", reference="2")], ScoreOptions())
+        (value,) = self.runner.run([work.payload], timeout_s=self.timeout_s).result()
+        if isinstance(value, CallFailure) and value.kind != "rule":
+            raise RuntimeError(f"probe failed: {failure_message(self.rule.name, value)}")
+
+    def close(self) -> None:
+        if self._own_runner is not None:
+            self._own_runner.close()

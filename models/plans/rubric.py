@@ -1,0 +1,182 @@
+"""Rubric rewards: each item is graded by weighted criteria, rules or judge questions,
+and the criterion scores are aggregated into the item's reward.
+
+This module holds what does not need a model: request checks, the rule calls of each
+item (run in the rule pools), the judge questions' texts (templates rendered under
+limits, models/text/templating.py), and the aggregations. Judge criteria are answered by a
+verifier model (``VerifierModel.prepare_judge``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from rewardserve.client.protocol import Aggregation, Criterion, CriterionResult, Item
+from rewardserve.models.reward_model import ItemError, RequestError
+from rewardserve.models.plans.formula import FormulaError, compile_formula, evaluate
+from rewardserve.models.text.judge_templates import item_variables
+from rewardserve.models.rules import get_rule, with_named_reference
+from rewardserve.models.rules.isolation import CallFailure, RenderCall, RuleCall
+from rewardserve.models.text.templating import (
+    TemplateLimitError,
+    all_plain,
+    check_syntax,
+    has_template,
+    render_field,
+)
+
+Key = tuple[int, int]  # (item index, criterion index)
+
+
+def response_with_tool_calls(item: Item) -> str:
+    """The graded text; an assistant turn's own tool calls appended as ``<tool_call>``
+    blocks, so tool-call rules see them."""
+    text = item.response_text()
+    if item.messages:
+        last = next((m for m in reversed(item.messages) if m.role == "assistant"), None)
+        for call in (last.tool_calls or []) if last else []:
+            args = call.function.arguments
+            try:
+                args = json.loads(args) if isinstance(args, str) and args.strip() else (args or {})
+            except ValueError:
+                pass  # kept as the string the model wrote
+            text += f"\n<tool_call>{json.dumps({'name': call.function.name, 'arguments': args})}</tool_call>"
+    return text
+
+
+def check_criteria(criteria: list[Criterion], aggregation: Aggregation, param: str) -> None:
+    """Request-time checks: unique names, known rules, templates that parse, a safe
+    formula (422 otherwise)."""
+    names = [c.name for c in criteria]
+    if not criteria:
+        raise RequestError("an item needs at least one criterion", param=param)
+    if len(set(names)) != len(names):
+        raise RequestError("criterion names must be unique", param=param)
+    for index, criterion in enumerate(criteria):
+        if criterion.fn is not None:
+            try:
+                get_rule(criterion.fn)
+            except KeyError as exc:
+                raise RequestError(str(exc.args[0]), param=f"{param}[{index}].fn") from exc
+        if criterion.choices is not None and len(set(criterion.choices)) != len(criterion.choices):
+            raise RequestError("a criterion's choices must differ", param=f"{param}[{index}].choices")
+        where = "args" if criterion.fn is not None else "text"
+        try:
+            check_syntax(criterion.args if criterion.fn is not None else criterion.text)
+        except TemplateLimitError as exc:
+            raise RequestError(str(exc), param=f"{param}[{index}].{where}") from exc
+    if aggregation.mode == "formula":
+        try:
+            compile_formula(aggregation.formula or "", set(names))
+        except FormulaError as exc:
+            raise RequestError(str(exc), param="aggregation.formula") from exc
+    if aggregation.mode in ("weighted_mean", "threshold") and sum(c.weight for c in criteria) <= 0:
+        raise RequestError("the criteria's weights sum to 0", param=param)
+
+
+@dataclass
+class CriteriaPlan:
+    """What one request's criteria need computed: rule calls (keyed by item and
+    criterion), judge texts ready now, and judge texts to render in the pool."""
+
+    rule_keys: list[Key] = field(default_factory=list)
+    rule_calls: list[RuleCall] = field(default_factory=list)
+    render_keys: list[Key] = field(default_factory=list)
+    render_calls: list[RenderCall] = field(default_factory=list)
+    texts: dict[Key, str] = field(default_factory=dict)
+    failed: dict[Key, ItemError] = field(default_factory=dict)
+
+
+def plan_criteria(items: list[Item], criteria: list[list[Criterion]], params: list[str]) -> CriteriaPlan:
+    """Rule calls with their args rendered (plain templates here, others in the
+    worker), and each judge criterion's text. RequestError (413 / 422) for an input over
+    a rule's cap or a template over its limits, naming the field."""
+    plan = CriteriaPlan()
+    for i, (item, own, param) in enumerate(zip(items, criteria, params)):
+        if item.rendered is not None:
+            raise RequestError(f"items[{i}].{item.rendered}: rubric criteria read the response; send "
+                               "'messages' or 'prompt' + 'response'", param=f"items[{i}].{item.rendered}")
+        response = response_with_tool_calls(item)
+        variables: dict[str, Any] | None = None
+        for k, criterion in enumerate(own):
+            key, source = (i, k), criterion.args if criterion.fn is not None else criterion.text
+            where = f"{param}[{k}].{'args' if criterion.fn is not None else 'text'}"
+            if has_template(source) and variables is None:
+                variables = item_variables(item)
+            try:
+                if has_template(source) and all_plain(source):
+                    source = render_field(source, variables or {})
+                    pooled = False
+                else:
+                    pooled = has_template(source)
+            except ItemError as exc:
+                plan.failed[key] = exc
+                continue
+            except TemplateLimitError as exc:
+                raise RequestError(str(exc), param=where) from exc
+            if criterion.fn is None:
+                if pooled:
+                    plan.render_keys.append(key)
+                    plan.render_calls.append(RenderCall(source, variables or {}))
+                else:
+                    plan.texts[key] = source
+                continue
+            reference = item.reference
+            if not pooled:
+                reference, source = with_named_reference(reference, source)
+                check_rule_input(criterion.fn, response, reference, source, i)
+            plan.rule_keys.append(key)
+            plan.rule_calls.append(RuleCall(criterion.fn, response, reference, source,
+                                            variables if pooled else None))
+    return plan
+
+
+def check_rule_input(rule: str, response: str, reference: Any, args: dict, index: int) -> None:
+    """413 naming ``items[i].<field>`` for an input over the rule's caps."""
+    problem = get_rule(rule).check(response, reference, args)
+    if problem is not None:
+        name, message = problem
+        raise RequestError(f"items[{index}].{name}: {message} ({rule})", param=f"items[{index}].{name}",
+                           status=413)
+
+
+def call_outcome(key: Key, value: Any, rule: str | None, where: str) -> Any:
+    """A pool call's value, or the item's error; RequestError when the failure is the
+    request's (a template over its limits, an input over a cap found after rendering)."""
+    if not isinstance(value, CallFailure):
+        return value
+    if value.kind == "template":
+        raise RequestError(value.message, param=where)
+    if value.kind == "limit":
+        raise RequestError(f"items[{key[0]}]: {value.message}", param=f"items[{key[0]}]", status=413)
+    if value.kind in ("rule", "item"):
+        return ItemError(value.message)
+    subject = f"rule {rule!r}" if rule else "the template"
+    if value.kind in ("timeout", "memory"):
+        return ItemError(f"{subject} {value.message}")
+    return ItemError(f"{subject} failed: {value.message}")
+
+
+def criterion_result(criterion: Criterion, outcome: float | ItemError, reason: str | None = None) -> CriterionResult:
+    if isinstance(outcome, ItemError):
+        return CriterionResult(name=criterion.name, valid=False, error=str(outcome), weight=criterion.weight)
+    score = 1.0 - outcome if criterion.polarity == "negative" else outcome
+    return CriterionResult(name=criterion.name, score=score, reason=reason, weight=criterion.weight)
+
+
+def aggregate(criteria: list[Criterion], results: list[CriterionResult], aggregation: Aggregation) -> float:
+    """The item's reward from valid criterion scores (the caller checks validity)."""
+    scores = {r.name: r.score for r in results}
+    if aggregation.mode == "all":
+        return float(all(scores[c.name] >= c.pass_threshold for c in criteria))
+    if aggregation.mode == "any":
+        return float(any(scores[c.name] >= c.pass_threshold for c in criteria))
+    if aggregation.mode == "formula":
+        return evaluate(compile_formula(aggregation.formula, set(scores)), scores)
+    total = sum(c.weight for c in criteria)
+    mean = sum(c.weight * scores[c.name] for c in criteria) / total
+    if aggregation.mode == "threshold":
+        return float(mean >= aggregation.threshold)
+    return mean

@@ -1,0 +1,65 @@
+"""The registry runs every torch-on-CPU model's load, probe and batches on one thread
+(OpenMP's teams per calling thread slow a CPU forward down: service/served_models.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import defaultdict
+
+from rewardserve.models.reward_model import RewardModel
+from rewardserve.models.kinds.outcome import OutcomeModel
+from rewardserve.models.kinds.process import ProcessModel
+from rewardserve.models.kinds.rule import RuleModel
+from rewardserve.models.spec import ModelSpec
+from rewardserve.service.settings import Settings
+from tests.harness import serve_in_process
+
+
+def record_threads(monkeypatch, classes) -> dict:
+    """{(model name, step): thread names}: where each model's load, probe and predict ran."""
+    seen: dict = defaultdict(set)
+    for cls in classes:
+        for step in ("load", "probe", "predict"):
+            original = getattr(cls, step)
+
+            def wrapper(self, *args, _original=original, _step=step, **kwargs):
+                seen[(self.name, _step)].add(threading.current_thread().name)
+                return _original(self, *args, **kwargs)
+
+            monkeypatch.setattr(cls, step, wrapper)
+    return seen
+
+
+async def test_cpu_models_share_one_compute_thread(monkeypatch, qwen3_rm, qwen2_prm):
+    seen = record_threads(monkeypatch, (OutcomeModel, ProcessModel, RuleModel))
+    settings = Settings(models=[
+        ModelSpec(name="rm", source=str(qwen3_rm)),
+        ModelSpec(name="prm", source=str(qwen2_prm)),
+        ModelSpec(name="exact", kind="rule", source="exact_match"),
+    ], builtin_rules=False)
+    async with serve_in_process(settings) as (app, http):
+        models = {s.model.name: s.model for s in app.state.svc.registry}
+        assert models["rm"].torch_on_cpu and models["prm"].torch_on_cpu
+        assert not models["exact"].torch_on_cpu
+        item = {"prompt": "What is 2+2?", "response": "4", "reference": "4"}
+        responses = await asyncio.gather(
+            http.post("/v1/score", json={"model": "rm", "items": [item] * 3}),
+            http.post("/v1/score/steps", json={"model": "prm", "items": [{"prompt": "2+2?", "steps": ["2+2", "4"]}]}),
+            http.post("/v1/score", json={"model": "exact", "items": [item]}),
+        )
+        assert [r.status_code for r in responses] == [200, 200, 200], [r.text for r in responses]
+    torch_threads = set().union(*(seen[(name, step)] for name in ("rm", "prm") for step in ("load", "probe", "predict")))
+    assert len(torch_threads) == 1, seen
+    (compute,) = torch_threads
+    assert compute.startswith("rs-cpu")
+    assert seen[("exact", "predict")] and compute not in seen[("exact", "predict")]
+
+
+def test_torch_on_cpu_follows_backend_and_device():
+    def model(**spec) -> RewardModel:
+        return OutcomeModel(ModelSpec(name="m", source="unused", **spec))
+
+    assert model().torch_on_cpu  # no GPU here: auto is the CPU
+    assert model(device="cpu", backend="transformers").torch_on_cpu
+    assert not model(backend="vllm").torch_on_cpu  # its engine computes in a process of its own
