@@ -11,8 +11,8 @@ import pytest_asyncio
 
 from rewardserve.models.spec import ModelSpec
 from rewardserve.service.settings import Settings
-from tests.models.test_verifier import direct_p_yes
-from tests.models.test_rule import PATHOLOGICAL
+from tests.models.kinds.test_verifier import direct_p_yes
+from tests.models.kinds.test_rule import PATHOLOGICAL
 
 
 @pytest_asyncio.fixture(scope="module")

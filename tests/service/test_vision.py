@@ -12,9 +12,9 @@ from rewardserve.client.images import image_part
 from rewardserve.models.spec import ModelSpec
 from rewardserve.service.settings import Settings
 from tests.harness import serve_in_process
-from tests.models.test_clip_goal import BASELINE, GOAL, by_hand, frames
+from tests.models.kinds.test_clip_goal import BASELINE, GOAL, by_hand, frames
 from tests.models.test_images import huge_png_header, png_bytes, url_of
-from tests.models.test_vlm import as_item, conversations, reference
+from tests.models.kinds.test_vlm import as_item, conversations, reference
 
 
 @pytest_asyncio.fixture(scope="module")
