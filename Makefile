@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 # docker-compose 1.29.2 wheel (not installed, only unpacked; its dependencies clash).
 COMPOSE_SCHEMA := $(VENV)/share/compose_spec.json
 
-.PHONY: serve test install install-dev system-deps bench vllm-venv clean
+.PHONY: serve test typecheck install install-dev system-deps bench vllm-venv clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -57,7 +57,18 @@ serve: install
 # the CPU); `make test` on a clean clone spends about half as long installing.
 test:
 	$(MAKE) -j2 install-dev vllm-venv
+	$(MAKE) typecheck
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# mypy needs the import names' folders (rewardserve/client, ...): links to ours.
+TYPECHECK := $(VENV)/typecheck
+STRICT_MODULES := -p rewardserve.client -m rewardserve.models.planning -m rewardserve.models.options \
+	-m rewardserve.models.plans.items -m rewardserve.models.plans.groups -m rewardserve.models.plans.compare \
+	-m rewardserve.models.prefix_sharing -m rewardserve.models.backends.backend -m rewardserve.service.dispatch
+typecheck: $(VENV)/.dev-installed
+	mkdir -p $(TYPECHECK)/rewardserve
+	for d in client models service; do ln -sfn "$(CURDIR)/$$d" "$(TYPECHECK)/rewardserve/$$d"; done
+	cd $(TYPECHECK) && MYPYPATH=. "$(CURDIR)/$(VENV)/bin/mypy" --config-file "$(CURDIR)/pyproject.toml" $(STRICT_MODULES)
 
 bench: install-dev vllm-venv
 	$(PY) bench/outcome.py

@@ -20,8 +20,8 @@ REPLICA_TROUBLE = frozenset({502, 503})
 
 
 def split_urls(base_url: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
-    urls = base_url.split(",") if isinstance(base_url, str) else list(base_url)
-    urls = tuple(u.strip().rstrip("/") for u in urls if u.strip())
+    given = base_url.split(",") if isinstance(base_url, str) else list(base_url)
+    urls = tuple(u.strip().rstrip("/") for u in given if u.strip())
     if not urls:
         raise ValueError("no base URL given")
     return urls
@@ -95,7 +95,7 @@ class CallPlan:
             return None
         if not retryable:
             raise error
-        trouble = exc is not None or response.status_code in REPLICA_TROUBLE
+        trouble = exc is not None or (response is not None and response.status_code in REPLICA_TROUBLE)
         if trouble:
             self.replicas.failed(url)
         if self.attempt >= self.config.max_retries:

@@ -7,9 +7,12 @@ import os
 import random
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterable, Mapping, NamedTuple, TypeVar
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 import httpx
+from pydantic import BaseModel
+from typing_extensions import Self
 
 from rewardserve.client.errors import APIConnectionError, APITimeoutError, status_error
 from rewardserve.client.protocol import (
@@ -18,7 +21,6 @@ from rewardserve.client.protocol import (
     CompareRequest,
     CompareResponse,
     Item,
-    ItemResult,
     RubricItem,
     RubricRequest,
     RubricResponse,
@@ -34,9 +36,27 @@ from rewardserve.client.protocol import (
     VerifyResponse,
 )
 
+if TYPE_CHECKING:
+    from rewardserve.client._replicas import CallPlan, Replicas
+
 DEFAULT_BASE_URL = "http://127.0.0.1:8000"
 
-R = TypeVar("R")
+
+
+class ListResponse(Protocol):
+    """What every list endpoint answers: results in item order and usage."""
+
+    @property
+    def results(self) -> Sequence[Any]: ...
+
+    @property
+    def usage(self) -> Usage: ...
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self: ...
+
+
+R = TypeVar("R", bound=ListResponse)
+M = TypeVar("M", bound=BaseModel)
 
 RETRY_STATUSES = frozenset({429, 502, 503})
 
@@ -71,7 +91,7 @@ class ClientConfig:
         hinted = parse_retry_after(retry_after)
         if hinted is not None:
             return min(hinted, self.max_retry_after_s)
-        base = min(self.initial_backoff_s * 2**attempt, self.max_backoff_s)
+        base = min(self.initial_backoff_s * 2.0**attempt, self.max_backoff_s)
         return base * (1 - 0.25 * random.random())
 
 
@@ -90,8 +110,8 @@ def parse_retry_after(value: str | None) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
-def as_items(items: Iterable[Any], item_class: type = Item) -> list:
-    def one(item):
+def as_items(items: Iterable[Any], item_class: type[M]) -> list[M]:
+    def one(item: Any) -> M:
         if isinstance(item, item_class):
             return item
         if isinstance(item, Item):  # an Item where a RubricItem is wanted, say
@@ -101,12 +121,12 @@ def as_items(items: Iterable[Any], item_class: type = Item) -> list:
     return [one(i) for i in items]
 
 
-def plan_chunks(items: list, chunk_size: int) -> list[list[int]]:
+def plan_chunks(items: Sequence[Any], chunk_size: int) -> list[list[int]]:
     """Indices of each request to send. A group (same group_id) never spans two
     requests, so group normalisation sees whole groups; order is restored on merge."""
     groups: dict[object, list[int]] = {}
     for index, item in enumerate(items):
-        group = getattr(item, "group_id", None)
+        group = item.group_id if isinstance(item, Item) else None
         key = group if group is not None else ("", index)
         groups.setdefault(key, []).append(index)
     chunks: list[list[int]] = []
@@ -123,7 +143,7 @@ def plan_chunks(items: list, chunk_size: int) -> list[list[int]]:
 
 def merge_responses(n_items: int, chunks: list[list[int]], responses: list[R]) -> R:
     """One response with every chunk's results back at their items' places."""
-    results: list[ItemResult | None] = [None] * n_items
+    results: list[Any] = [None] * n_items
     usage = Usage()
     for indices, response in zip(chunks, responses):
         if len(response.results) != len(indices):
@@ -141,36 +161,45 @@ def merge_responses(n_items: int, chunks: list[list[int]], responses: list[R]) -
 # --------------------------------------------------------------------------- the twins' common half
 
 
-class ListCall(NamedTuple):
+@dataclass(frozen=True)
+class ListCall(Generic[R]):
     """One list endpoint call: where, what comes back, the items, and how a chunk of
     them becomes a request body."""
 
     path: str
-    response_cls: type
-    items: list
-    make_body: Callable[[list], Any]
+    response_cls: type[R]
+    items: Sequence[BaseModel]
+    make_body: Callable[[list[Any]], BaseModel]
+
+    def parse(self, content: bytes) -> R:
+        parsed: R = self.response_cls.model_validate_json(content)  # type: ignore[attr-defined]
+        return parsed
 
 
-def score_call(model, items, activation=None, normalize=None, truncate=None) -> ListCall:
+Given = Iterable[Any]  # items as models or plain mappings
+
+
+def score_call(model: str, items: Given, activation: str | None = None, normalize: str | None = None,
+               truncate: str | None = None) -> ListCall[ScoreResponse]:
     given = {"activation": activation, "normalize": normalize, "truncate": truncate}
-    options = ScoreOptions(**{k: v for k, v in given.items() if v is not None})
-    return ListCall("/v1/score", ScoreResponse, as_items(items),
+    options = ScoreOptions.model_validate({k: v for k, v in given.items() if v is not None})
+    return ListCall("/v1/score", ScoreResponse, as_items(items, Item),
                     lambda chunk: ScoreRequest(model=model, items=chunk, options=options))
 
 
-def steps_call(model, items, options: dict) -> ListCall:
+def steps_call(model: str, items: Given, options: dict[str, Any]) -> ListCall[StepsResponse]:
     step_options = StepOptions(**options)
-    return ListCall("/v1/score/steps", StepsResponse, as_items(items),
+    return ListCall("/v1/score/steps", StepsResponse, as_items(items, Item),
                     lambda chunk: StepsRequest(model=model, items=chunk, options=step_options))
 
 
-def verify_call(model, items, options: dict) -> ListCall:
+def verify_call(model: str, items: Given, options: dict[str, Any]) -> ListCall[VerifyResponse]:
     verify_options = VerifyOptions(**options)
-    return ListCall("/v1/verify", VerifyResponse, as_items(items),
+    return ListCall("/v1/verify", VerifyResponse, as_items(items, Item),
                     lambda chunk: VerifyRequest(model=model, items=chunk, options=verify_options))
 
 
-def rubric_call(items, criteria, judge, aggregation) -> ListCall:
+def rubric_call(items: Given, criteria: Any, judge: str | None, aggregation: Any) -> ListCall[RubricResponse]:
     base = RubricRequest.model_validate({
         "items": [{"response": ""}], "criteria": criteria, "judge": judge,
         **({"aggregation": aggregation} if aggregation is not None else {}),
@@ -179,18 +208,19 @@ def rubric_call(items, criteria, judge, aggregation) -> ListCall:
                     lambda chunk: base.model_copy(update={"items": chunk}))
 
 
-def compare_call(model, items, options: dict) -> ListCall:
+def compare_call(model: str, items: Given, options: dict[str, Any]) -> ListCall[CompareResponse]:
     compare_options = CompareOptions(**options)
     return ListCall("/v1/compare", CompareResponse, as_items(items, CompareItem),
                     lambda chunk: CompareRequest(model=model, items=chunk, options=compare_options))
 
 
-def attempt_error(response: httpx.Response | None, exc: Exception | None, what: str):
+def attempt_error(response: httpx.Response | None, exc: Exception | None,
+                  what: str) -> tuple[Exception | None, bool, str | None]:
     """What one attempt came to: (error, retryable, retry-after). ``(None, ...)`` when the
     response is a success."""
     if isinstance(exc, httpx.TimeoutException):
         return APITimeoutError(f"{what} timed out: {exc}"), True, None
-    if exc is not None:
+    if exc is not None or response is None:
         return APIConnectionError(f"{what} failed: {exc}"), True, None
     if response.is_success:
         return None, False, None
@@ -201,8 +231,12 @@ def attempt_error(response: httpx.Response | None, exc: Exception | None, what: 
 class BaseClient:
     """Configuration, cloning and URLs; the sync and async clients add the I/O."""
 
-    def __init__(self, base_url, *, api_key, timeout, max_retries, chunk_size, max_concurrency,
-                 headers, http_client, make_http, deadline=None):
+    _http: Any  # httpx.Client or httpx.AsyncClient: the twin decides
+
+    def __init__(self, base_url: str | list[str] | tuple[str, ...] | None, *, api_key: str | None,
+                 timeout: float, max_retries: int, chunk_size: int, max_concurrency: int,
+                 headers: Mapping[str, str] | None, http_client: Any, make_http: Callable[..., Any],
+                 deadline: float | None = None):
         if isinstance(base_url, (list, tuple)):
             base_url = ",".join(base_url)
         self._config = ClientConfig(
@@ -221,7 +255,7 @@ class BaseClient:
         )
         self._replicas = self._make_replicas()
 
-    def _make_replicas(self):
+    def _make_replicas(self) -> Replicas:
         from rewardserve.client._replicas import Replicas, split_urls
 
         return Replicas(split_urls(self._config.base_url), self._config.failover_cooldown_s)
@@ -230,7 +264,7 @@ class BaseClient:
     def config(self) -> ClientConfig:
         return self._config
 
-    def with_options(self, **changes: Any):
+    def with_options(self, **changes: Any) -> Self:
         """A client with some settings changed (``timeout_s``, ``deadline_s``,
         ``max_retries``, ``chunk_size``, ``api_key``, ...), sharing this one's connection
         pool (and replica health, unless ``base_url`` changes)."""
@@ -241,7 +275,7 @@ class BaseClient:
         clone._replicas = self._replicas if same else clone._make_replicas()
         return clone
 
-    def _plan(self, method: str, path: str):
+    def _plan(self, method: str, path: str) -> CallPlan:
         from rewardserve.client._replicas import CallPlan
 
         return CallPlan(self._config, self._replicas, f"{method} {path}")

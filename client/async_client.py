@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any, Iterable, Mapping
 
 import httpx
@@ -10,6 +11,7 @@ import httpx
 from rewardserve.client._shared import (
     BaseClient,
     ListCall,
+    R,
     attempt_error,
     compare_call,
     merge_responses,
@@ -41,9 +43,11 @@ from rewardserve.client.protocol import (
 class AsyncRewardClient(BaseClient):
     """See ``RewardClient``; every endpoint method is a coroutine here."""
 
+    _http: httpx.AsyncClient
+
     def __init__(
         self,
-        base_url: str | None = None,
+        base_url: str | list[str] | tuple[str, ...] | None = None,
         *,
         api_key: str | None = None,
         timeout: float = 300.0,
@@ -86,7 +90,7 @@ class AsyncRewardClient(BaseClient):
         self,
         items: Iterable[RubricItem | Mapping[str, Any]],
         *,
-        criteria: list[Criterion | Mapping[str, Any]] | None = None,
+        criteria: Sequence[Criterion | Mapping[str, Any]] | None = None,
         judge: str | None = None,
         aggregation: Aggregation | Mapping[str, Any] | None = None,
     ) -> RubricResponse:
@@ -112,17 +116,17 @@ class AsyncRewardClient(BaseClient):
 
     # ------------------------------------------------------------------ transport
 
-    async def _list_call(self, call: ListCall):
+    async def _list_call(self, call: ListCall[R]) -> R:
         chunks = plan_chunks(call.items, self._config.chunk_size)
         gate = asyncio.Semaphore(self._config.max_concurrency)
 
-        async def send(indices: list[int]):
+        async def send(indices: list[int]) -> R:
             body = call.make_body([call.items[i] for i in indices])
             async with gate:
                 response = await self._request(
                     "POST", call.path, body.model_dump_json(exclude_unset=True).encode()
                 )
-            return call.response_cls.model_validate_json(response.content)
+            return call.parse(response.content)
 
         responses = await asyncio.gather(*(send(c) for c in chunks))
         return merge_responses(len(call.items), chunks, list(responses))
@@ -139,6 +143,7 @@ class AsyncRewardClient(BaseClient):
                 exc = caught
             delay = plan.after(base, response, exc)
             if delay is None:
+                assert response is not None  # no delay: the response is the answer
                 return response
             await asyncio.sleep(delay)
 

@@ -16,9 +16,11 @@
 
 from __future__ import annotations
 
+import json
+
 import httpx
 
-from rewardserve.client.protocol import ErrorBody
+from rewardserve.client.protocol import ERROR_STATUS, ErrorBody, ErrorType
 
 
 class RewardServeError(Exception):
@@ -46,7 +48,9 @@ class APIStatusError(RewardServeError):
             body = ErrorBody.model_validate_json(response.content)
             self.type, self.param, message = body.error.type, body.error.param, body.error.message
         except ValueError:
-            pass
+            # A type this client does not know yet (a newer service): still read the body.
+            error = _error_fields(response.content)
+            self.type, self.param, message = error.get("type"), error.get("param"), error.get("message", message)
         self.message = message
         super().__init__(f"{response.status_code} {self.type or 'error'}: {message}")
 
@@ -83,18 +87,31 @@ class DeadlineExceededError(InternalServerError):
     pass
 
 
-_BY_STATUS: dict[int, type[APIStatusError]] = {
-    401: AuthenticationError,
-    404: NotFoundError,
-    413: PayloadTooLargeError,
-    422: UnprocessableEntityError,
-    429: RateLimitError,
-    503: ServiceUnavailableError,
-    504: DeadlineExceededError,
+def _error_fields(content: bytes) -> dict[str, str]:
+    try:
+        error = json.loads(content).get("error")
+    except (ValueError, AttributeError):
+        return {}
+    if not isinstance(error, dict):
+        return {}
+    return {k: v for k, v in error.items() if k in ("type", "message", "param") and isinstance(v, str)}
+
+
+# By the status each error type has in the contract's one table (ERROR_STATUS).
+_BY_TYPE: dict[ErrorType, type[APIStatusError]] = {
+    "authentication_error": AuthenticationError,
+    "not_found": NotFoundError,
+    "payload_too_large": PayloadTooLargeError,
+    "invalid_request": UnprocessableEntityError,
+    "overloaded": RateLimitError,
+    "not_ready": ServiceUnavailableError,
+    "deadline_exceeded": DeadlineExceededError,
 }
+_BY_STATUS: dict[int, type[APIStatusError]] = {ERROR_STATUS[kind]: cls for kind, cls in _BY_TYPE.items()}
 
 
 def status_error(response: httpx.Response) -> APIStatusError:
+    """The error for a status (a proxy's bodiless 503 included), by the contract's table."""
     cls = _BY_STATUS.get(response.status_code)
     if cls is None:
         cls = InternalServerError if response.status_code >= 500 else APIStatusError

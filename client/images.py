@@ -43,11 +43,11 @@ def data_url(image: Any, *, format: str = "PNG") -> str:
     return f"data:{_mime(data)};base64,{base64.b64encode(data).decode('ascii')}"
 
 
-def image_part(image: Any, *, format: str = "PNG") -> dict:
+def image_part(image: Any, *, format: str = "PNG") -> dict[str, Any]:
     """A chat content part holding the image."""
     return {"type": "image_url", "image_url": {"url": data_url(image, format=format)}}
 
 
-def user_message(text: str, *images: Any) -> dict:
+def user_message(text: str, *images: Any) -> dict[str, Any]:
     """A user turn with images first, then the text (the usual VLM layout)."""
     return {"role": "user", "content": [*(image_part(i) for i in images), {"type": "text", "text": text}]}

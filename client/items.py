@@ -27,8 +27,8 @@ def make_item(prompt: Any, completion: Any, reference: Any = None, columns: Mapp
     common = {"reference": reference, "metadata": metadata or None, "group_id": group_id}
     if isinstance(completion, list):  # conversational: a list of messages
         messages = (list(prompt) if isinstance(prompt, list) else [{"role": "user", "content": prompt}]) + completion
-        return Item(messages=messages, **common)
-    return Item(prompt=prompt, response=completion, **common)
+        return Item.model_validate({"messages": messages, **common})
+    return Item.model_validate({"prompt": prompt, "response": completion, **common})
 
 
 def column_rows(kwargs: Mapping[str, Any], n: int) -> list[dict[str, Any]]:

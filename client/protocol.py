@@ -538,8 +538,8 @@ class PoolingUsage(_Response):
     prompt_tokens: int = 0
     total_tokens: int = 0
     completion_tokens: int | None = 0
-    prompt_tokens_details: dict | None = None
-    completion_tokens_details: dict | None = None
+    prompt_tokens_details: dict[str, Any] | None = None
+    completion_tokens_details: dict[str, Any] | None = None
 
 
 class ClassifyRequest(_Request):
@@ -660,19 +660,33 @@ class Health(_Response):
 # --------------------------------------------------------------------------- errors
 
 ErrorType = Literal[
-    "authentication_error",  # 401
-    "not_found",  # 404
-    "payload_too_large",  # 413
-    "invalid_request",  # 422
-    "overloaded",  # 429
-    "internal_error",  # 500
-    "not_ready",  # 503
-    "deadline_exceeded",  # 504
+    "authentication_error",
+    "not_found",
+    "method_not_allowed",
+    "payload_too_large",
+    "invalid_request",
+    "overloaded",
+    "internal_error",
+    "not_ready",
+    "deadline_exceeded",
 ]
+# The one table from error type to HTTP status: the service answers with it, the client
+# reads a bodiless status (a proxy's 502) back through it.
+ERROR_STATUS: dict[ErrorType, int] = {
+    "authentication_error": 401,
+    "not_found": 404,
+    "method_not_allowed": 405,
+    "payload_too_large": 413,
+    "invalid_request": 422,
+    "overloaded": 429,
+    "internal_error": 500,
+    "not_ready": 503,
+    "deadline_exceeded": 504,
+}
 
 
 class ErrorDetail(_Response):
-    type: str
+    type: ErrorType
     message: str
     param: str | None = None
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Sequence
 from typing import Any, Iterable, Mapping
 
 import httpx
@@ -11,6 +12,7 @@ import httpx
 from rewardserve.client._shared import (
     BaseClient,
     ListCall,
+    R,
     attempt_error,
     compare_call,
     merge_responses,
@@ -51,9 +53,11 @@ class RewardClient(BaseClient):
     ``api_key`` default to ``REWARDSERVE_BASE_URL`` and ``REWARDSERVE_API_KEY``.
     """
 
+    _http: httpx.Client
+
     def __init__(
         self,
-        base_url: str | None = None,
+        base_url: str | list[str] | tuple[str, ...] | None = None,
         *,
         api_key: str | None = None,
         timeout: float = 300.0,
@@ -98,7 +102,7 @@ class RewardClient(BaseClient):
         self,
         items: Iterable[RubricItem | Mapping[str, Any]],
         *,
-        criteria: list[Criterion | Mapping[str, Any]] | None = None,
+        criteria: Sequence[Criterion | Mapping[str, Any]] | None = None,
         judge: str | None = None,
         aggregation: Aggregation | Mapping[str, Any] | None = None,
     ) -> RubricResponse:
@@ -124,13 +128,13 @@ class RewardClient(BaseClient):
 
     # ------------------------------------------------------------------ transport
 
-    def _list_call(self, call: ListCall):
+    def _list_call(self, call: ListCall[R]) -> R:
         chunks = plan_chunks(call.items, self._config.chunk_size)
 
-        def send(indices: list[int]):
+        def send(indices: list[int]) -> R:
             body = call.make_body([call.items[i] for i in indices])
             response = self._request("POST", call.path, body.model_dump_json(exclude_unset=True).encode())
-            return call.response_cls.model_validate_json(response.content)
+            return call.parse(response.content)
 
         if len(chunks) == 1:
             responses = [send(chunks[0])]
@@ -151,6 +155,7 @@ class RewardClient(BaseClient):
                 exc = caught
             delay = plan.after(base, response, exc)
             if delay is None:
+                assert response is not None  # no delay: the response is the answer
                 return response
             time.sleep(delay)
 

@@ -28,7 +28,7 @@ from typing import Iterator
 from urllib.parse import urlsplit
 
 from rewardserve.client.protocol import ImagePart, ImageURLPart, Item, Message
-from rewardserve.models.reward_model import RequestError
+from rewardserve.models.planning import RequestError
 
 ALLOWED_FORMATS = ("PNG", "JPEG", "WEBP")
 
@@ -61,7 +61,7 @@ class PixelBudget:
             raise RequestError(
                 f"the request's images add up to over {self.limit} pixels (this one brings it to "
                 f"{self.used + pixels}); send fewer or smaller images per request",
-                param=where, status=413,
+                param=where, type="payload_too_large",
             )
         self.used += pixels
 
@@ -91,7 +91,7 @@ def load_item_images(item: Item, index: int, policy: ImagePolicy, budget: PixelB
     if len(parts) > policy.max_images:
         raise RequestError(
             f"items[{index}] has {len(parts)} images, over the limit of {policy.max_images}",
-            param=f"items[{index}]", status=413,
+            param=f"items[{index}]", type="payload_too_large",
         )
     return [load_image(source, policy, where, budget) for where, source in parts]
 
@@ -107,7 +107,7 @@ def _fetch_bytes(source: str, policy: ImagePolicy, where: str) -> bytes:
         if not sep or ";base64" not in header:
             raise RequestError("an image data URL must be base64: data:image/png;base64,...", param=where)
         if len(payload) * 3 // 4 > policy.max_bytes:
-            raise RequestError(f"the image is over the {policy.max_bytes}-byte limit", param=where, status=413)
+            raise RequestError(f"the image is over the {policy.max_bytes}-byte limit", param=where, type="payload_too_large")
         try:
             return base64.b64decode(payload, validate=True)
         except (binascii.Error, ValueError) as exc:
@@ -152,7 +152,7 @@ def _fetch_url(url: str, policy: ImagePolicy, where: str) -> bytes:
                     data += chunk
                     if len(data) > policy.max_bytes:
                         raise RequestError(f"the image is over the {policy.max_bytes}-byte limit",
-                                           param=where, status=413)
+                                           param=where, type="payload_too_large")
                 return bytes(data)
     except httpx.HTTPError as exc:
         raise RequestError(f"fetching the image failed: {type(exc).__name__}", param=where) from exc
@@ -162,11 +162,11 @@ def decode_image(data: bytes, policy: ImagePolicy, where: str, budget: PixelBudg
     from PIL import Image, ImageOps, UnidentifiedImageError
 
     if len(data) > policy.max_bytes:
-        raise RequestError(f"the image is over the {policy.max_bytes}-byte limit", param=where, status=413)
+        raise RequestError(f"the image is over the {policy.max_bytes}-byte limit", param=where, type="payload_too_large")
     try:
         image = Image.open(io.BytesIO(data))  # reads the header only
     except Image.DecompressionBombError as exc:
-        raise RequestError(f"the image is over the pixel limit: {exc}", param=where, status=413) from exc
+        raise RequestError(f"the image is over the pixel limit: {exc}", param=where, type="payload_too_large") from exc
     except (UnidentifiedImageError, OSError) as exc:
         raise RequestError("the image data is not a readable PNG, JPEG or WEBP", param=where) from exc
     except (ValueError, SyntaxError, EOFError) as exc:  # PIL's own limits (a huge text chunk)
@@ -177,7 +177,7 @@ def decode_image(data: bytes, policy: ImagePolicy, where: str, budget: PixelBudg
     if width * height > policy.max_pixels:
         raise RequestError(
             f"the image is {width}x{height}, over the limit of {policy.max_pixels} pixels",
-            param=where, status=413,
+            param=where, type="payload_too_large",
         )
     if width < 1 or height < 1 or max(width, height) > policy.max_aspect_ratio * min(width, height):
         raise RequestError(

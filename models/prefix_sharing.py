@@ -4,11 +4,14 @@ prefix's KV cache for backends that do not pack)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any
 
-from rewardserve.models.backends.backend import Sequence, after_prefix
-from rewardserve.models.reward_model import Work
+import numpy as np
+
+from rewardserve.models.backends.backend import Backend, Sequence, after_prefix
+from rewardserve.models.planning import Job, Unit
 
 # Sharing pays when it saves at least this many prefix tokens (one prefix instead of n).
 MIN_SAVED_TOKENS = 64
@@ -59,64 +62,73 @@ def shared_prefix_groups(
 
 @dataclass(frozen=True)
 class SharedUnit:
-    """Several items' work as one forward unit: ``prefix`` runs once, each member's
-    ``suffix`` runs on its KV cache (positions relative to the suffix)."""
+    """Several jobs as one forward unit: ``prefix`` runs once, each member's ``suffix``
+    runs on its KV cache (positions relative to the suffix)."""
 
     prefix: list[int]
-    members: list  # the members' own Work, for their payloads
+    members: list[Job[Any]]  # the members' own jobs, for their payloads
     suffixes: list[Sequence]
 
 
-def share_prefixes(works: list[Work], seq_of: Callable[[Work], Sequence]) -> list[tuple[Work, list[int]]]:
-    """``RewardModel.combine`` for kinds that read sequences: one unit per group of items
-    sharing a prefix worth sharing, the other items alone."""
-    seqs = [seq_of(w) for w in works]
+def jobs_of(unit: Unit[Any]) -> list[Job[Any]]:
+    """A unit's jobs: a shared unit's members, or the one job a unit alone carries."""
+    return unit.payload.members if isinstance(unit.payload, SharedUnit) else [unit.payload]
+
+
+def share_prefixes(jobs: list[Job[Any]], seq_of: Callable[[Job[Any]], Sequence]) -> list[tuple[Unit[Any], list[int]]]:
+    """``RewardModel.combine`` for kinds that read sequences: one unit per group of jobs
+    sharing a prefix worth sharing, the other jobs alone."""
+    seqs = [seq_of(j) for j in jobs]
     groups = shared_prefix_groups([s.ids for s in seqs], [min(s.positions) for s in seqs])
-    units: list[tuple[Work, list[int]]] = []
+    units: list[tuple[Unit[Any], list[int]]] = []
     for prefix, members in groups:
         if prefix == 0:
-            units.append((works[members[0]], members))
+            (member,) = members
+            units.append((Unit(jobs[member].length, jobs[member]), members))
             continue
         suffixes = [Sequence(seqs[m].ids[prefix:], tuple(p - prefix for p in seqs[m].positions)) for m in members]
-        unit = Work(
+        unit = Unit(
             length=prefix + sum(len(s.ids) for s in suffixes),
-            payload=SharedUnit(seqs[members[0]].ids[:prefix], [works[m] for m in members], suffixes),
-            prompt_tokens=sum(works[m].prompt_tokens for m in members),
+            payload=SharedUnit(seqs[members[0]].ids[:prefix], [jobs[m] for m in members], suffixes),
+            members=len(members),
             shared_tokens=prefix * (len(members) - 1),
         )
         units.append((unit, members))
     return units
 
 
-def read_units(backend, batch: list[Work], seq_of: Callable[[Work], Sequence], token_ids=None) -> list:
-    """What the backend reads for each unit of a batch: the rows at a plain work's
-    positions, or for a shared unit a list of such rows, one per member.
+Rows = np.ndarray  # what the backend read at one sequence's positions: [positions, k]
 
-    On backends that pack, the whole batch is one row: plain works as lone sequences,
-    shared units as a prefix and its continuations; nothing padded, each prefix once.
-    On engines that cache prefixes themselves (vLLM) every unit's whole sequences go in
-    one read, all in flight at once. Elsewhere plain works go as one padded batch and each
-    shared unit runs its prefix once, then its continuations on the prefix's KV cache."""
-    if getattr(backend, "caches_prefixes", False):
-        # One read per unit would wait for each before sending the next: measured, the
-        # rubric workload (16 requests of 4 criteria over one context) ran 0.78x vLLM's
-        # own server that way.
-        groups = [after_prefix(w.payload.prefix, w.payload.suffixes) if isinstance(w.payload, SharedUnit)
-                  else [seq_of(w)] for w in batch]
-        rows = iter(backend.read([s for group in groups for s in group], token_ids))
-        return [[next(rows) for _ in group] if isinstance(w.payload, SharedUnit) else next(rows)
-                for w, group in zip(batch, groups)]
-    if getattr(backend, "packs", False):
-        units = [(w.payload.prefix, w.payload.suffixes) if isinstance(w.payload, SharedUnit)
-                 else ([], [seq_of(w)]) for w in batch]
-        read = backend.read_packed(units, token_ids)
-        return [rows if isinstance(w.payload, SharedUnit) else rows[0] for w, rows in zip(batch, read)]
-    out: list = [None] * len(batch)
-    plain = [i for i, w in enumerate(batch) if not isinstance(w.payload, SharedUnit)]
-    if plain:
-        for i, rows in zip(plain, backend.read([seq_of(batch[i]) for i in plain], token_ids)):
-            out[i] = rows
-    for i, work in enumerate(batch):
-        if isinstance(work.payload, SharedUnit):
-            out[i] = backend.read_shared(work.payload.prefix, work.payload.suffixes, token_ids)
+
+def read_units(backend: Backend, units: list[Unit[Any]], seq_of: Callable[[Job[Any]], Sequence] | None,
+               token_ids: list[int] | None = None) -> list[list[Rows]]:
+    """What the backend reads for each unit of a batch, per member: a unit alone reads
+    its job's sequence (``seq_of``), a shared unit its prefix and continuations.
+
+    On backends that pack, the whole batch is one row: lone sequences and prefixes with
+    their continuations; nothing padded, each prefix once. On engines that cache
+    prefixes themselves (vLLM) every unit's whole sequences go in one read, all in flight
+    at once (a read per unit would wait for each before sending the next). Elsewhere the
+    lone sequences go as one padded batch and each shared unit runs its prefix once,
+    then its continuations on the prefix's KV cache."""
+    def parts(unit: Unit[Any]) -> tuple[list[int], list[Sequence]]:
+        if isinstance(unit.payload, SharedUnit):
+            return unit.payload.prefix, unit.payload.suffixes
+        assert seq_of is not None, "a unit alone needs seq_of"
+        return [], [seq_of(unit.payload)]
+
+    if backend.caches_prefixes:
+        groups = [after_prefix(*parts(u)) for u in units]
+        flat = iter(backend.read([s for group in groups for s in group], token_ids))
+        return [[next(flat) for _ in group] for group in groups]
+    if backend.packs:
+        return backend.read_packed([parts(u) for u in units], token_ids)
+    out: list[list[Rows]] = [[] for _ in units]
+    alone = [i for i, u in enumerate(units) if not isinstance(u.payload, SharedUnit)]
+    if alone:
+        for i, rows in zip(alone, backend.read([parts(units[i])[1][0] for i in alone], token_ids)):
+            out[i] = [rows]
+    for i, unit in enumerate(units):
+        if isinstance(unit.payload, SharedUnit):
+            out[i] = backend.read_shared(unit.payload.prefix, unit.payload.suffixes, token_ids)
     return out

@@ -1,14 +1,18 @@
 """The reward-model contract every kind implements.
 
-A kind turns request items into units of ``Work`` (``prepare``: templating and
-tokenization, cheap, called once per request) and turns a batch of work into results
-(``predict``: the forward pass and the readout, called by the service's batcher on the
-model's worker thread). The service never looks inside ``Work.payload``.
+A kind plans a request's work and computes units of it:
 
-    load()      heavy set-up: weights, tokenizer, pools
-    prepare()   items -> Work (or ItemError per bad item; RequestError fails the request)
-    predict()   [Work] -> [ItemResult | ItemError], same order
-    probe()     one real forward, proving the model can serve
+    load()        heavy set-up: weights, tokenizer, pools
+    plan_score()  items -> Plan (and plan_steps, plan_verify, plan_compare, ... for the
+                  routes the kind declares in ``endpoints``): templating, tokenization,
+                  the score cache, prefix sharing, and how outputs become results
+    run()         [Unit] -> per unit, one output per member: the forward pass and the
+                  readout, called by the service's batcher on the model's worker thread
+    probe()       one real forward, proving the model can serve
+
+Most kinds implement three smaller steps and let ``plan_items`` assemble the plan:
+``prepare`` (items -> Job or ItemError each; RequestError fails the request),
+``combine`` (jobs -> units, sharing prefixes) and ``run``.
 """
 
 from __future__ import annotations
@@ -17,53 +21,37 @@ import hashlib
 import math
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 import numpy as np
 
-from rewardserve.client.protocol import Item, ItemResult, ModelCard, ScoreOptions
-from rewardserve.models.request_scope import RequestScope
+from rewardserve.client.protocol import (
+    CompareItem,
+    CompareOptions,
+    CompareResult,
+    Item,
+    ItemResult,
+    ModelCard,
+    ScoreOptions,
+    StepOptions,
+    StepsResult,
+    VerifyOptions,
+    VerifyResult,
+)
+from rewardserve.models.cache import LRUCache
+from rewardserve.models.options import KindOptions, validate_options
+from rewardserve.models.planning import ItemError, Job, Plan, RequestError, Unit, UnitOutput
 from rewardserve.models.spec import ModelSpec
 
 if TYPE_CHECKING:
+    from rewardserve.models.backends.backend import Backend
     from rewardserve.models.images import ImagePolicy
     from rewardserve.models.rules.runner import RuleRunner
 
-
-class ItemError(Exception):
-    """This item cannot be scored; its neighbours still are. Becomes ``valid: false``."""
-
-
-class RequestError(Exception):
-    """The request as a whole is unacceptable (the service maps ``status`` to its table)."""
-
-    def __init__(self, message: str, *, param: str | None = None, status: int = 422):
-        super().__init__(message)
-        self.message = message
-        self.param = param
-        self.status = status
-
-
-@dataclass
-class Work:
-    """One forward unit. ``length`` is what the batcher budgets (tokens for models that
-    pad, 1 for rule calls); ``payload`` is the kind's own business. ``key`` identifies
-    the result (the token ids and everything else the result depends on): work with a
-    key is answered from the score cache when it can be, and computed once per batch."""
-
-    length: int
-    payload: Any
-    prompt_tokens: int = 0
-    truncated: bool = False
-    key: bytes | None = None
-    # The request it belongs to (set by the service): who shares a pool fairly with
-    # whom, and whether the work is still wanted.
-    scope: RequestScope | None = None
-    # A unit of several items: the tokens it does not compute again because they are
-    # shared (a prompt run once for a group), reported as cached, as OpenAI counts a
-    # prefix-cache hit.
-    shared_tokens: int = 0
+O = TypeVar("O", bound=KindOptions)
+R = TypeVar("R", bound=ItemResult)
 
 
 @dataclass(frozen=True)
@@ -124,23 +112,28 @@ class BatchPolicy:
 
 
 class RewardModel(ABC):
-    """Base class of every kind. Subclasses set ``kind`` and implement the four steps."""
+    """Base class of every kind. Subclasses set ``kind`` (``@register_kind``), declare
+    ``Options`` and implement ``load``, ``prepare`` and ``run`` (or a ``plan_*`` of
+    their own)."""
 
     kind: ClassVar[str]
+    Options: ClassVar[type[KindOptions]] = KindOptions
     default_policy: ClassVar[BatchPolicy] = BatchPolicy()
-    # Which scoring routes this kind answers: "score" (/v1/score), "steps"
-    # (/v1/score/steps), "pooling" (vLLM's /pooling).
+    # Which routes this kind answers: "score" (/v1/score), "steps" (/v1/score/steps),
+    # "pooling" (vLLM's /pooling), "verify", "judge" (rubric judge), "compare",
+    # "classify" (/classify, /v1/embeddings).
     endpoints: ClassVar[frozenset[str]] = frozenset({"score"})
     # Whether the kind computes with torch in this process (rule kinds call functions).
     runs_torch: ClassVar[bool] = True
     # The item shapes the kind scores: "chat" (messages, prompt + response, steps) and
     # the pre-rendered "text" / "input_ids" (scored as they are, no template applied).
     inputs: ClassVar[frozenset[str]] = frozenset({"chat"})
+    # Kinds with weights set it in load().
+    backend: Backend | None = None
 
     def __init__(
         self, spec: ModelSpec, preset: dict[str, Any] | None = None, context: ModelContext | None = None
     ):
-        from rewardserve.models.cache import LRUCache
         from rewardserve.models.images import ImagePolicy
 
         self.spec = spec
@@ -148,11 +141,10 @@ class RewardModel(ABC):
         self.created = int(time.time())
         self.context = context or ModelContext()
         self.image_policy: ImagePolicy = self.context.image_policy or ImagePolicy()
-        # Preset options first, then the user's own options on top.
-        self.options: dict[str, Any] = {**(preset or {}).get("options", {}), **spec.options}
+        # Preset options first, then the user's own options on top; checked now, at start.
+        merged = {**(preset or {}).get("options", {}), **spec.options}
+        self.options = validate_options(spec.name, self.kind, self.Options, merged)
         self.preset_name: str | None = (preset or {}).get("name")
-        # Results by Work.key: GRPO sends the same completion many times.
-        self.score_cache = LRUCache(int(self.options.get("score_cache_size", 20_000)))
 
     # ---- the contract
 
@@ -160,10 +152,79 @@ class RewardModel(ABC):
     def load(self) -> None: ...
 
     @abstractmethod
-    def prepare(self, items: list[Item], options: ScoreOptions) -> list[Work | ItemError]: ...
+    def prepare(self, items: list[Item], options: Any) -> list[Job[Any] | ItemError]:
+        """Per item, its job or why it cannot be scored; a RequestError fails the request."""
 
     @abstractmethod
-    def predict(self, batch: list[Work]) -> list[ItemResult | ItemError]: ...
+    def run(self, units: list[Unit[Any]]) -> list[UnitOutput]:
+        """Per unit, one result (or ItemError) per member."""
+
+    def combine(self, jobs: list[Job[Any]]) -> list[tuple[Unit[Any], list[int]]]:
+        """Forward units for a request's jobs: ``(unit, positions in jobs)``. Kinds that
+        share a prefix between items (one prompt, many completions) override this; by
+        default every job is a unit of its own, its payload the job."""
+        return [(Unit(job.length, job), [i]) for i, job in enumerate(jobs)]
+
+    # ---- plans, one per route
+
+    def plan_score(self, items: list[Item], options: ScoreOptions, cache: LRUCache | None = None) -> Plan[ItemResult]:
+        from rewardserve.models.plans.groups import group_advantages
+
+        normalize = options.normalize == "group"
+        return self.plan_items(items, options, cache, ItemResult,
+                               lambda results: group_advantages(items, results) if normalize else results)
+
+    def plan_steps(self, items: list[Item], options: StepOptions, cache: LRUCache | None = None) -> Plan[StepsResult]:
+        from rewardserve.models.plans.groups import shape_steps
+
+        return self.plan_items(items, options, cache, StepsResult,
+                               lambda results: shape_steps(items, results, options.shaping))
+
+    def plan_verify(self, items: list[Item], options: VerifyOptions,
+                    cache: LRUCache | None = None) -> Plan[VerifyResult]:
+        return self.plan_items(items, options, cache, VerifyResult)
+
+    def plan_compare(self, items: list[CompareItem], options: CompareOptions,
+                     cache: LRUCache | None = None) -> Plan[CompareResult]:
+        """Bradley-Terry preferences from this model's scores of each response."""
+        from rewardserve.models.plans.compare import compare_by_scores
+
+        return compare_by_scores(self, items, cache)
+
+    def plan_items(self, items: list[Item], options: Any, cache: LRUCache | None, result_type: type[R],
+                   then: Callable[[list[R]], list[R]] | None = None) -> Plan[R]:
+        """``prepare``, the score cache, one computation per distinct key, ``combine``;
+        the plan's finish puts each item's result (or its error, ``valid: false``) back
+        in request order as ``result_type``, then applies ``then``."""
+        from rewardserve.models.plans.items import plan_items
+
+        return plan_items(self, items, options, cache, result_type, then)
+
+    def prepare_isolating(self, items: list[Item], options: Any) -> list[Job[Any] | ItemError]:
+        """``prepare``; if it fails on something other than a RequestError, each item
+        again alone, so the item at fault is the only one invalid (a 500 on client input
+        is a bug, but one bug must not fail the neighbours)."""
+        self.refuse_unscorable_shapes(items)
+        try:
+            return self.prepare(items, options)
+        except RequestError:
+            raise
+        except Exception:
+            pass
+        entries: list[Job[Any] | ItemError] = []
+        for index, item in enumerate(items):
+            try:
+                (entry,) = self.prepare([item], options)
+            except RequestError as exc:
+                param = exc.param or ""
+                if param.startswith("items[0]"):
+                    param = f"items[{index}]" + param[len("items[0]"):]
+                raise RequestError(exc.message.replace("items[0]", f"items[{index}]"), param=param or None,
+                                   type=exc.type) from exc
+            except Exception as exc:
+                entry = ItemError(f"the item could not be prepared: {type(exc).__name__}: {exc}")
+            entries.append(entry)
+        return entries
 
     def refuse_unscorable_shapes(self, items: list[Item]) -> None:
         """A pre-rendered item sent to a kind that needs the conversation (a rule needs
@@ -177,38 +238,27 @@ class RewardModel(ABC):
                     param=f"items[{index}].{shape}",
                 )
 
-    def combine(self, works: list[Work]) -> list[tuple[Work, list[int]]]:
-        """Forward units for a request's work: ``(unit, positions in works)``. A unit for
-        several items returns a list of results from ``predict``, one per member. Kinds
-        that share a prefix between items (one prompt, many completions) override this;
-        by default every item is its own unit."""
-        return [(work, [i]) for i, work in enumerate(works)]
-
     def probe(self) -> None:
-        """Default probe: prepare and predict one tiny item; any failure raises."""
-        probe_item = Item(prompt="1+1?", response="2", reference="2")
-        entries = self.prepare([probe_item], ScoreOptions())
-        works = [e for e in entries if isinstance(e, Work)]
-        if not works:
-            raise RuntimeError(f"probe item was rejected: {entries[0]}")
-        (result,) = self.predict(works)
-        if isinstance(result, ItemError):
-            raise RuntimeError(f"probe failed: {result}")
+        """Default probe: plan and run one tiny item to a valid result; else raises."""
+        plan = self.plan_score([Item(prompt="1+1?", response="2", reference="2")], ScoreOptions())
+        done = plan.finish(self.run(plan.units), [])
+        assert isinstance(done, list)
+        (result,) = done
+        if not result.valid:
+            raise RuntimeError(f"probe failed: {result.error}")
 
     def close(self) -> None:
         """Release pools and processes (a vLLM engine's among them). Weights go with the
         object."""
-        backend = getattr(self, "backend", None)
-        if backend is not None and hasattr(backend, "close"):
-            backend.close()
+        if self.backend is not None:
+            self.backend.close()
 
     # ---- description
 
     @property
     def backend_name(self) -> str:
         """The loaded backend's name (kinds with weights set ``self.backend`` in load)."""
-        backend = getattr(self, "backend", None)
-        return backend.name if backend is not None else self.spec.backend
+        return self.backend.name if self.backend is not None else self.spec.backend
 
     @property
     def torch_on_cpu(self) -> bool:
@@ -223,13 +273,12 @@ class RewardModel(ABC):
 
     @property
     def max_tokens(self) -> int | None:
-        backend = getattr(self, "backend", None)
-        return backend.max_tokens if backend is not None else self.spec.max_tokens
+        return self.backend.max_tokens if self.backend is not None else self.spec.max_tokens
 
     def policy(self) -> BatchPolicy:
         """The kind's defaults, then what the backend prefers on its device (CPUs lose
         speed on big or padded batches), then what the spec sets."""
-        preferred = getattr(getattr(self, "backend", None), "batch_preferences", None) or {}
+        preferred = self.backend.batch_preferences if self.backend is not None else {}
         policy = replace(self.default_policy, **preferred)
         spec = self.spec
         overrides = {

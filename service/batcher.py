@@ -24,30 +24,32 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
-from rewardserve.models.reward_model import BatchPolicy, ItemError, Work
+from rewardserve.models.planning import ItemError, Unit, UnitOutput
+from rewardserve.models.reward_model import BatchPolicy
 from rewardserve.service.errors import DeadlineExceeded, NotReady
 from rewardserve.service.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
-Predict = Callable[[list[Work]], list]
+Run = Callable[[list[Unit[Any]]], list[UnitOutput]]
 # How many of the oldest queued items a batch is picked from (bounds the sorting work).
 _WINDOW_ITEMS = 4096
 
 
 @dataclass
 class Outcome:
-    """What an item's future resolves to."""
+    """What a unit's future resolves to: one output per member."""
 
-    result: object  # ItemResult | ItemError
+    result: UnitOutput
     queue_s: float
     inference_s: float
 
 
 @dataclass
 class _Pending:
-    work: Work
+    unit: Unit[Any]
     future: asyncio.Future
     enqueued: float
     deadline: float | None = None  # time.monotonic() past which the work is not computed
@@ -64,14 +66,14 @@ class QueueTooSmall(Exception):
 
 
 class Batcher:
-    def __init__(self, name: str, predict: Predict, policy: BatchPolicy, metrics: Metrics,
+    def __init__(self, name: str, run: Run, policy: BatchPolicy, metrics: Metrics,
                  after_batch: Callable[[], None] | None = None, executor: Executor | None = None):
         """``executor``: where batches run (shared with other models, not shut down
         here); by default a pool of ``policy.concurrency`` threads of this batcher's own."""
         self.name = name
         self._after_batch = after_batch  # runs on the worker thread (memory trimming)
         self.policy = policy
-        self._predict = predict
+        self._run = run
         self._metrics = metrics
         self._queue: deque[_Pending] = deque()
         self._queued_tokens = 0
@@ -88,10 +90,10 @@ class Batcher:
     def start(self) -> None:
         self._loop_task = asyncio.create_task(self._run_forever(), name=f"batcher-{self.name}")
 
-    def submit(self, works: list[Work], deadline: float | None = None) -> list[asyncio.Future]:
-        """Queue work and return one future per item, or refuse all of it. Work still
-        queued at ``deadline`` (a ``time.monotonic()`` value) is dropped, not computed."""
-        tokens = sum(w.length for w in works)
+    def submit(self, units: list[Unit[Any]], deadline: float | None = None) -> list[asyncio.Future]:
+        """Queue units and return one future per unit, or refuse all of them. Units still
+        queued at ``deadline`` (a ``time.monotonic()`` value) are dropped, not computed."""
+        tokens = sum(u.length for u in units)
         if tokens > self.policy.max_queue_tokens:
             raise QueueTooSmall(
                 f"the request needs {tokens} tokens of queue, more than this model's "
@@ -102,9 +104,9 @@ class Batcher:
         loop = asyncio.get_running_loop()
         now = time.monotonic()
         futures = []
-        for work in works:
+        for unit in units:
             future = loop.create_future()
-            self._queue.append(_Pending(work, future, now, deadline))
+            self._queue.append(_Pending(unit, future, now, deadline))
             futures.append(future)
         self._queued_tokens += tokens
         self._update_gauges()
@@ -174,10 +176,10 @@ class Batcher:
         picking length neighbours from the whole queue keeps padding low."""
         policy = self.policy
         window = list(itertools.islice(self._queue, _WINDOW_ITEMS))
-        by_length = sorted(range(len(window)), key=lambda i: (window[i].work.length, i))
+        by_length = sorted(range(len(window)), key=lambda i: (window[i].unit.length, i))
         at = by_length.index(0)
         lo, hi = at, at  # the batch is by_length[lo : hi + 1]
-        lengths = [window[0].work.length]
+        lengths = [window[0].unit.length]
         while True:
             options = []
             if lo > 0:
@@ -186,7 +188,7 @@ class Batcher:
                 options.append((lo, hi + 1))
             best = None
             for new_lo, new_hi in options:
-                added = window[by_length[new_lo if new_lo < lo else new_hi]].work.length
+                added = window[by_length[new_lo if new_lo < lo else new_hi]].unit.length
                 trial = lengths + [added]
                 if policy.fits(trial):
                     waste = policy.cost(trial) - sum(trial)
@@ -197,7 +199,7 @@ class Batcher:
             _, lo, hi, added = best
             lengths.append(added)
         chosen = {by_length[i] for i in range(lo, hi + 1)}
-        batch = [window[i] for i in sorted(chosen, key=lambda i: window[i].work.length)]
+        batch = [window[i] for i in sorted(chosen, key=lambda i: window[i].unit.length)]
         self._queue = deque(p for i, p in enumerate(self._queue) if i not in chosen)
         self._queued_tokens -= sum(lengths)
         self._update_gauges()
@@ -209,7 +211,7 @@ class Batcher:
         gone = [p for p in self._queue if p.future.done()]
         if gone:
             self._queue = deque(p for p in self._queue if not p.future.done())
-            self._queued_tokens -= sum(p.work.length for p in gone)
+            self._queued_tokens -= sum(p.unit.length for p in gone)
             self._count_dropped(gone)
             self._update_gauges()
 
@@ -235,11 +237,11 @@ class Batcher:
             batch = live
             if not batch:
                 return
-            tokens = sum(p.work.length for p in batch)
-            works = [p.work for p in batch]
+            tokens = sum(p.unit.length for p in batch)
+            units = [p.unit for p in batch]
             start = time.monotonic()
             loop = asyncio.get_running_loop()
-            results = await loop.run_in_executor(self._executor, self._predict_then_tidy, works)
+            results = await loop.run_in_executor(self._executor, self._run_then_tidy, units)
             elapsed = time.monotonic() - start
             self._record(batch, results, tokens, elapsed)
             for pending, result in zip(batch, results):
@@ -256,32 +258,33 @@ class Batcher:
         finally:
             self._slots.release()
 
-    def _predict_then_tidy(self, works: list[Work]) -> list:
-        results = self._predict_isolating(works)
+    def _run_then_tidy(self, units: list[Unit[Any]]) -> list[UnitOutput]:
+        results = self._run_isolating(units)
         if self._after_batch is not None:
             self._after_batch()
         return results
 
-    def _predict_isolating(self, works: list[Work]) -> list:
-        """Run a batch; if it fails as a whole, split it to find the item at fault so
+    def _run_isolating(self, units: list[Unit[Any]]) -> list[UnitOutput]:
+        """Run a batch; if it fails as a whole, split it to find the unit at fault so
         its neighbours still get their scores."""
         try:
-            results = self._predict(works)
-            if len(results) != len(works):
-                raise RuntimeError(f"predict returned {len(results)} results for {len(works)}")
+            results = self._run(units)
+            if len(results) != len(units) or any(len(r) != u.members for r, u in zip(results, units)):
+                raise RuntimeError(f"run answered {[len(r) for r in results]} for units of "
+                                   f"{[u.members for u in units]} members")
             return results
         except Exception as exc:
-            if len(works) == 1:
-                log.warning("model %s failed on one item: %s", self.name, exc)
-                return [ItemError(f"inference failed: {type(exc).__name__}: {exc}")]
-            half = len(works) // 2
-            return self._predict_isolating(works[:half]) + self._predict_isolating(works[half:])
+            if len(units) == 1:
+                log.warning("model %s failed on one unit: %s", self.name, exc)
+                return [[ItemError(f"inference failed: {type(exc).__name__}: {exc}")] * units[0].members]
+            half = len(units) // 2
+            return self._run_isolating(units[:half]) + self._run_isolating(units[half:])
 
     # ------------------------------------------------------------------ bookkeeping
 
-    def _record(self, batch: list[_Pending], results: list, tokens: int, elapsed: float) -> None:
+    def _record(self, batch: list[_Pending], results: list[UnitOutput], tokens: int, elapsed: float) -> None:
         m, name = self._metrics, self.name
-        lengths = [p.work.length for p in batch]
+        lengths = [p.unit.length for p in batch]
         padded = self.policy.cost(lengths)
         m.batches.labels(name).inc()
         m.batch_size.labels(name).observe(len(batch))
@@ -291,8 +294,9 @@ class Batcher:
         now = time.monotonic()
         for pending in batch:
             m.queue_seconds.labels(name).observe(now - elapsed - pending.enqueued)
-        invalid = sum(isinstance(r, ItemError) for r in results)
-        m.items.labels(name, "true").inc(len(results) - invalid)
+        outputs = [output for produced in results for output in produced]
+        invalid = sum(isinstance(r, ItemError) for r in outputs)
+        m.items.labels(name, "true").inc(len(outputs) - invalid)
         if invalid:
             m.items.labels(name, "false").inc(invalid)
         if elapsed > 0:

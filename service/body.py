@@ -25,23 +25,16 @@ import json
 import re
 from typing import Any, Callable
 
-from fastapi import HTTPException
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
+from rewardserve.service.errors import BodyError
+
 MAX_INT_DIGITS = 1000
 LISTS = ("items", "query", "input")  # the list a request's limit counts, by route
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
-
-
-class BodyError(HTTPException):
-    """A body refused before validation; rendered in our error shape, naming ``param``."""
-
-    def __init__(self, status: int, message: str, param: str = "body", headers: dict | None = None):
-        super().__init__(status, message, headers=headers)
-        self.param = param
 
 
 class ValueCount:

@@ -1,35 +1,31 @@
-"""The part of every scoring route after validation: prepare, queue, wait, assemble.
+"""Running a plan: queue its units, run its calls, await both, finish.
 
-    prepare (tokenize, off the event loop) -> batcher.submit -> await results
-    (unless the request's scope is cancelled first: the client disconnected or the
-    deadline passed) -> results in request order, usage, timings
+    plan (the kind's, off the event loop) -> units on the model's batcher, calls in the
+    rule pools -> await them (unless the request's scope is cancelled first: the client
+    disconnected or the deadline passed) -> plan.finish (off the event loop) -> results,
+    or the next plan
 """
 
 from __future__ import annotations
 
 import asyncio
-import math
 from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from typing import Any, Generic, TypeVar
 
 from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 
-from rewardserve.client.protocol import Item, ItemResult, StepsResult, Usage
-from rewardserve.models.reward_model import ItemError, RequestError, Work
+from rewardserve.client.protocol import Item, ItemResult, ScoreOptions, Usage
+from rewardserve.models.planning import Plan, Unit
 from rewardserve.models.request_scope import RequestScope
+from rewardserve.models.rules.isolation import PoolBusy
 from rewardserve.service.admission import scope_of
 from rewardserve.service.batcher import Outcome, QueueFull, QueueTooSmall
-from rewardserve.service.errors import (
-    DeadlineExceeded,
-    NotReady,
-    Overloaded,
-    PayloadTooLarge,
-    from_request_error,
-)
-from rewardserve.models.text.steps import delta_rewards, group_process_advantages
+from rewardserve.service.errors import DeadlineExceeded, NotReady, Overloaded, PayloadTooLarge
 from rewardserve.service.served_models import Served
 
-GROUP_EPS = 1e-6
+R = TypeVar("R")
 
 
 class ClientGone(Exception):
@@ -37,8 +33,8 @@ class ClientGone(Exception):
 
 
 @dataclass
-class Scored:
-    results: list[ItemResult]
+class Executed(Generic[R]):
+    results: list[R]
     usage: Usage
     queue_s: float = 0.0
     inference_s: float = 0.0
@@ -51,123 +47,75 @@ class Scored:
         }
 
 
-async def score_items(
-    request: Request, served: Served, items: list[Item], options
-) -> Scored:
-    """Prepare the items with the model's kind, answer what the score cache knows,
-    compute each distinct piece of work once (in units that share prefixes), and put
-    each item's result (or its error) back in request order."""
-    model = served.model
-    try:
-        entries = await run_in_threadpool(prepare_isolating, model, items, options)
-    except RequestError as exc:
-        raise from_request_error(exc) from exc
-    scope = scope_of(request)
-    for entry in entries:
-        if isinstance(entry, Work):
-            entry.scope = scope
-    works = [(i, e) for i, e in enumerate(entries) if isinstance(e, Work)]
-    answers: dict[int, object] = {i: e for i, e in enumerate(entries) if not isinstance(e, Work)}
-
-    todo, twins = _cached_and_distinct(served, works, answers, request.app.state.svc.metrics)
-    units = await run_in_threadpool(model.combine, [w for _, w in todo]) if todo else []
-    outcomes = await compute(request, served, [unit for unit, _ in units])
-    for (unit, members), outcome in zip(units, outcomes):
-        results = outcome.result if isinstance(outcome.result, list) else [outcome.result]
-        for member, result in zip(members, results):
-            index, work = todo[member]
-            for twin in twins.get(index, [index]):
-                answers[twin] = result
-            if work.key is not None and isinstance(result, ItemResult) and result.valid:
-                model.score_cache.put(work.key, result)
-
-    results: list[ItemResult] = []
-    for index, item in enumerate(items):
-        result = answers[index]
-        if isinstance(result, ItemError):
-            result = ItemResult(score=None, valid=False, error=str(result))
-        elif result.valid and (result.score is None or not math.isfinite(result.score)):
-            # A computed result always has a number; JSON would turn NaN into null.
-            result = result.model_copy(update={"score": None, "valid": False,
-                                               "error": "the model gave no finite score for this item"})
-        results.append(result.model_copy(update={"id": item.id}))
-    computed = {index for index, _ in todo}
-    usage = Usage(
-        items=len(items),
-        prompt_tokens=sum(w.prompt_tokens for _, w in works),
-        cached_tokens=sum(w.prompt_tokens for i, w in works if i not in computed)
-        + sum(unit.shared_tokens for unit, _ in units),
-    )
-    return Scored(
-        results,
-        usage,
-        queue_s=max((o.queue_s for o in outcomes), default=0.0),
-        inference_s=max((o.inference_s for o in outcomes), default=0.0),
-    )
+async def run_plan(request: Request, served: Served | None, n_items: int,
+                   planner: Callable[..., Plan[R]], *args: Any) -> Executed[R]:
+    """``planner(*args)`` off the event loop (it tokenizes), then the plan executed."""
+    plan = await run_in_threadpool(planner, *args)
+    return await execute(request, served, plan, n_items)
 
 
-def prepare_isolating(model, items: list[Item], options) -> list:
-    """``model.prepare``; if it fails on something other than a RequestError, each item
-    again alone, so the item at fault is the only one invalid (a 500 on client input
-    is a bug, but one bug must not fail the neighbours)."""
-    model.refuse_unscorable_shapes(items)
-    try:
-        return model.prepare(items, options)
-    except RequestError:
-        raise
-    except Exception:
-        pass
-    entries: list = []
-    for index, item in enumerate(items):
+async def score_items(request: Request, served: Served, items: list[Item],
+                      options: ScoreOptions) -> Executed[ItemResult]:
+    """/v1/score's plan for ``items``, executed."""
+    return await run_plan(request, served, len(items), served.model.plan_score, items, options, served.score_cache)
+
+
+async def execute(request: Request, served: Served | None, plan: Plan[R], n_items: int) -> Executed[R]:
+    """Run ``plan`` (units on ``served``'s batcher) stage by stage to its results."""
+    metrics = request.app.state.svc.metrics
+    prompt_tokens = cached_tokens = 0
+    queue_s = inference_s = 0.0
+    while True:
+        prompt_tokens += plan.prompt_tokens
+        cached_tokens += plan.cached_tokens
+        if served is not None:
+            name = served.model.name
+            metrics.cache_hits.labels(name).inc(plan.cache_hits)
+            metrics.cache_misses.labels(name).inc(plan.cache_misses)
+            metrics.deduplicated.labels(name).inc(plan.deduplicated)
+        calls = asyncio.ensure_future(run_calls(request, plan.calls))
         try:
-            (entry,) = model.prepare([item], options)
-        except RequestError as exc:
-            param = exc.param or ""
-            if param.startswith("items[0]"):
-                param = f"items[{index}]" + param[len("items[0]"):]
-            raise RequestError(exc.message.replace("items[0]", f"items[{index}]"), param=param or None,
-                               status=exc.status) from exc
-        except Exception as exc:
-            entry = ItemError(f"the item could not be prepared: {type(exc).__name__}: {exc}")
-        entries.append(entry)
-    return entries
+            outcomes = await compute(request, served, plan.units)
+            values = await calls
+        finally:
+            calls.cancel()
+        queue_s = max([queue_s, *(o.queue_s for o in outcomes)])
+        inference_s = max([inference_s, *(o.inference_s for o in outcomes)])
+        done = await run_in_threadpool(plan.finish, [o.result for o in outcomes], values)
+        if isinstance(done, Plan):
+            plan = done
+            continue
+        items = plan.scored_items if plan.scored_items is not None else n_items
+        usage = Usage(items=items, prompt_tokens=prompt_tokens, cached_tokens=cached_tokens)
+        return Executed(done, usage, queue_s, inference_s)
 
 
-def _cached_and_distinct(served: Served, works, answers: dict, metrics) -> tuple[list, dict[int, list[int]]]:
-    """Fill ``answers`` from the score cache; of the rest, keep one per key (GRPO sends
-    the same completion often). Returns the work to compute and, per computed index,
-    every index that shares its result."""
-    name = served.model.name
-    todo, first_of, twins = [], {}, {}
-    hits = 0
-    for index, work in works:
-        cached = served.model.score_cache.get(work.key) if work.key is not None else None
-        if cached is not None:
-            answers[index] = cached
-            hits += 1
-        elif work.key is not None and work.key in first_of:
-            twins[first_of[work.key]].append(index)
-        else:
-            if work.key is not None:
-                first_of[work.key] = index
-                twins[index] = [index]
-            todo.append((index, work))
-    keyed = sum(1 for _, w in works if w.key is not None)
-    metrics.cache_hits.labels(name).inc(hits)
-    metrics.cache_misses.labels(name).inc(keyed - hits)
-    metrics.deduplicated.labels(name).inc(sum(len(t) - 1 for t in twins.values()))
-    return todo, twins
+async def run_calls(request: Request, calls: list[Any]) -> list[Any]:
+    """Run calls in the rule pools for this request; 429 when the pools are full."""
+    if not calls:
+        return []
+    try:
+        future = request.app.state.svc.rule_runner.run(calls, scope_of(request))
+    except PoolBusy as exc:
+        raise Overloaded(f"the rule pools are at capacity ({exc}); retry shortly", retry_after_s=1) from exc
+    (values,) = await until_done_or_gone(scope_of(request), [asyncio.wrap_future(future)])
+    produced: list[Any] = values
+    return produced
 
 
-async def compute(request: Request, served: Served, works: list[Work]) -> list[Outcome]:
-    """Queue work on the model's batcher (or refuse it: 429 / 413) and await it."""
-    model = served.model
+async def compute(request: Request, served: Served | None, units: list[Unit[Any]]) -> list[Outcome]:
+    """Queue units on the model's batcher (or refuse them: 429 / 413) and await them."""
     scope = scope_of(request)
-    deadline = scope.deadline
     if scope.cancelled or scope.expired():
         raise gone_error(scope)
+    if not units:
+        return []
+    assert served is not None and served.batcher is not None, "units need a served model"
+    model = served.model
+    for unit in units:
+        unit.scope = scope
     try:
-        futures = served.batcher.submit(works, deadline) if works else []
+        futures = served.batcher.submit(units, scope.deadline)
     except QueueFull as exc:
         request.app.state.svc.metrics.rejected.labels(model.name, "queue_full").inc()
         raise Overloaded(
@@ -188,19 +136,26 @@ def gone_error(scope: RequestScope) -> Exception:
     return DeadlineExceeded("the request's deadline passed before its results were ready")
 
 
-async def until_done_or_gone(scope: RequestScope, futures: list[asyncio.Future]) -> list:
+async def until_done_or_gone(scope: RequestScope, futures: Sequence[asyncio.Future[Any]]) -> list[Any]:
     """Await every future; if the request's scope is cancelled first (client gone,
     deadline passed), fail the futures still pending so a batcher drops that work before
     computing it, and raise what the request is answered with."""
     if not futures:
         return []
     gathered = asyncio.gather(*futures)
-    cancelled = asyncio.get_running_loop().create_future()
-    unregister = scope.on_cancel(
-        lambda _: cancelled.get_loop().call_soon_threadsafe(lambda: cancelled.done() or cancelled.set_result(None))
-    )
+    cancelled: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def wake() -> None:
+        if not cancelled.done():
+            cancelled.set_result(None)
+
+    def on_cancel(_reason: str) -> None:
+        cancelled.get_loop().call_soon_threadsafe(wake)
+
+    unregister = scope.on_cancel(on_cancel)
     try:
-        await asyncio.wait({gathered, cancelled}, return_when=asyncio.FIRST_COMPLETED)
+        waiting: set[asyncio.Future[Any]] = {gathered, cancelled}
+        await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
     except asyncio.CancelledError:
         gathered.cancel()
         raise
@@ -218,53 +173,3 @@ async def until_done_or_gone(scope: RequestScope, futures: list[asyncio.Future])
         if not future.done():
             future.set_exception(error if isinstance(error, DeadlineExceeded) else DeadlineExceeded(str(error)))
     raise error
-
-
-def group_advantages(items: list[Item], results: list[ItemResult]) -> list[ItemResult]:
-    """GRPO advantages: (r - mean) / (std + 1e-6) over the valid scores of each group_id,
-    with the sample standard deviation (torch's and TRL's default). An item without a
-    group_id is a group of one (advantage 0); an invalid item gets none."""
-    groups: dict[object, list[int]] = {}
-    for index, (key, result) in enumerate(zip(group_keys(items), results)):
-        if result.valid and result.score is not None:
-            groups.setdefault(key, []).append(index)
-    out = list(results)
-    for members in groups.values():
-        scores = [results[i].score for i in members]
-        mean = sum(scores) / len(scores)
-        if len(scores) > 1:
-            std = math.sqrt(sum((s - mean) ** 2 for s in scores) / (len(scores) - 1))
-        else:
-            std = 0.0
-        for i, s in zip(members, scores):
-            out[i] = out[i].model_copy(update={"advantage": (s - mean) / (std + GROUP_EPS)})
-    return out
-
-
-def group_keys(items: list[Item]) -> list[object]:
-    """Each item's group: its group_id, or a group of its own."""
-    return [it.group_id if it.group_id is not None else ("", i) for i, it in enumerate(items)]
-
-
-def shape_steps(items: list[Item], results: list[StepsResult], shaping: str) -> list[StepsResult]:
-    """step_rewards per options.shaping: raw scores, deltas, or GRPO process advantages
-    over each group's steps jointly."""
-    if shaping == "none":
-        return results
-    if shaping in ("raw", "delta"):
-        shape = list if shaping == "raw" else delta_rewards
-        return [
-            r.model_copy(update={"step_rewards": shape(r.step_scores)}) if r.valid else r
-            for r in results
-        ]
-    members: dict[object, list[int]] = {}
-    for index, key in enumerate(group_keys(items)):
-        if results[index].valid:
-            members.setdefault(key, []).append(index)
-    order = list(members.values())
-    shaped = group_process_advantages([[results[i].step_scores for i in group] for group in order])
-    out = list(results)
-    for group, rewards in zip(order, shaped):
-        for index, reward in zip(group, rewards):
-            out[index] = out[index].model_copy(update={"step_rewards": reward})
-    return out

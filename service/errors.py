@@ -12,81 +12,67 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from rewardserve.client.protocol import ErrorBody, ErrorDetail
-from rewardserve.models.reward_model import RequestError
+from rewardserve.client.protocol import ERROR_STATUS, ErrorBody, ErrorDetail, ErrorType
+from rewardserve.models.planning import RequestError
 
 log = logging.getLogger(__name__)
 
-STATUS_BY_TYPE: dict[str, int] = {
-    "authentication_error": 401,
-    "not_found": 404,
-    "method_not_allowed": 405,
-    "payload_too_large": 413,
-    "invalid_request": 422,
-    "overloaded": 429,
-    "internal_error": 500,
-    "not_ready": 503,
-    "deadline_exceeded": 504,
-}
-TYPE_BY_STATUS: dict[int, str] = {status: kind for kind, status in STATUS_BY_TYPE.items()}
+class ServiceError(RequestError):
+    """Raise one of the subclasses; the handler below renders it (a kind's own
+    RequestError goes the same way)."""
 
+    error_type: ErrorType = "internal_error"
 
-class ServiceError(Exception):
-    """Raise one of the subclasses; the handler below renders it."""
-
-    type = "internal_error"
-
-    def __init__(
-        self, message: str, *, param: str | None = None, headers: dict[str, str] | None = None
-    ):
-        super().__init__(message)
-        self.message = message
-        self.param = param
-        self.headers = headers or {}
-
-    @property
-    def status(self) -> int:
-        return STATUS_BY_TYPE[self.type]
+    def __init__(self, message: str, *, param: str | None = None, headers: dict[str, str] | None = None):
+        super().__init__(message, param=param, type=self.error_type, headers=headers)
 
 
 class NotFound(ServiceError):
-    type = "not_found"
+    error_type = "not_found"
 
 
 class PayloadTooLarge(ServiceError):
-    type = "payload_too_large"
+    error_type = "payload_too_large"
 
 
 class InvalidRequest(ServiceError):
-    type = "invalid_request"
+    error_type = "invalid_request"
 
 
 class Overloaded(ServiceError):
-    type = "overloaded"
+    error_type = "overloaded"
 
     def __init__(self, message: str, *, retry_after_s: int):
         super().__init__(message, headers={"retry-after": str(retry_after_s)})
 
 
 class NotReady(ServiceError):
-    type = "not_ready"
+    error_type = "not_ready"
 
 
 class DeadlineExceeded(ServiceError):
-    type = "deadline_exceeded"
+    error_type = "deadline_exceeded"
 
 
-def from_request_error(exc: RequestError) -> ServiceError:
-    """A kind's RequestError (413 / 422) as the service error of that status."""
-    cls = PayloadTooLarge if exc.status == 413 else InvalidRequest
-    return cls(exc.message, param=exc.param)
+class BodyError(StarletteHTTPException):
+    """A body refused before validation (413 / 422), naming ``param``. An HTTP
+    exception, so FastAPI lets it out of body parsing as it is."""
+
+    def __init__(self, status: int, message: str, param: str = "body", headers: dict[str, str] | None = None):
+        super().__init__(status, message, headers=headers)
+        self.param = param
 
 
-def error_response(
-    status: int, kind: str, message: str, param: str | None = None, headers=None
-) -> JSONResponse:
+def error_response(kind: ErrorType, message: str, param: str | None = None,
+                   headers: dict[str, str] | None = None, status: int | None = None) -> JSONResponse:
+    """The error body; its status from the one table unless the status came first (a
+    405's, say)."""
     body = ErrorBody(error=ErrorDetail(type=kind, message=message, param=param))
-    return JSONResponse(body.model_dump(exclude_none=True), status_code=status, headers=headers)
+    return JSONResponse(body.model_dump(exclude_none=True), status_code=status or ERROR_STATUS[kind],
+                        headers=headers)
+
+
+TYPE_BY_STATUS: dict[int, ErrorType] = {status: kind for kind, status in ERROR_STATUS.items()}
 
 
 def _loc_to_param(loc: tuple) -> str:
@@ -98,14 +84,9 @@ def _loc_to_param(loc: tuple) -> str:
 
 
 def install_error_handlers(app: FastAPI) -> None:
-    @app.exception_handler(ServiceError)
-    async def _service(_: Request, exc: ServiceError) -> JSONResponse:
-        return error_response(exc.status, exc.type, exc.message, exc.param, exc.headers)
-
     @app.exception_handler(RequestError)
-    async def _model_request(_: Request, exc: RequestError) -> JSONResponse:
-        err = from_request_error(exc)
-        return error_response(err.status, err.type, err.message, err.param)
+    async def _request(_: Request, exc: RequestError) -> JSONResponse:
+        return error_response(exc.type, exc.message, exc.param, exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -115,19 +96,17 @@ def install_error_handlers(app: FastAPI) -> None:
         message = f"{param}: {first.get('msg', 'invalid')}"
         if len(errors) > 1:
             message += f" (and {len(errors) - 1} more problem(s))"
-        return error_response(422, "invalid_request", message, param)
+        return error_response("invalid_request", message, param)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         if exc.status_code == 400:  # a body FastAPI could not parse (bad UTF-8, too deep)
-            return error_response(422, "invalid_request", f"the body is not valid JSON: {exc.detail}", "body")
+            return error_response("invalid_request", f"the body is not valid JSON: {exc.detail}", "body")
         kind = TYPE_BY_STATUS.get(exc.status_code, "invalid_request")
-        return error_response(
-            exc.status_code, kind, str(exc.detail), getattr(exc, "param", None),
-            headers=getattr(exc, "headers", None),
-        )
+        param = exc.param if isinstance(exc, BodyError) else None
+        return error_response(kind, str(exc.detail), param, headers=dict(exc.headers or {}), status=exc.status_code)
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error")
-        return error_response(500, "internal_error", f"internal error: {type(exc).__name__}")
+        return error_response("internal_error", f"internal error: {type(exc).__name__}")

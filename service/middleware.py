@@ -32,7 +32,7 @@ class BodyLimit:
                 too_big = True
                 message = "the content-length header is not a number"
             if too_big:  # unread, so the connection is not kept
-                response = error_response(413, "payload_too_large", message, headers={"connection": "close"})
+                response = error_response("payload_too_large", message, headers={"connection": "close"})
                 await response(scope, receive, send)
                 return
         seen = 0

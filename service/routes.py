@@ -7,7 +7,6 @@ import uuid
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
-from starlette.concurrency import run_in_threadpool
 
 from rewardserve.client.protocol import (
     ErrorBody,
@@ -21,19 +20,13 @@ from rewardserve.client.protocol import (
     ScoreResponse,
     StepsRequest,
     StepsResponse,
-    StepsResult,
 )
-from rewardserve.models.reward_model import ItemError, RequestError
 from rewardserve.service.auth import has_valid_key
 from rewardserve.service.body import BoundedRoute
-from rewardserve.service.errors import (
-    InvalidRequest,
-    PayloadTooLarge,
-    from_request_error,
-)
+from rewardserve.service.errors import InvalidRequest, PayloadTooLarge
 from rewardserve.service.metrics import CONTENT_TYPE
 from rewardserve.service.served_models import Served
-from rewardserve.service.dispatch import compute, group_advantages, score_items, shape_steps
+from rewardserve.service.dispatch import run_plan, score_items
 
 ERROR_RESPONSES = {
     code: {"model": ErrorBody}
@@ -92,25 +85,19 @@ ENDPOINT_ROUTES = {
 async def score(body: ScoreRequest, request: Request) -> Response:
     """Outcome reward per item, in request order (for a PRM, its trajectory aggregate)."""
     served = serving(request, body.model, len(body.items), "score")
-    scored = await score_items(request, served, body.items, body.options)
-    results = scored.results
-    if body.options.normalize == "group":
-        results = group_advantages(body.items, results)
-    response = ScoreResponse(model=body.model, results=results, usage=scored.usage)
-    return json_response(response, headers=scored.timing_headers())
+    done = await score_items(request, served, body.items, body.options)
+    response = ScoreResponse(model=body.model, results=done.results, usage=done.usage)
+    return json_response(response, headers=done.timing_headers())
 
 
 @scoring_routes.post("/v1/score/steps", response_model=StepsResponse)
 async def score_steps(body: StepsRequest, request: Request) -> Response:
     """Process reward per step, every step of a trajectory from one forward pass."""
     served = serving(request, body.model, len(body.items), "steps")
-    scored = await score_items(request, served, body.items, body.options)
-    results = [
-        r if isinstance(r, StepsResult) else StepsResult(**r.model_dump()) for r in scored.results
-    ]
-    results = shape_steps(body.items, results, body.options.shaping)
-    response = StepsResponse(model=body.model, results=results, usage=scored.usage)
-    return json_response(response, headers=scored.timing_headers())
+    done = await run_plan(request, served, len(body.items), served.model.plan_steps, body.items, body.options,
+                          served.score_cache)
+    response = StepsResponse(model=body.model, results=done.results, usage=done.usage)
+    return json_response(response, headers=done.timing_headers())
 
 
 @scoring_routes.post("/pooling", response_model=PoolingResponse)
@@ -123,22 +110,14 @@ async def pooling(body: PoolingRequest, request: Request) -> Response:
         body.input and isinstance(body.input[0], int)
     ) else list(body.input)
     served = serving(request, name, len(inputs), "pooling")
-    try:
-        works = await run_in_threadpool(
-            served.model.prepare_pooling, inputs, body.truncate_prompt_tokens, body.truncation_side or "right"
-        )
-    except RequestError as exc:
-        raise from_request_error(exc) from exc
-    outcomes = await compute(request, served, works)
-    failed = [i for i, o in enumerate(outcomes) if isinstance(o.result, ItemError)]
-    if failed:  # vLLM's shape has no per-input error: fail the request, name the input
-        raise InvalidRequest(f"input[{failed[0]}]: {outcomes[failed[0]].result}", param=f"input[{failed[0]}]")
-    tokens = sum(w.prompt_tokens for w in works)
+    done = await run_plan(request, served, len(inputs), served.model.plan_pooling, inputs,
+                          body.truncate_prompt_tokens, body.truncation_side or "right")
+    tokens = done.usage.prompt_tokens
     response = PoolingResponse(
         id=f"pooling-{uuid.uuid4().hex}",
         created=int(time.time()),
         model=body.model or name,
-        data=[PoolingData(index=i, data=o.result) for i, o in enumerate(outcomes)],
+        data=[PoolingData(index=i, data=vectors) for i, vectors in enumerate(done.results)],
         usage=PoolingUsage(prompt_tokens=tokens, total_tokens=tokens),
     )
     return json_response(response)

@@ -15,8 +15,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from rewardserve.models.cache import LRUCache
 from rewardserve.models.reward_model import ModelContext, RewardModel
 from rewardserve.models.kinds import build_model
 from rewardserve.models.spec import ModelSpec
@@ -33,6 +34,8 @@ class Served:
     batcher: Batcher | None = None
     ready: bool = False
     error: str | None = None
+    # Finished results by job key, lent to the model's plans.
+    score_cache: LRUCache = field(default_factory=lambda: LRUCache(0))
 
 
 class ModelRegistry:
@@ -41,7 +44,7 @@ class ModelRegistry:
         self._metrics = metrics
         self._after_batch = after_batch
         # Building a model reads only its preset and config.json; weights come in load().
-        self._served = {spec.name: Served(build_model(spec, context)) for spec in specs}
+        self._served = {spec.name: _served(build_model(spec, context)) for spec in specs}
         self.loaded = asyncio.Event()
         self._cpu_thread: ThreadPoolExecutor | None = None  # made with the first CPU model
 
@@ -86,7 +89,7 @@ class ModelRegistry:
             log.exception("model %s failed to load", model.name)
             served.error = f"{type(exc).__name__}: {exc}"
             return
-        served.batcher = Batcher(model.name, model.predict, model.policy(), self._metrics, self._after_batch,
+        served.batcher = Batcher(model.name, model.run, model.policy(), self._metrics, self._after_batch,
                                  executor=self._executor(model))
         served.batcher.start()
         served.ready = True
@@ -112,3 +115,7 @@ class ModelRegistry:
         if self._cpu_thread is not None:
             self._cpu_thread.shutdown(wait=True)
             self._cpu_thread = None
+
+
+def _served(model: RewardModel) -> Served:
+    return Served(model, score_cache=LRUCache(model.options.score_cache_size))

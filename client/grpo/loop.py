@@ -16,6 +16,8 @@ import json
 import math
 import random
 import time
+from collections.abc import Hashable
+from typing import Any
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,7 +34,7 @@ EPS = 1e-6
 class Rollout:
     """G completions of each prompt, as token ids, with what the update needs."""
 
-    rows: list[dict]  # the prompt row of each completion
+    rows: list[dict[str, Any]]  # the prompt row of each completion
     texts: list[str]  # the completions, decoded
     ids: torch.Tensor  # [N, prompt + completion] left-padded prompt, then the completion
     mask: torch.Tensor  # [N, T] attention mask
@@ -41,7 +43,7 @@ class Rollout:
     ref_logps: torch.Tensor | None
 
 
-def train(config: GRPOConfig) -> list[dict]:
+def train(config: GRPOConfig) -> list[dict[str, Any]]:
     """Run the loop; returns the metrics rows (also in ``output_dir/metrics.jsonl``)."""
     from rewardserve.client.sync_client import RewardClient
 
@@ -52,7 +54,8 @@ def train(config: GRPOConfig) -> list[dict]:
     policy, tokenizer, optimizer, start, history = load_or_resume(config, out)
     reference = frozen_copy(config, policy) if config.kl_coef > 0 else None
     rewards = RewardMix(RewardClient(config.service, api_key=config.api_key), config.rewards)
-    prompts = [json.loads(line) for line in open(config.prompts, encoding="utf-8") if line.strip()]
+    prompts: list[dict[str, Any]] = [json.loads(line) for line in open(config.prompts, encoding="utf-8")
+                                     if line.strip()]
     order = list(range(len(prompts)))
     bar = progress(config, start)
 
@@ -88,8 +91,8 @@ def train(config: GRPOConfig) -> list[dict]:
 # --------------------------------------------------------------------------- 1. sampling
 
 
-@torch.no_grad()
-def sample(config: GRPOConfig, policy, reference, tokenizer, batch: list[dict]) -> Rollout:
+@torch.no_grad()  # type: ignore[untyped-decorator]  # torch is not type-checked here
+def sample(config: GRPOConfig, policy: Any, reference: Any, tokenizer: Any, batch: list[dict[str, Any]]) -> Rollout:
     texts = [render_prompt(config, tokenizer, row["prompt"]) for row in batch]
     encoded = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
     prompt_len = encoded["input_ids"].shape[1]
@@ -112,14 +115,15 @@ def sample(config: GRPOConfig, policy, reference, tokenizer, batch: list[dict]) 
     return Rollout(rows, decoded, generated, mask, completion_mask, old, ref)
 
 
-def render_prompt(config: GRPOConfig, tokenizer, prompt) -> str:
+def render_prompt(config: GRPOConfig, tokenizer: Any, prompt: str | list[dict[str, str]]) -> str:
     messages = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
     if config.chat_template and tokenizer.chat_template:
-        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        text: str = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return text
     return "\n".join(m["content"] for m in messages)
 
 
-def token_logps(model, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def token_logps(model: Any, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """log p(token t | tokens < t) for every position (0 at position 0)."""
     logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
     picked = torch.gather(torch.log_softmax(logits, -1), 2, ids[:, 1:, None]).squeeze(-1)
@@ -129,7 +133,7 @@ def token_logps(model, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 # --------------------------------------------------------------------------- 3. advantages
 
 
-def groups(config: GRPOConfig, rows: list[dict]) -> list:
+def groups(config: GRPOConfig, rows: list[dict[str, Any]]) -> list[Hashable]:
     """Who is compared with whom: the completions of one prompt (GRPO), or every
     completion whose prompt has the same ``stratify_by`` value (Stratified GRPO)."""
     if config.stratify_by:
@@ -137,7 +141,7 @@ def groups(config: GRPOConfig, rows: list[dict]) -> list:
     return [i // config.group_size for i in range(len(rows))]
 
 
-def group_advantages(reward: torch.Tensor, valid: torch.Tensor, keys: list) -> torch.Tensor:
+def group_advantages(reward: torch.Tensor, valid: torch.Tensor, keys: list[Hashable]) -> torch.Tensor:
     """(r - mean) / (std + eps) within each group, over valid rewards only; a completion
     without a reward (or alone in its group) gets advantage 0."""
     advantages = torch.zeros_like(reward)
@@ -153,7 +157,8 @@ def group_advantages(reward: torch.Tensor, valid: torch.Tensor, keys: list) -> t
 # --------------------------------------------------------------------------- 4. the update
 
 
-def update(config: GRPOConfig, policy, optimizer, rollout: Rollout, advantages: torch.Tensor) -> tuple[float, float]:
+def update(config: GRPOConfig, policy: Any, optimizer: Any, rollout: Rollout,
+           advantages: torch.Tensor) -> tuple[float, float]:
     policy.train()
     n = rollout.ids.shape[0]
     micro = max(1, math.ceil(n / config.grad_accumulation))
@@ -186,7 +191,7 @@ def update(config: GRPOConfig, policy, optimizer, rollout: Rollout, advantages: 
 # --------------------------------------------------------------------------- set-up, checkpoints
 
 
-def load_or_resume(config: GRPOConfig, out: Path):
+def load_or_resume(config: GRPOConfig, out: Path) -> tuple[Any, Any, Any, int, list[dict[str, Any]]]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     latest = latest_checkpoint(out) if config.resume else None
@@ -208,7 +213,7 @@ def load_or_resume(config: GRPOConfig, out: Path):
     return policy, tokenizer, optimizer, start, history
 
 
-def frozen_copy(config: GRPOConfig, policy):
+def frozen_copy(config: GRPOConfig, policy: Any) -> Any:
     from transformers import AutoModelForCausalLM
 
     reference = AutoModelForCausalLM.from_pretrained(config.policy, dtype=torch.float32).eval()
@@ -217,7 +222,7 @@ def frozen_copy(config: GRPOConfig, policy):
     return reference
 
 
-def save_checkpoint(out: Path, step: int, policy, tokenizer, optimizer) -> Path:
+def save_checkpoint(out: Path, step: int, policy: Any, tokenizer: Any, optimizer: Any) -> Path:
     path = out / f"checkpoint-{step}"
     policy.save_pretrained(path)
     tokenizer.save_pretrained(path)
@@ -231,7 +236,7 @@ def latest_checkpoint(out: Path) -> Path | None:
     return max(found, key=lambda p: int(p.name.split("-")[1])) if found else None
 
 
-def progress(config: GRPOConfig, start: int):
+def progress(config: GRPOConfig, start: int) -> Any:
     if not config.progress:
         return None
     from tqdm.auto import tqdm

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 
-def plot_metrics(rows: list[dict], path: Path, width: int = 720, height: int = 440) -> None:
+def plot_metrics(rows: list[dict[str, Any]], path: Path, width: int = 720, height: int = 440) -> None:
     from PIL import Image, ImageDraw
 
     image = Image.new("RGB", (width, height), "white")
@@ -17,7 +18,7 @@ def plot_metrics(rows: list[dict], path: Path, width: int = 720, height: int = 4
         top, left, right, bottom = k * panel_h + 24, 56, width - 16, (k + 1) * panel_h - 24
         draw.rectangle([left, top, right, bottom], outline=(180, 180, 180))
         draw.text((left, top - 18), title, fill=(0, 0, 0))
-        values = [r.get(key) for r in rows if r.get(key) is not None]
+        values: list[float] = [r[key] for r in rows if r.get(key) is not None]
         if not values or len(steps) < 2:
             continue
         lo, hi = min(values), max(values)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from rewardserve.client.grpo.config import RewardSource
 from rewardserve.client.items import make_item
+from rewardserve.client.protocol import Item, RubricResponse, ScoreResponse, StepsResponse, VerifyResponse
 from rewardserve.client.sync_client import RewardClient
 
 
@@ -14,10 +17,13 @@ class RewardMix:
         self.client = client
         self.sources = sources
 
-    def _scores(self, source: RewardSource, items) -> list[float | None]:
+    def _scores(self, source: RewardSource, items: list[Item]) -> list[float | None]:
+        response: RubricResponse | StepsResponse | VerifyResponse | ScoreResponse
         if source.endpoint == "rubric":
-            response = self.client.rubric(items, criteria=source.criteria, judge=source.model,
+            response = self.client.rubric([item.model_dump(exclude_unset=True) for item in items], criteria=source.criteria, judge=source.model,
                                           aggregation=source.options.get("aggregation"))
+        elif source.model is None:
+            raise ValueError(f"reward source {source.endpoint!r} needs a model")
         elif source.endpoint == "steps":
             response = self.client.score_steps(source.model, items, **source.options)
         elif source.endpoint == "verify":
@@ -26,13 +32,14 @@ class RewardMix:
             response = self.client.score(source.model, items, **source.options)
         return [r.score if r.valid else None for r in response.results]
 
-    def score(self, rows: list[dict], texts: list[str]) -> tuple[torch.Tensor, dict[str, float], torch.Tensor]:
+    def score(self, rows: list[dict[str, Any]],
+              texts: list[str]) -> tuple[torch.Tensor, dict[str, float | None], torch.Tensor]:
         """(reward per completion, mean of each source, which completions have a reward).
         A completion is left out of training when any source could not score it."""
         items = [make_item(row["prompt"], text, row.get("reference"), row) for row, text in zip(rows, texts)]
         total = torch.zeros(len(items))
         valid = torch.ones(len(items), dtype=torch.bool)
-        means = {}
+        means: dict[str, float | None] = {}
         for source in self.sources:
             scores = self._scores(source, items)
             present = [s for s in scores if s is not None]

@@ -9,17 +9,19 @@ Queries are prompt + response; the prompt prefix is cut off when it is there.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from rewardserve.client.errors import RewardServeError
 from rewardserve.client.items import make_item, split_query
 from rewardserve.client.sync_client import RewardClient
 
 
-def reward_func(queries: list[str], prompts: list[str] | None = None, labels: list | None = None):
+def reward_func(queries: list[str], prompts: list[str] | None = None,
+                labels: list[Any] | None = None) -> dict[str, Any]:
     model = os.environ.get("REWARDSERVE_MODEL", "math")
-    prompts = prompts or [None] * len(queries)
-    labels = labels or [None] * len(queries)
-    items = [make_item(*split_query(q, p), reference=label) for q, p, label in zip(queries, prompts, labels)]
+    given: list[str | None] = list(prompts) if prompts else [None] * len(queries)
+    references: list[Any] = labels or [None] * len(queries)
+    items = [make_item(*split_query(q, p), reference=label) for q, p, label in zip(queries, given, references)]
     results = RewardClient().score(model, items).results
     bad = [(i, r.error) for i, r in enumerate(results) if not r.valid]
     if bad:

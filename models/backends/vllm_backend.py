@@ -27,6 +27,7 @@ import threading
 import numpy as np
 
 from rewardserve.models.backends.backend import Backend, Sequence
+from rewardserve.models.options import BackendOptions
 from rewardserve.models.spec import ModelSpec
 
 log = logging.getLogger("rewardserve.vllm")
@@ -54,7 +55,7 @@ class VllmBackend(Backend):
                          "max_wait_ms": 2.0, "concurrency": 4, "max_padding_ratio": 1.0}
     caches_prefixes = True
 
-    def __init__(self, spec: ModelSpec, task: str):
+    def __init__(self, spec: ModelSpec, task: str, options: BackendOptions | None = None):
         if task not in VLLM_TASKS:
             raise ValueError(
                 f"model {spec.name!r}: the vllm backend serves {', '.join(VLLM_TASKS)} models, "
@@ -62,6 +63,7 @@ class VllmBackend(Backend):
             )
         from transformers import AutoTokenizer
 
+        self.options = options or BackendOptions.model_validate(spec.options)
         self.task = task
         self.spec = spec
         self.tokenizer = AutoTokenizer.from_pretrained(spec.source)
@@ -80,22 +82,22 @@ class VllmBackend(Backend):
         from vllm.config import PoolerConfig
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        options = self.spec.options
+        options = self.options
         args = AsyncEngineArgs(
             model=self.spec.source,
             runner="generate" if self.task == "lm" else "pooling",
             dtype=self.spec.dtype,  # the same names: auto, float32, bfloat16, float16
             enable_prefix_caching=True,
-            gpu_memory_utilization=float(options.get("gpu_memory_utilization", 0.85)),
+            gpu_memory_utilization=options.gpu_memory_utilization,
             max_model_len=self.spec.max_tokens,
             logprobs_mode="raw_logits",
             # Every token's head output, read here at the kind's positions: vLLM's own
             # step filter only knows one tag id (Qwen's <extra_0> by default).
             pooler_config=None if self.task == "lm" else PoolerConfig(tok_pooling_type="ALL"),
             disable_log_stats=True,
-            seed=int(options.get("seed", 0)),
+            seed=options.seed,
             # Skips graph capture / compilation: starts in seconds, runs slower (tests).
-            enforce_eager=bool(options.get("enforce_eager", False)),
+            enforce_eager=options.enforce_eager,
         )
         return AsyncLLM.from_engine_args(args)
 

@@ -19,9 +19,12 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from pydantic import Field
 
-from rewardserve.client.protocol import Item, ItemResult, StepOptions, StepsResult
-from rewardserve.models.reward_model import BatchPolicy, ItemError, RequestError, RewardModel, Work
+from rewardserve.client.protocol import Item, ItemResult, ScoreOptions, StepOptions, StepsResult
+from rewardserve.models.reward_model import BatchPolicy, RewardModel
+from rewardserve.models.options import KindOptions
+from rewardserve.models.planning import ItemError, Job, RequestError, Unit, UnitOutput
 from rewardserve.models.cache import LRUCache
 from rewardserve.models.images import load_item_images
 from rewardserve.models.kinds import register_kind
@@ -61,8 +64,17 @@ def _unit(v: np.ndarray) -> np.ndarray:
     return v / np.linalg.norm(v, axis=-1, keepdims=True)
 
 
+class CLIPGoalOptions(KindOptions):
+    goal: str | list[str] | None = Field(None, description="The goal prompt(s) when a request sends none.")
+    baseline: str | list[str] | None = Field(None, description="Baseline prompt(s): the goal direction is goal - baseline.")
+    alpha: float | None = Field(None, description="How far to project onto the goal-baseline direction (default 0.5 with a baseline).")
+    text_cache_size: int = Field(4096, ge=0, description="Prompt embeddings kept.")
+
+
 @register_kind("clip_goal")
 class CLIPGoalModel(RewardModel):
+    Options = CLIPGoalOptions
+    options: CLIPGoalOptions
     # A unit of work is one frame; frames batch without padding.
     default_policy = BatchPolicy(max_batch_tokens=64, max_wait_ms=5.0, pads=False)
     endpoints = frozenset({"score", "steps"})
@@ -76,7 +88,7 @@ class CLIPGoalModel(RewardModel):
         self.model = CLIPModel.from_pretrained(self.spec.source, dtype=torch.float32).to(self.device).eval()
         self.image_processor = AutoImageProcessor.from_pretrained(self.spec.source)
         self.tokenizer = AutoTokenizer.from_pretrained(self.spec.source)
-        self.text_cache = LRUCache(int(self.options.get("text_cache_size", 4096)))
+        self.text_cache = LRUCache(self.options.text_cache_size)
 
     @property
     def backend_name(self) -> str:
@@ -91,15 +103,16 @@ class CLIPGoalModel(RewardModel):
 
     # ------------------------------------------------------------------ prepare
 
-    def prepare(self, items: list[Item], options) -> list[Work | ItemError]:
-        goal = _texts(options.goal) or _texts(self.options.get("goal"))
+    def prepare(self, items: list[Item], options: ScoreOptions | StepOptions) -> list[Job[_Frames] | ItemError]:
+        goal = _texts(options.goal) or _texts(self.options.goal)
         if not goal:
             raise RequestError("a clip_goal model needs a goal: options.goal (or its config)", param="options.goal")
-        baseline = _texts(options.baseline) or _texts(self.options.get("baseline"))
-        alpha = options.alpha if options.alpha is not None else float(self.options.get("alpha", 0.5 if baseline else 0.0))
+        baseline = _texts(options.baseline) or _texts(self.options.baseline)
+        default_alpha = self.options.alpha if self.options.alpha is not None else (0.5 if baseline else 0.0)
+        alpha = options.alpha if options.alpha is not None else default_alpha
         steps = isinstance(options, StepOptions)
-        window = options.window if steps else None
-        entries: list[Work | ItemError] = []
+        window = options.window if isinstance(options, StepOptions) else None
+        entries: list[Job[_Frames] | ItemError] = []
         budget = self.image_policy.request_budget()
         for index, item in enumerate(items):
             images = load_item_images(item, index, self.image_policy, budget)
@@ -108,7 +121,7 @@ class CLIPGoalModel(RewardModel):
                 continue
             pixels = self.image_processor(images=images, return_tensors="pt")["pixel_values"]
             payload = _Frames(pixels, goal, baseline, alpha if baseline else 0.0, window, steps)
-            entries.append(Work(length=len(images), payload=payload))
+            entries.append(Job(length=len(images), payload=payload))
         return entries
 
     # ------------------------------------------------------------------ predict
@@ -133,11 +146,13 @@ class CLIPGoalModel(RewardModel):
     def _prompt_vector(self, texts: tuple[str, ...]) -> np.ndarray:
         return _unit(self._text_embeddings(texts).mean(0))
 
-    def predict(self, batch: list[Work]) -> list:
+    def run(self, units: list[Unit[Job[_Frames]]]) -> list[UnitOutput]:
+        batch = [unit.payload for unit in units]
         frames = self._image_embeddings(torch.cat([w.payload.pixels for w in batch]))
-        results, at = [], 0
+        results: list[ItemResult | ItemError] = []
+        at = 0
         for work in batch:
-            job: _Frames = work.payload
+            job = work.payload
             x = frames[at : at + work.length]
             at += work.length
             baseline = self._prompt_vector(job.baseline) if job.baseline else None
@@ -154,4 +169,4 @@ class CLIPGoalModel(RewardModel):
             stats = aggregate(rewards, None)
             results.append(StepsResult(score=rewards[-1], step_scores=rewards, steps_scored=len(rewards),
                                        aggregates=stats.aggregates))
-        return results
+        return [[result] for result in results]

@@ -9,12 +9,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import Field
 
 from rewardserve.client.protocol import Item, ItemResult, ScoreOptions
 from rewardserve.models.backends import Sequence, make_backend
-from rewardserve.models.reward_model import BatchPolicy, ItemError, RewardModel, Work, sigmoid, work_key
+from rewardserve.models.options import WeightedKindOptions
+from rewardserve.models.reward_model import BatchPolicy, RewardModel, sigmoid, work_key
+from rewardserve.models.planning import ItemError, Job, Unit, UnitOutput
 from rewardserve.models.text.chat import fit_length, fit_text, readout_position, render_chat, rendered_ids, split_pair
-from rewardserve.models.prefix_sharing import SharedUnit, read_units, share_prefixes
+from rewardserve.models.prefix_sharing import jobs_of, read_units, share_prefixes
 from rewardserve.models.kinds import register_kind
 
 
@@ -36,8 +42,17 @@ def _activate(values: list[float], activation: str) -> list[float]:
     return values
 
 
+class OutcomeOptions(WeightedKindOptions):
+    input: Literal["chat", "pair"] = Field(
+        "chat", description="chat: the tokenizer's chat template over the conversation; pair: tokenizer(prompt, response)."
+    )
+    strip_bos: bool = Field(True, description="Drop a BOS the template wrote when the tokenizer adds its own again.")
+
+
 @register_kind("outcome")
 class OutcomeModel(RewardModel):
+    Options = OutcomeOptions
+    options: OutcomeOptions
     default_policy = BatchPolicy(max_batch_tokens=16384, max_wait_ms=5.0)
     endpoints = frozenset({"score", "compare", "classify"})
     inputs = frozenset({"chat", "text", "input_ids"})
@@ -45,7 +60,7 @@ class OutcomeModel(RewardModel):
     def load(self) -> None:
         from transformers import AutoConfig
 
-        self.backend = make_backend(self.spec, "classify")
+        self.backend = make_backend(self.spec, "classify", self.options.backend())
         names = getattr(AutoConfig.from_pretrained(self.spec.source), "id2label", None) or {}
         self.labels = {int(k): str(v) for k, v in names.items()}
 
@@ -70,7 +85,7 @@ class OutcomeModel(RewardModel):
         tok = self.backend.tokenizer
         limit = self.backend.max_tokens
         out: list[list[int] | ItemError] = []
-        if self.options.get("input", "chat") == "pair":
+        if self.options.input == "pair":
             pairs = [split_pair(item) for item in items]
             for i, (q, a) in zip(indices, pairs):
                 fit_text(q + a, limit, "error" if truncate == "error" else "right", index=i)
@@ -81,7 +96,7 @@ class OutcomeModel(RewardModel):
         for k, (i, item) in enumerate(zip(indices, items)):
             try:
                 texts[k] = fit_text(render_chat(
-                    tok, item.conversation(), strip_bos=self.options.get("strip_bos", True)
+                    tok, item.conversation(), strip_bos=self.options.strip_bos
                 ), limit, truncate, index=i)
             except ItemError as exc:
                 out.append(exc)
@@ -93,10 +108,10 @@ class OutcomeModel(RewardModel):
             out[k] = list(ids)
         return out
 
-    def prepare(self, items: list[Item], options: ScoreOptions) -> list[Work | ItemError]:
+    def prepare(self, items: list[Item], options: ScoreOptions) -> list[Job[_Scoring] | ItemError]:
         backend = self.backend
         bos = backend.tokenizer.bos_token_id
-        entries: list[Work | ItemError] = []
+        entries: list[Job[_Scoring] | ItemError] = []
         for index, ids in enumerate(self._encode(items, options)):
             if isinstance(ids, ItemError):
                 entries.append(ids)
@@ -114,7 +129,7 @@ class OutcomeModel(RewardModel):
             position = len(ids) - 1 if items[index].rendered else readout_position(ids, backend.pad_token_id)
             seq = Sequence(ids=ids, positions=(position,))
             entries.append(
-                Work(
+                Job(
                     length=len(ids),
                     payload=_Scoring(seq, options.activation),
                     prompt_tokens=len(ids),
@@ -124,20 +139,16 @@ class OutcomeModel(RewardModel):
             )
         return entries
 
-    def combine(self, works: list[Work]) -> list[tuple[Work, list[int]]]:
+    def combine(self, jobs: list[Job[_Scoring]]) -> list[tuple[Unit[Any], list[int]]]:
         # A GRPO group's completions share the prompt: it runs once.
-        return share_prefixes(works, lambda w: w.payload.seq)
+        return share_prefixes(jobs, lambda j: j.payload.seq)
 
-    def predict(self, batch: list[Work]) -> list:
-        results: list = []
-        for work, rows in zip(batch, read_units(self.backend, batch, lambda w: w.payload.seq)):
-            if isinstance(work.payload, SharedUnit):
-                results.append([self._result(m, r) for m, r in zip(work.payload.members, rows)])
-            else:
-                results.append(self._result(work, rows))
-        return results
+    def run(self, units: list[Unit[Any]]) -> list[UnitOutput]:
+        read = read_units(self.backend, units, lambda j: j.payload.seq)
+        return [[self._result(job, rows) for job, rows in zip(jobs_of(unit), members)]
+                for unit, members in zip(units, read)]
 
-    def _result(self, work: Work, rows) -> ItemResult | ItemError:
+    def _result(self, work: Job[_Scoring], rows: list[np.ndarray]) -> ItemResult | ItemError:
         (head,) = rows
         raw = [float(v) for v in head]
         if not all(math.isfinite(v) for v in raw):

@@ -9,9 +9,14 @@ arguments. Each item's ``response`` (or final assistant turn) is graded against 
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import Any
+
+from pydantic import Field
 
 from rewardserve.client.protocol import Item, ItemResult, ScoreOptions
-from rewardserve.models.reward_model import BatchPolicy, ItemError, RequestError, RewardModel, Work, work_key
+from rewardserve.models.reward_model import BatchPolicy, RewardModel, work_key
+from rewardserve.models.options import KindOptions
+from rewardserve.models.planning import ItemError, Job, RequestError, Unit, UnitOutput
 from rewardserve.models.kinds import register_kind
 from rewardserve.models.rules import get_rule
 from rewardserve.models.rules.isolation import CallFailure, RuleCall
@@ -26,8 +31,16 @@ def failure_message(rule: str, failure: CallFailure) -> str:
         f"rule {rule!r} failed: {failure.message}"
 
 
+class RuleOptions(KindOptions):
+    fn: str | None = Field(None, description="The rule function (models/rules); default: the model's source.")
+    args: dict[str, Any] = Field(default_factory=dict, description="The rule's keyword arguments.")
+    timeout_s: float | None = Field(None, gt=0, description="Each call's time limit (default: the pools' own).")
+
+
 @register_kind("rule")
 class RuleModel(RewardModel):
+    Options = RuleOptions
+    options: RuleOptions
     runs_torch = False
     # A batch is whatever is queued (the pool chunks it); many batches in flight, each
     # waiting on the pool, which decides what runs next.
@@ -41,9 +54,9 @@ class RuleModel(RewardModel):
     )
 
     def load(self) -> None:
-        self.rule = get_rule(self.options.get("fn", self.spec.source))
-        self.args = dict(self.options.get("args", {}))
-        self.timeout_s: float | None = self.options.get("timeout_s")
+        self.rule = get_rule(self.options.fn or self.spec.source)
+        self.args = dict(self.options.args)
+        self.timeout_s: float | None = self.options.timeout_s
         self._own_runner: RuleRunner | None = None
         runner = self.context.rules
         if runner is None:  # built outside the service: pools of its own
@@ -54,30 +67,31 @@ class RuleModel(RewardModel):
     def backend_name(self) -> str:
         return "rule"
 
-    def prepare(self, items: list[Item], options: ScoreOptions) -> list[Work | ItemError]:
-        entries: list[Work | ItemError] = []
+    def prepare(self, items: list[Item], options: ScoreOptions) -> list[Job[RuleCall] | ItemError]:
+        entries: list[Job[RuleCall] | ItemError] = []
         for index, item in enumerate(items):
             response = item.response_text()
             problem = self.rule.check(response, item.reference, self.args)
             if problem is not None:
                 field, message = problem
-                raise RequestError(f"items[{index}].{field}: {message}", param=f"items[{index}].{field}", status=413)
+                raise RequestError(f"items[{index}].{field}: {message}", param=f"items[{index}].{field}", type="payload_too_large")
             call = RuleCall(self.rule.name, response, item.reference, self.args)
-            entries.append(Work(length=1, payload=call,
-                                key=work_key([], self.rule.name, self.args, response, item.reference)))
+            entries.append(Job(length=1, payload=call,
+                               key=work_key([], self.rule.name, self.args, response, item.reference)))
         return entries
 
-    def predict(self, batch: list[Work]) -> list[ItemResult | ItemError]:
+    def run(self, units: list[Unit[Job[RuleCall]]]) -> list[UnitOutput]:
+        # One pool call per request, so the pools share fairly between requests.
         by_request: dict[int, list[int]] = defaultdict(list)
-        for index, work in enumerate(batch):
-            by_request[work.scope.id if work.scope is not None else 0].append(index)
-        runs = [(indices, self.runner.run([batch[i].payload for i in indices], batch[indices[0]].scope,
+        for index, unit in enumerate(units):
+            by_request[unit.scope.id if unit.scope is not None else 0].append(index)
+        runs = [(indices, self.runner.run([units[i].payload.payload for i in indices], units[indices[0]].scope,
                                           timeout_s=self.timeout_s))
                 for indices in by_request.values()]
-        results: list[ItemResult | ItemError] = [ItemError("not run")] * len(batch)
+        results: list[UnitOutput] = [[ItemError("not run")] for _ in units]
         for indices, future in runs:
             for index, value in zip(indices, future.result()):
-                results[index] = self._result(value)
+                results[index] = [self._result(value)]
         return results
 
     def _result(self, value) -> ItemResult | ItemError:
@@ -88,8 +102,9 @@ class RuleModel(RewardModel):
     def probe(self) -> None:
         """One call through the pool proves it serves; the rule may find the probe item
         beneath it (no reference, say), but must answer."""
-        (work,) = self.prepare([Item(prompt="1+1?", response="2", reference="2")], ScoreOptions())
-        (value,) = self.runner.run([work.payload], timeout_s=self.timeout_s).result()
+        (job,) = self.prepare([Item(prompt="1+1?", response="2", reference="2")], ScoreOptions())
+        assert isinstance(job, Job)
+        (value,) = self.runner.run([job.payload], timeout_s=self.timeout_s).result()
         if isinstance(value, CallFailure) and value.kind != "rule":
             raise RuntimeError(f"probe failed: {failure_message(self.rule.name, value)}")
 

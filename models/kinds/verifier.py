@@ -14,19 +14,32 @@ Options: ``template`` (default ``yes_no``), ``templates`` (your own, by name),
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+from pydantic import Field
 
 from rewardserve.client.protocol import (
+    CompareItem,
+    CompareOptions,
+    CompareResult,
+    Criterion,
     Item,
+    ItemResult,
     ScoreOptions,
     VerifyOptions,
     VerifyResult,
     VerifySample,
 )
 from rewardserve.models.backends import Sequence, make_backend
-from rewardserve.models.reward_model import BatchPolicy, ItemError, RequestError, RewardModel, Work, work_key
+from rewardserve.models.reward_model import BatchPolicy, RewardModel, work_key
+from rewardserve.models.options import WeightedKindOptions
+from rewardserve.models.planning import ItemError, Job, Plan, RequestError, Unit, UnitOutput
+from rewardserve.models.plans.compare import compare_by_judge
+from rewardserve.models.plans.groups import group_advantages
+from rewardserve.models.plans.rubric import Key, Outcome
 from rewardserve.models.cache import LRUCache
 from rewardserve.models.text.chat import MAX_CHARS_PER_TOKEN, render_chat, rendered_ids
 from rewardserve.models.text.judge_templates import JudgeTemplate, ParseError, item_variables, load_templates
@@ -80,18 +93,30 @@ class _Judge:
     keys: list[tuple]
 
 
+class VerifierOptions(WeightedKindOptions):
+    template: str = Field("yes_no", description="The judge template used when a request names none.")
+    templates: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="Judge templates of your own by name (the keys of presets/judge_templates.yaml).")
+    cache_size: int = Field(10_000, ge=0, description="Judge logits kept per prompt.")
+
+
+_Payload = _Logprob | _Generate
+
+
 @register_kind("verifier")
 class VerifierModel(RewardModel):
+    Options = VerifierOptions
+    options: VerifierOptions
     default_policy = BatchPolicy(max_batch_tokens=16384, max_wait_ms=5.0)
     endpoints = frozenset({"score", "verify", "judge", "compare"})
     inputs = frozenset({"chat", "text", "input_ids"})
 
     def load(self) -> None:
-        self.backend = make_backend(self.spec, "lm")
-        self.templates = load_templates(self.options.get("templates"))
-        self.default_template = self.options.get("template", "yes_no")
+        self.backend = make_backend(self.spec, "lm", self.options.backend())
+        self.templates = load_templates(self.options.templates)
+        self.default_template = self.options.template
         self.template(self.default_template)
-        self.cache = LRUCache(int(self.options.get("cache_size", 10_000)))
+        self.cache = LRUCache(self.options.cache_size)
         self._choices: dict[tuple, Choices] = {}
 
     # ------------------------------------------------------------------ pieces
@@ -158,12 +183,22 @@ class VerifierModel(RewardModel):
 
     # ------------------------------------------------------------------ prepare
 
-    def prepare(self, items: list[Item], options) -> list[Work | ItemError]:
-        if isinstance(options, ScoreOptions):
-            options = VerifyOptions()  # /v1/score on a judge: P(yes) of the default template
+    def plan_score(self, items: list[Item], options: ScoreOptions,
+                   cache: LRUCache | None = None) -> Plan[ItemResult]:
+        """/v1/score on a judge: P(yes) of the default template."""
+        normalize = options.normalize == "group"
+        return self.plan_items(items, VerifyOptions(), cache, ItemResult,
+                               lambda results: group_advantages(items, results) if normalize else results)
+
+    def plan_compare(self, items: list[CompareItem], options: CompareOptions,
+                     cache: LRUCache | None = None) -> Plan[CompareResult]:
+        """Every ordered pair judged, both orders averaged (plans/compare.py)."""
+        return compare_by_judge(self, items, options)
+
+    def prepare(self, items: list[Item], options: VerifyOptions) -> list[Job[_Payload] | ItemError]:
         template = self.template(options.template)
         choices = self.template_choices(template) if options.mode == "logprob" else None
-        entries: list[Work | ItemError] = []
+        entries: list[Job[_Payload] | ItemError] = []
         for index, item in enumerate(items):
             try:
                 if options.mode == "logprob":
@@ -171,12 +206,12 @@ class VerifierModel(RewardModel):
                     ids = self._prompt_ids(item, index, template, options, prefill)
                     payload = _Logprob(Sequence(ids, (len(ids) - 1,)), choices,
                                        key=(tuple(ids), choices.token_ids))
-                    entries.append(Work(len(ids), payload, prompt_tokens=len(ids),
-                                        key=work_key(ids, choices.token_ids, choices.values)))
+                    entries.append(Job(len(ids), payload, prompt_tokens=len(ids),
+                                       key=work_key(ids, choices.token_ids, choices.values)))
                 else:
                     ids = self._prompt_ids(item, index, template, options, template.prefill)
                     cost = len(ids) + options.max_new_tokens * options.n
-                    entries.append(Work(cost, _Generate(ids, template, options), prompt_tokens=len(ids)))
+                    entries.append(Job(cost, _Generate(ids, template, options), prompt_tokens=len(ids)))
             except ItemError as exc:
                 entries.append(exc)
         return entries
@@ -189,27 +224,28 @@ class VerifierModel(RewardModel):
         ids, _ = rendered_ids(self.backend, item, index, "error")
         if len(ids) > self.backend.max_tokens:
             raise RequestError(f"items[{index}] has {len(ids)} tokens, over this model's limit of "
-                               f"{self.backend.max_tokens}", param=f"items[{index}]", status=413)
+                               f"{self.backend.max_tokens}", param=f"items[{index}]", type="payload_too_large")
         return ids
 
-    def combine(self, works: list[Work]) -> list[tuple[Work, list[int]]]:
+    def combine(self, jobs: list[Job[_Payload]]) -> list[tuple[Unit[Any], list[int]]]:
         """Judge prompts of one request share their system prompt and often the
-        question: such logprob work becomes one shared-prefix unit."""
-        logprob = [i for i, w in enumerate(works) if isinstance(w.payload, _Logprob)]
-        units = [(w, [i]) for i, w in enumerate(works) if not isinstance(w.payload, _Logprob)]
-        seqs = [works[i].payload.seq for i in logprob]
+        question: such logprob jobs become one shared-prefix unit."""
+        logprob = [i for i, j in enumerate(jobs) if isinstance(j.payload, _Logprob)]
+        units: list[tuple[Unit[Any], list[int]]] = [
+            (Unit(j.length, j), [i]) for i, j in enumerate(jobs) if not isinstance(j.payload, _Logprob)]
+        seqs = [_logprob(jobs[i]).seq for i in logprob]
         for prefix, members in shared_prefix_groups([s.ids for s in seqs]):
             indices = [logprob[m] for m in members]
             if prefix == 0:
-                units.append((works[indices[0]], indices))
+                units.append((Unit(jobs[indices[0]].length, jobs[indices[0]]), indices))
             else:
-                prompts = [works[i].payload.seq.ids for i in indices]
-                units.append((self.prepare_judge(prompts, [works[i].payload.choices for i in indices]), indices))
+                prompts = [_logprob(jobs[i]).seq.ids for i in indices]
+                units.append((self.prepare_judge(prompts, [_logprob(jobs[i]).choices for i in indices]), indices))
         return units
 
-    def prepare_judge(self, prompts: list[list[int]], choices: list[Choices]) -> Work:
-        """One item's judge prompts as one unit: their longest common token prefix runs
-        once, each prompt's rest attends to it (``_judge``)."""
+    def prepare_judge(self, prompts: list[list[int]], choices: list[Choices]) -> Unit[_Judge]:
+        """Judge prompts as one unit: their longest common token prefix runs once, each
+        prompt's rest attends to it (``_judge``)."""
         first, common = prompts[0], len(prompts[0])
         for ids in prompts[1:]:
             k, limit = 0, min(common, len(ids))
@@ -220,31 +256,90 @@ class VerifierModel(RewardModel):
         suffixes = [Sequence(p[common:], (len(p) - common - 1,)) for p in prompts]
         cost = common + sum(len(s.ids) for s in suffixes)
         keys = [(tuple(p), c.token_ids) for p, c in zip(prompts, choices)]
-        return Work(cost, _Judge(prompts[0][:common], suffixes, choices, keys), prompt_tokens=cost)
+        return Unit(cost, _Judge(prompts[0][:common], suffixes, choices, keys), members=len(prompts))
 
-    # ------------------------------------------------------------------ predict
+    def plan_judge(self, items: list[Item], criteria: list[list[Criterion]], params: list[str],
+                   texts: dict[Key, Any], template: str | None
+                   ) -> tuple[list[Unit[Any]], Callable[[list[UnitOutput]], dict[Key, Outcome]], int]:
+        """Rubric judge questions: one unit per item (its criteria share the item's
+        context), how the units' outputs become criterion outcomes, and the tokens they
+        hold. A criterion whose text failed, or whose prompt is over the limit, fails
+        alone."""
+        judged: dict[Key, Outcome] = {}
+        units: list[Unit[Any]] = []
+        owners: list[list[Key]] = []
+        for index, (item, own) in enumerate(zip(items, criteria)):
+            keys, prompts, choices = [], [], []
+            variables: dict[str, Any] | None = None
+            for k, c in enumerate(own):
+                if c.text is None:
+                    continue
+                text = texts[(index, k)]
+                if isinstance(text, ItemError):
+                    judged[(index, k)] = (text, None)
+                    continue
+                try:
+                    variables = variables if variables is not None else item_variables(item)
+                    if c.choices is None:  # the judge template's own verdicts (Yes / No)
+                        chosen = self.template(template)
+                        choice = self.template_choices(chosen)
+                    else:  # ordered best first, valued 1 down to 0
+                        chosen = self.template("criterion_choices")
+                        n = len(c.choices)
+                        try:
+                            choice = self.choices(c.choices, [[x, " " + x] for x in c.choices],
+                                                  [1.0 - i / (n - 1) for i in range(n)])
+                        except RequestError as exc:
+                            raise RequestError(exc.message, param=f"{params[index]}[{k}].choices") from exc
+                    prefill = chosen.logprob_prefill if chosen.logprob_prefill is not None else chosen.prefill
+                    variables_k = {**variables, "criterion": text, "choices": c.choices or []}
+                    prompts.append(self.encode_prompt(chosen, variables_k, prefill))
+                    choices.append(choice)
+                    keys.append((index, k))
+                except ItemError as exc:
+                    judged[(index, k)] = (exc, None)
+            if keys:
+                units.append(self.prepare_judge(prompts, choices))
+                owners.append(keys)
 
-    def predict(self, batch: list[Work]) -> list:
-        results: list = [None] * len(batch)
-        logprob = [i for i, w in enumerate(batch) if isinstance(w.payload, _Logprob)]
-        by_ids: dict[tuple, list[int]] = {}
+        def outcomes(outputs: list[UnitOutput]) -> dict[Key, Outcome]:
+            for keys, produced in zip(owners, outputs):
+                for key, result in zip(keys, produced):
+                    if isinstance(result, ItemError):
+                        judged[key] = (result, None)
+                    else:
+                        judged[key] = (result.score, f"{result.verdict} ({result.probabilities[result.verdict]:.3f})")
+            return judged
+
+        return units, outcomes, sum(unit.length for unit in units)
+
+    # ------------------------------------------------------------------ run
+
+    def run(self, units: list[Unit[Any]]) -> list[UnitOutput]:
+        results: list[UnitOutput] = [[] for _ in units]
+        alone = [i for i, u in enumerate(units) if isinstance(u.payload, Job)]
+        logprob = [i for i in alone if isinstance(units[i].payload.payload, _Logprob)]
+        by_ids: dict[tuple[int, ...], list[int]] = {}
         for i in logprob:
-            cached = self.cache.get(batch[i].payload.key)
+            job = _logprob(units[i].payload)
+            cached = self.cache.get(job.key)
             if cached is not None:
-                results[i] = self._logprob_result(batch[i].payload.choices, cached)
+                results[i] = [self._logprob_result(job.choices, cached)]
             else:
-                by_ids.setdefault(batch[i].payload.choices.token_ids, []).append(i)
+                by_ids.setdefault(job.choices.token_ids, []).append(i)
         for token_ids, members in by_ids.items():
-            rows = self.backend.read([batch[i].payload.seq for i in members], list(token_ids))
+            rows = self.backend.read([_logprob(units[i].payload).seq for i in members], list(token_ids))
             for i, (row,) in zip(members, rows):
-                self.cache.put(batch[i].payload.key, row)
-                results[i] = self._logprob_result(batch[i].payload.choices, row)
-        judges = [i for i, w in enumerate(batch) if isinstance(w.payload, _Judge)]
-        for i, judged in zip(judges, self._judge([batch[i].payload for i in judges])):
+                job = _logprob(units[i].payload)
+                self.cache.put(job.key, row)
+                results[i] = [self._logprob_result(job.choices, row)]
+        judges = [i for i, u in enumerate(units) if isinstance(u.payload, _Judge)]
+        for i, judged in zip(judges, self._judge([units[i].payload for i in judges])):
             results[i] = judged
-        for i, work in enumerate(batch):
-            if isinstance(work.payload, _Generate):
-                results[i] = self._generate(work.payload)
+        for i in alone:
+            payload = units[i].payload.payload
+            if isinstance(payload, _Generate):
+                results[i] = [self._generate(payload)]
         return results
 
     def _logprob_result(self, choices: Choices, row: np.ndarray) -> VerifyResult | ItemError:
@@ -290,10 +385,15 @@ class VerifierModel(RewardModel):
         if reading:
             token_ids = sorted({t for job, _, ids in reading for i in ids for t in job.choices[i].token_ids})
             column = {t: k for k, t in enumerate(token_ids)}
-            units = [Work(0, SharedUnit(job.prefix, [], [job.suffixes[i] for i in ids])) for job, _, ids in reading]
-            # Every unit is shared: read_units needs no sequence of plain work (None).
+            units = [Unit(0, SharedUnit(job.prefix, [], [job.suffixes[i] for i in ids])) for job, _, ids in reading]
+            # Every unit is shared: read_units needs no sequence of a unit alone (None).
             for (job, own, ids), fresh in zip(reading, read_units(self.backend, units, None, token_ids)):
                 for i, (row,) in zip(ids, fresh):
                     own[i] = row[[column[t] for t in job.choices[i].token_ids]]
                     self.cache.put(job.keys[i], own[i])
         return [[self._logprob_result(c, row) for c, row in zip(job.choices, own)] for job, own in zip(jobs, rows)]
+
+
+def _logprob(job: Job[Any]) -> _Logprob:
+    assert isinstance(job.payload, _Logprob)
+    return job.payload

@@ -15,13 +15,17 @@ token by one of three heads (``options.head``):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Literal
 
 import numpy as np
 import torch
+from pydantic import Field
 from torch import nn
 
 from rewardserve.client.protocol import ImagePart, ImageURLPart, Item, ItemResult, ScoreOptions
-from rewardserve.models.reward_model import BatchPolicy, ItemError, RequestError, RewardModel, Work, sigmoid
+from rewardserve.models.reward_model import BatchPolicy, RewardModel, sigmoid
+from rewardserve.models.options import KindOptions
+from rewardserve.models.planning import ItemError, Job, RequestError, Unit, UnitOutput
 from rewardserve.models.backends.transformers_backend import context_limit
 from rewardserve.models.text.chat import fit_text
 from rewardserve.models.images import load_item_images
@@ -38,8 +42,20 @@ class _VLMInput:
     activation: str
 
 
+class VLMOptions(KindOptions):
+    head: Literal["value_head", "mlp", "yes_no"] = Field(
+        "value_head", description="value_head: a linear head; mlp: Linear-act-Linear; yes_no: P(yes) from the LM head.")
+    head_prefix: str | None = Field(None, description="The head's weight names in the checkpoint "
+                                                      "(default v_head.summary. or score.).")
+    head_activation: Literal["relu", "gelu", "silu", "tanh"] = Field("relu", description="mlp: the activation.")
+    yes: list[str] = Field(["Yes", " Yes"], description="yes_no: spellings of yes.")
+    no: list[str] = Field(["No", " No"], description="yes_no: spellings of no.")
+
+
 @register_kind("vlm")
 class VLMModel(RewardModel):
+    Options = VLMOptions
+    options: VLMOptions
     default_policy = BatchPolicy(max_batch_tokens=8192, max_batch_items=32, max_wait_ms=5.0)
     endpoints = frozenset({"score", "compare"})
 
@@ -60,10 +76,10 @@ class VLMModel(RewardModel):
         text_config = config.get_text_config()
         self.image_token_id = config.image_token_id
         self.image_token = self.tokenizer.convert_ids_to_tokens(config.image_token_id)
-        self.merge = getattr(self.image_processor, "merge_size", 2)
+        self.merge = self.image_processor.merge_size
         self.pad_id = text_config.pad_token_id if text_config.pad_token_id is not None else 0
         self.max_tokens_limit = context_limit(self.name, self.spec.max_tokens, text_config, self.tokenizer)
-        self.head_kind = self.options.get("head", "value_head")
+        self.head_kind = self.options.head
         self.head, self.token_ids = self._load_head(model, text_config.hidden_size)
         if self.device.type == "cpu" and self.dtype == torch.float32:
             from rewardserve.models.backends.kernels.cpu_linear import pack_linears
@@ -74,20 +90,19 @@ class VLMModel(RewardModel):
         from rewardserve.models.backends.architectures import checkpoint_tensors
 
         if self.head_kind == "yes_no":
-            yes = self.options.get("yes", ["Yes", " Yes"])
-            no = self.options.get("no", ["No", " No"])
+            yes, no = self.options.yes, self.options.no
             ids = [[self.tokenizer.encode(w, add_special_tokens=False)[0] for w in words] for words in (yes, no)]
             if set(ids[0]) & set(ids[1]):
                 raise ValueError("the yes and no spellings share a first token")
             self.n_yes = len(set(ids[0]))
             return model.lm_head, sorted(set(ids[0])) + sorted(set(ids[1]))
         if self.head_kind == "value_head":
-            prefix = self.options.get("head_prefix", "v_head.summary.")
+            prefix = self.options.head_prefix or "v_head.summary."
             head = nn.Linear(hidden, 1)
             layers = {"": head}
         elif self.head_kind == "mlp":
-            prefix = self.options.get("head_prefix", "score.")
-            activation = _ACTIVATIONS[self.options.get("head_activation", "relu")]
+            prefix = self.options.head_prefix or "score."
+            activation = _ACTIVATIONS[self.options.head_activation]
             head = nn.Sequential(nn.Linear(hidden, hidden), activation(), nn.Linear(hidden, 1))
             layers = {"0.": head[0], "2.": head[2]}
         else:
@@ -101,9 +116,11 @@ class VLMModel(RewardModel):
                 layer.bias.copy_(tensors[f"{sub}bias"])
         return head.to(device=self.device, dtype=self.dtype), None
 
+    max_tokens_limit: int | None = None  # set by load()
+
     @property
     def max_tokens(self) -> int | None:
-        return getattr(self, "max_tokens_limit", self.spec.max_tokens)
+        return self.max_tokens_limit if self.max_tokens_limit is not None else self.spec.max_tokens
 
     @property
     def backend_name(self) -> str:
@@ -111,19 +128,19 @@ class VLMModel(RewardModel):
 
     # ------------------------------------------------------------------ prepare
 
-    def prepare(self, items: list[Item], options) -> list[Work | ItemError]:
-        activation = options.activation if isinstance(options, ScoreOptions) else "none"
+    def prepare(self, items: list[Item], options: ScoreOptions) -> list[Job[_VLMInput] | ItemError]:
+        activation = options.activation
         budget = self.image_policy.request_budget()
         return [self._prepare_one(index, item, activation, budget) for index, item in enumerate(items)]
 
-    def _prepare_one(self, index: int, item: Item, activation: str, budget) -> Work | ItemError:
+    def _prepare_one(self, index: int, item: Item, activation: str, budget: Any) -> Job[_VLMInput] | ItemError:
         images = load_item_images(item, index, self.image_policy, budget)  # bad images: 413 / 422
         try:
             return self._encode(index, item, images, activation)
         except ItemError as exc:
             return exc
 
-    def _encode(self, index: int, item: Item, images: list, activation: str) -> Work:
+    def _encode(self, index: int, item: Item, images: list[Any], activation: str) -> Job[_VLMInput]:
         messages = []
         for message in item.conversation():
             d = message.model_dump(exclude_none=True)
@@ -149,15 +166,15 @@ class VLMModel(RewardModel):
         if len(ids) > self.max_tokens_limit:
             raise RequestError(
                 f"items[{index}] has {len(ids)} tokens with its images, over this model's limit of "
-                f"{self.max_tokens_limit}", param=f"items[{index}]", status=413,
+                f"{self.max_tokens_limit}", param=f"items[{index}]", type="payload_too_large",
             )
-        return Work(len(ids), _VLMInput(ids, pixel_values, grid, activation), prompt_tokens=len(ids))
+        return Job(len(ids), _VLMInput(ids, pixel_values, grid, activation), prompt_tokens=len(ids))
 
     # ------------------------------------------------------------------ predict
 
     @torch.inference_mode()
-    def predict(self, batch: list[Work]) -> list[ItemResult | ItemError]:
-        inputs = [w.payload for w in batch]
+    def run(self, units: list[Unit[Job[_VLMInput]]]) -> list[UnitOutput]:
+        inputs = [unit.payload.payload for unit in units]
         width = max(len(x.ids) for x in inputs)
         ids = torch.full((len(inputs), width), self.pad_id, dtype=torch.long)
         mask = torch.zeros((len(inputs), width), dtype=torch.long)
@@ -189,7 +206,7 @@ class VLMModel(RewardModel):
                 continue
             score = sigmoid(value) if x.activation == "sigmoid" and self.head_kind != "yes_no" else value
             results.append(ItemResult(score=score, tokens=len(x.ids)))
-        return results
+        return [[result] for result in results]
 
 
 def expand_image_tokens(text: str, image_token: str, counts: list[int]) -> str:

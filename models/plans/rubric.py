@@ -1,20 +1,22 @@
 """Rubric rewards: each item is graded by weighted criteria, rules or judge questions,
 and the criterion scores are aggregated into the item's reward.
 
-This module holds what does not need a model: request checks, the rule calls of each
-item (run in the rule pools), the judge questions' texts (templates rendered under
-limits, models/text/templating.py), and the aggregations. Judge criteria are answered by a
-verifier model (``VerifierModel.prepare_judge``).
+The plan: request checks, the rule calls of each item (run in the rule pools), the
+judge questions' texts (templates rendered under limits, models/text/templating.py; those
+that need the pool render there first, a stage of their own), one judge unit per item
+(a verifier model's, ``VerifierModel.plan_judge``: the item's context runs once for all
+its questions), and the aggregation of criterion scores into each item's reward.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from rewardserve.client.protocol import Aggregation, Criterion, CriterionResult, Item
-from rewardserve.models.reward_model import ItemError, RequestError
+from rewardserve.client.protocol import Aggregation, Criterion, CriterionResult, Item, RubricRequest, RubricResult
+from rewardserve.models.planning import ItemError, Plan, RequestError, Unit, UnitOutput
 from rewardserve.models.plans.formula import FormulaError, compile_formula, evaluate
 from rewardserve.models.text.judge_templates import item_variables
 from rewardserve.models.rules import get_rule, with_named_reference
@@ -27,7 +29,12 @@ from rewardserve.models.text.templating import (
     render_field,
 )
 
+if TYPE_CHECKING:
+    from rewardserve.models.reward_model import RewardModel
+
 Key = tuple[int, int]  # (item index, criterion index)
+# A criterion's outcome: its score (or why it has none) and the judge's verdict.
+Outcome = tuple[Any, "str | None"]
 
 
 def response_with_tool_calls(item: Item) -> str:
@@ -139,7 +146,7 @@ def check_rule_input(rule: str, response: str, reference: Any, args: dict, index
     if problem is not None:
         name, message = problem
         raise RequestError(f"items[{index}].{name}: {message} ({rule})", param=f"items[{index}].{name}",
-                           status=413)
+                           type="payload_too_large")
 
 
 def call_outcome(key: Key, value: Any, rule: str | None, where: str) -> Any:
@@ -150,7 +157,7 @@ def call_outcome(key: Key, value: Any, rule: str | None, where: str) -> Any:
     if value.kind == "template":
         raise RequestError(value.message, param=where)
     if value.kind == "limit":
-        raise RequestError(f"items[{key[0]}]: {value.message}", param=f"items[{key[0]}]", status=413)
+        raise RequestError(f"items[{key[0]}]: {value.message}", param=f"items[{key[0]}]", type="payload_too_large")
     if value.kind in ("rule", "item"):
         return ItemError(value.message)
     subject = f"rule {rule!r}" if rule else "the template"
@@ -180,3 +187,100 @@ def aggregate(criteria: list[Criterion], results: list[CriterionResult], aggrega
     if aggregation.mode == "threshold":
         return float(mean >= aggregation.threshold)
     return mean
+
+
+# --------------------------------------------------------------------------- the plan
+
+
+@runtime_checkable
+class Judge(Protocol):
+    """A model that answers rubric judge questions (endpoint "judge")."""
+
+    def plan_judge(self, items: list[Item], criteria: list[list[Criterion]], params: list[str],
+                   texts: dict[Key, Any], template: str | None
+                   ) -> tuple[list[Unit[Any]], Callable[[list[UnitOutput]], dict[Key, Outcome]], int]:
+        """Judge units (one per item), how their outputs become criterion outcomes, and
+        the prompt tokens they hold."""
+        ...
+
+
+@dataclass
+class CheckedRubric:
+    """Each item's criteria (its own, or the request's) and the field that holds them."""
+
+    criteria: list[list[Criterion]]
+    params: list[str]
+
+    @property
+    def needs_judge(self) -> bool:
+        return any(c.text is not None for own in self.criteria for c in own)
+
+
+def check_rubric(body: RubricRequest) -> CheckedRubric:
+    """Each item's criteria, checked (422 naming the field otherwise)."""
+    criteria, params = [], []
+    for index, item in enumerate(body.items):
+        own = item.criteria if item.criteria is not None else body.criteria
+        param = f"items[{index}].criteria" if item.criteria is not None else "criteria"
+        if own is None:
+            raise RequestError("no criteria: give 'criteria' for the request or the item", param=param)
+        check_criteria(own, body.aggregation, param)
+        criteria.append(own)
+        params.append(param)
+    return CheckedRubric(criteria, params)
+
+
+def plan_rubric(body: RubricRequest, checked: CheckedRubric, model: RewardModel | None) -> Plan[RubricResult]:
+    """Rule calls and pool-rendered texts first; then the judge units (with the rule
+    calls, when nothing had to be rendered); then each item's aggregate."""
+    judge = model if isinstance(model, Judge) else None
+    work = plan_criteria(body.items, checked.criteria, checked.params)
+    outcomes: dict[Key, Outcome] = {key: (error, None) for key, error in work.failed.items()}
+
+    def take_rules(values: list[Any]) -> None:
+        for key, value in zip(work.rule_keys, values):
+            criterion = checked.criteria[key[0]][key[1]]
+            where = f"{checked.params[key[0]]}[{key[1]}].args"
+            outcomes[key] = (call_outcome(key, value, criterion.fn, where), None)
+
+    def judging(texts: dict[Key, Any], rule_calls: list[Any]) -> Plan[RubricResult]:
+        if judge is not None and checked.needs_judge:
+            units, judged, prompt_tokens = judge.plan_judge(body.items, checked.criteria, checked.params, texts,
+                                                            body.judge_template)
+        else:
+            units, judged, prompt_tokens = [], (lambda _outputs: {}), 0
+
+        def finish(outputs: list[UnitOutput], values: list[Any]) -> list[RubricResult]:
+            take_rules(values)
+            outcomes.update(judged(outputs))
+            return [_item_result(item, own, [criterion_result(c, *outcomes[(i, k)]) for k, c in enumerate(own)],
+                                 body.aggregation)
+                    for i, (item, own) in enumerate(zip(body.items, checked.criteria))]
+
+        return Plan(units=units, finish=finish, calls=rule_calls, prompt_tokens=prompt_tokens)
+
+    if not work.render_calls:
+        return judging(dict(work.texts), list(work.rule_calls))
+    n_rules = len(work.rule_calls)
+
+    def rendered(_outputs: list[UnitOutput], values: list[Any]) -> Plan[RubricResult]:
+        take_rules(values[:n_rules])
+        texts: dict[Key, Any] = dict(work.texts)
+        for key, value in zip(work.render_keys, values[n_rules:]):
+            texts[key] = call_outcome(key, value, None, f"{checked.params[key[0]]}[{key[1]}].text")
+        return judging(texts, [])
+
+    return Plan(units=[], finish=rendered, calls=[*work.rule_calls, *work.render_calls])
+
+
+def _item_result(item: Item, criteria: list[Criterion], per: list[CriterionResult],
+                 aggregation: Aggregation) -> RubricResult:
+    bad = [r.name for r in per if not r.valid]
+    if bad:
+        return RubricResult(id=item.id, valid=False, score=None, criteria=per,
+                            error=f"criteria could not be scored: {', '.join(bad)}")
+    try:
+        score = aggregate(criteria, per, aggregation)
+    except ValueError as exc:
+        return RubricResult(id=item.id, valid=False, score=None, criteria=per, error=str(exc))
+    return RubricResult(id=item.id, score=score, criteria=per)

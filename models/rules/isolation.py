@@ -154,7 +154,7 @@ def run_calls(calls: list) -> list:
 
 
 def _run_one(call) -> Any:
-    from rewardserve.models.reward_model import ItemError
+    from rewardserve.models.planning import ItemError
     from rewardserve.models.rules import RuleError, get_rule, with_named_reference
     from rewardserve.models.text.templating import TemplateLimitError, render_field_bounded
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from rewardserve.client.protocol import Item, Message
-from rewardserve.models.reward_model import ItemError, RequestError
+from rewardserve.models.planning import ItemError, RequestError
 
 
 def message_dicts(messages: list[Message], *, images: bool = False) -> list[dict[str, Any]]:
@@ -74,7 +74,7 @@ def fit_text(text: str, max_tokens: int, truncate: str, *, index: int, field: st
         f"{field}[{index}] has {len(text)} characters, more than this model's limit of {max_tokens} "
         f"tokens can hold; shorten it or send options.truncate = 'left' or 'right'",
         param=f"{field}[{index}]",
-        status=413,
+        type="payload_too_large",
     )
 
 
@@ -95,7 +95,7 @@ def fit_length(
         f"items[{index}] has {len(ids)} tokens, over this model's limit of {max_tokens}; "
         "shorten it or send options.truncate = 'left' or 'right'",
         param=f"items[{index}]",
-        status=413,
+        type="payload_too_large",
     )
 
 

@@ -20,9 +20,9 @@ from jinja2 import StrictUndefined, TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from rewardserve.client.protocol import Item, Message
-from rewardserve.models.reward_model import ItemError
+from rewardserve.models.planning import ItemError
 
-_TEMPLATES_FILE = Path(__file__).with_name("presets") / "judge_templates.yaml"
+_TEMPLATES_FILE = Path(__file__).parent.parent / "presets" / "judge_templates.yaml"
 
 
 @cache

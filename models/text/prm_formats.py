@@ -18,13 +18,35 @@ model card's recipe, so the one-pass scores equal the card's per-prefix computat
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar
+from typing import ClassVar, Literal, TypeVar
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
 
 from rewardserve.client.protocol import Message
-from rewardserve.models.reward_model import ItemError, sigmoid
+from rewardserve.models.reward_model import sigmoid
+from rewardserve.models.planning import ItemError
 from rewardserve.models.text.steps import Trajectory
+
+
+T = TypeVar("T")
+
+
+class StepFormatOptions(BaseModel):
+    """The step layout's own options; left out, each format's default applies."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tag: str | None = Field(None, description="separator_chat, classifier_tags, tag_lm: the step tag after each step "
+                                              "(defaults <extra_0>, ки).")
+    label: int | None = Field(None, description="separator_chat: the head's index of a good step (default 1).")
+    default_system: str | None = Field(None, description="separator_chat: a system turn when the item has none.")
+    activation: Literal["sigmoid", "none"] | None = Field(
+        None, description="classifier_tags: sigmoid of the logit per step (default), or the raw logit.")
+    good: str | None = Field(None, description="tag_lm, chat_turn: the token of a good step (default +).")
+    bad: str | None = Field(None, description="tag_lm, chat_turn: the token of a bad step (default -).")
+    step_join: str | None = Field(None, description="tag_lm: what joins the tagged steps (default a newline).")
+    step_token: str | None = Field(None, description="value_head: the token read after each step (default a newline).")
 
 
 def _softmax_pick(row: np.ndarray, index: int) -> float:
@@ -44,8 +66,11 @@ class StepFormat(ABC):
     task: ClassVar[str]
     # Token ids whose logits the lm task reads (None for heads).
     token_ids: list[int] | None = None
+    # The token that marks each step, for formats that mark steps with one (pre-rendered
+    # input and vLLM's /pooling find steps by it).
+    tag_id: int | None = None
 
-    def __init__(self, tokenizer, options: dict[str, Any]):
+    def __init__(self, tokenizer, options: StepFormatOptions):
         self.tokenizer = tokenizer
         self.options = options
 
@@ -83,14 +108,20 @@ class StepFormat(ABC):
         return message.model_copy(update={"content": self.sanitize(message.text()) + extra})
 
 
+
+def _or(value: T | None, default: T) -> T:
+    """An option the config left out takes the format's own default."""
+    return default if value is None else value
+
+
 class SeparatorChat(StepFormat):
     task = "prm_head"
 
-    def __init__(self, tokenizer, options):
+    def __init__(self, tokenizer, options: StepFormatOptions):
         super().__init__(tokenizer, options)
-        self.tag = options.get("tag", "<extra_0>")
+        self.tag = _or(options.tag, "<extra_0>")
         self.tag_id = tokenizer.encode(self.tag, add_special_tokens=False)[0]
-        self.label = int(options.get("label", 1))
+        self.label = int(_or(options.label, 1))
 
     @property
     def literals(self) -> list[str]:
@@ -104,7 +135,7 @@ class SeparatorChat(StepFormat):
         else:
             marked = set(traj.step_turns)
             conv = [self.clean(m, self.tag if i in marked else "") for i, m in enumerate(traj.context)]
-        system = self.options.get("default_system")
+        system = self.options.default_system
         if system and not any(m.role == "system" for m in conv):
             conv.insert(0, Message(role="system", content=system))
         from rewardserve.models.text.chat import message_dicts
@@ -130,7 +161,7 @@ class ClassifierTags(SeparatorChat):
 
     def score(self, row: np.ndarray) -> float:
         x = float(row[0])
-        return x if self.options.get("activation", "sigmoid") == "none" else sigmoid(x)
+        return x if _or(self.options.activation, "sigmoid") == "none" else sigmoid(x)
 
     def pooled(self, row: np.ndarray) -> list[float]:
         return [self.score(row)]
@@ -139,11 +170,11 @@ class ClassifierTags(SeparatorChat):
 class TagLM(StepFormat):
     task = "lm"
 
-    def __init__(self, tokenizer, options):
+    def __init__(self, tokenizer, options: StepFormatOptions):
         super().__init__(tokenizer, options)
-        self.tag = options.get("tag", "ки")
+        self.tag = _or(options.tag, "ки")
         self.tag_id = _single_id(tokenizer, self.tag, "step tag")
-        good, bad = options.get("good", "+"), options.get("bad", "-")
+        good, bad = _or(options.good, "+"), _or(options.bad, "-")
         ids = tokenizer.encode(f"{good} {bad}", add_special_tokens=False)
         self.token_ids = [ids[0], ids[-1]] if len(ids) == 2 else [
             _single_id(tokenizer, good, "good token"), _single_id(tokenizer, bad, "bad token")
@@ -154,7 +185,7 @@ class TagLM(StepFormat):
         return [self.tag]
 
     def encode(self, traj: Trajectory) -> tuple[list[int], list[int]]:
-        join = self.options.get("step_join", "\n")
+        join = _or(self.options.step_join, "\n")
         steps = join.join(f"{self.sanitize(s)} {self.tag}" for s in traj.inline_steps())
         text = f"{self.sanitize(traj.question())} {steps}"
         ids = self.tokenizer.encode(text)
@@ -171,9 +202,9 @@ class TagLM(StepFormat):
 class ValueHead(StepFormat):
     task = "value_head"
 
-    def __init__(self, tokenizer, options):
+    def __init__(self, tokenizer, options: StepFormatOptions):
         super().__init__(tokenizer, options)
-        self.step_token = options.get("step_token", "\n")
+        self.step_token = _or(options.step_token, "\n")
         self.step_token_id = tokenizer.encode(self.step_token)[-1]
 
     def encode(self, traj: Trajectory) -> tuple[list[int], list[int]]:
@@ -194,9 +225,9 @@ class ValueHead(StepFormat):
 class ChatTurn(StepFormat):
     task = "lm"
 
-    def __init__(self, tokenizer, options):
+    def __init__(self, tokenizer, options: StepFormatOptions):
         super().__init__(tokenizer, options)
-        self.good, self.bad = options.get("good", "+"), options.get("bad", "-")
+        self.good, self.bad = _or(options.good, "+"), _or(options.bad, "-")
         self.token_ids = [
             _single_id(tokenizer, self.good, "good token"),
             _single_id(tokenizer, self.bad, "bad token"),

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 from rewardserve.client.protocol import Item, Message, StepOptions, StepSpan
-from rewardserve.models.reward_model import ItemError
+from rewardserve.models.planning import ItemError
 
 
 @dataclass
@@ -177,43 +177,3 @@ def aggregate(scores: list[float | None], threshold: float | None) -> StepStats:
             (i for i, s in enumerate(scores) if s is not None and s < threshold), None
         )
     return stats
-
-
-def delta_rewards(scores: list[float | None]) -> list[float | None]:
-    """s_t - s_(t-1) with s_(-1) = 0: the rewards telescope to the last score."""
-    out: list[float | None] = []
-    previous = 0.0
-    for s in scores:
-        if s is None:
-            out.append(None)
-            continue
-        out.append(s - previous)
-        previous = s
-    return out
-
-
-def group_process_advantages(
-    groups: list[list[list[float | None]]], eps: float = 1e-6
-) -> list[list[list[float | None]]]:
-    """GRPO process supervision: normalise every step reward of a group jointly, then a
-    step's advantage is the sum of the normalised rewards of it and the steps after it.
-    ``groups[g][i]`` is trajectory i's step scores; the shape comes back the same."""
-    out = []
-    for group in groups:
-        flat = [s for traj in group for s in traj if s is not None]
-        mean = sum(flat) / len(flat) if flat else 0.0
-        std = (
-            math.sqrt(sum((s - mean) ** 2 for s in flat) / (len(flat) - 1)) if len(flat) > 1 else 0.0
-        )
-        shaped_group = []
-        for traj in group:
-            normed = [None if s is None else (s - mean) / (std + eps) for s in traj]
-            shaped: list[float | None] = [None] * len(traj)
-            running = 0.0
-            for t in range(len(traj) - 1, -1, -1):
-                if normed[t] is not None:
-                    running += normed[t]
-                    shaped[t] = running
-            shaped_group.append(shaped)
-        out.append(shaped_group)
-    return out

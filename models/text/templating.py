@@ -26,7 +26,7 @@ from jinja2 import StrictUndefined, TemplateError, UndefinedError, nodes
 from jinja2.exceptions import SecurityError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from rewardserve.models.reward_model import ItemError
+from rewardserve.models.planning import ItemError
 
 MAX_OUTPUT_CHARS = 100_000  # one rendered field
 MAX_VALUE_CHARS = 4_000_000  # one string or list built by * or + while rendering

@@ -14,7 +14,7 @@ from PIL import Image
 
 from rewardserve.client.images import data_url, image_part
 from rewardserve.client.protocol import Item
-from rewardserve.models.reward_model import RequestError
+from rewardserve.models.planning import RequestError
 from rewardserve.models.images import ImagePolicy, load_image, load_item_images
 
 POLICY = ImagePolicy()

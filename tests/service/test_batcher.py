@@ -8,7 +8,8 @@ import threading
 import pytest
 
 from rewardserve.client.protocol import ItemResult
-from rewardserve.models.reward_model import BatchPolicy, ItemError, Work
+from rewardserve.models.reward_model import BatchPolicy
+from rewardserve.models.planning import ItemError, Unit
 from rewardserve.service.batcher import Batcher, QueueFull, QueueTooSmall
 from rewardserve.service.metrics import Metrics
 
@@ -20,22 +21,22 @@ class Recorder:
         self.gate = threading.Event()
         self.gate.set()
 
-    def __call__(self, works: list[Work]) -> list:
+    def __call__(self, works: list[Unit]) -> list:
         self.gate.wait(10)
         lengths = [w.length for w in works]
         self.batches.append(lengths)
         if self.fail_on is not None and self.fail_on in [w.payload for w in works]:
             raise RuntimeError("boom")
-        return [ItemResult(score=float(w.payload)) for w in works]
+        return [[ItemResult(score=float(w.payload))] for w in works]
 
 
 def works(lengths):
-    return [Work(length=n, payload=i) for i, n in enumerate(lengths)]
+    return [Unit(length=n, payload=i) for i, n in enumerate(lengths)]
 
 
 async def run(batcher, items):
     outcomes = await asyncio.gather(*batcher.submit(items))
-    return [o.result for o in outcomes]
+    return [o.result[0] for o in outcomes]
 
 
 async def test_batches_fit_the_padded_token_budget_and_are_length_sorted():
@@ -128,7 +129,7 @@ async def test_stop_fails_queued_work_instead_of_hanging():
     await asyncio.sleep(0.05)
     rec.gate.set()
     await stopping
-    assert (await running[0]).result.score == 0.0
+    assert (await running[0]).result[0].score == 0.0
     with pytest.raises(Exception, match="shutting down"):
         await queued[0]
 

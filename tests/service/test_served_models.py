@@ -17,10 +17,10 @@ from tests.harness import serve_in_process
 
 
 def record_threads(monkeypatch, classes) -> dict:
-    """{(model name, step): thread names}: where each model's load, probe and predict ran."""
+    """{(model name, step): thread names}: where each model's load, probe and run ran."""
     seen: dict = defaultdict(set)
     for cls in classes:
-        for step in ("load", "probe", "predict"):
+        for step in ("load", "probe", "run"):
             original = getattr(cls, step)
 
             def wrapper(self, *args, _original=original, _step=step, **kwargs):
@@ -49,11 +49,11 @@ async def test_cpu_models_share_one_compute_thread(monkeypatch, qwen3_rm, qwen2_
             http.post("/v1/score", json={"model": "exact", "items": [item]}),
         )
         assert [r.status_code for r in responses] == [200, 200, 200], [r.text for r in responses]
-    torch_threads = set().union(*(seen[(name, step)] for name in ("rm", "prm") for step in ("load", "probe", "predict")))
+    torch_threads = set().union(*(seen[(name, step)] for name in ("rm", "prm") for step in ("load", "probe", "run")))
     assert len(torch_threads) == 1, seen
     (compute,) = torch_threads
     assert compute.startswith("rs-cpu")
-    assert seen[("exact", "predict")] and compute not in seen[("exact", "predict")]
+    assert seen[("exact", "run")] and compute not in seen[("exact", "run")]
 
 
 def test_torch_on_cpu_follows_backend_and_device():

@@ -51,7 +51,7 @@ def test_model_arg_and_presets():
     assert spec.name == "sky" and spec.source.startswith("Skywork/")
     model = build_model(spec)  # picked by name, no download needed to know the recipe
     assert model.kind == "outcome" and model.preset_name == "skywork-reward-v2"
-    assert model.options["strip_bos"] is True
+    assert model.options.strip_bos is True
     with pytest.raises(ValueError):
         parse_model_arg("no-equals-sign")
     with pytest.raises(ValueError, match="kind"):

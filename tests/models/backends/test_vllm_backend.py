@@ -20,7 +20,7 @@ from rewardserve.service.settings import Settings
 from tests.builders import build_qwen2_prm, build_qwen3_lm, build_sequence_classifier, random_text
 from tests.harness import serve_in_process, serve_subprocess
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 
 if os.environ.get("REWARDSERVE_SKIP_VLLM") == "1":

@@ -10,9 +10,10 @@ from transformers import AutoImageProcessor, AutoTokenizer, CLIPModel
 
 from rewardserve.client.images import image_part
 from rewardserve.client.protocol import Item, ScoreOptions, StepOptions
-from rewardserve.models.reward_model import ItemError, RequestError
+from rewardserve.models.planning import ItemError, RequestError
 from rewardserve.models.kinds import build_model
 from rewardserve.models.spec import ModelSpec
+from tests.harness import run_jobs
 
 GOAL = ["a robot arm holding a red cube", "the red cube is lifted"]
 BASELINE = ["a robot arm"]
@@ -57,18 +58,18 @@ def item_of(images) -> Item:
 def test_reward_is_the_vlm_rm_formula(clip, clip_model):
     images = frames(5)
     options = StepOptions(goal=GOAL, baseline=BASELINE, alpha=0.7)
-    (result,) = clip.predict(clip.prepare([item_of(images)], options))
+    (result,) = run_jobs(clip, clip.prepare([item_of(images)], options))
     expected = by_hand(clip_model, images, GOAL, BASELINE, 0.7)
     assert result.step_scores == pytest.approx(expected.tolist(), abs=1e-6)
     assert result.score == pytest.approx(expected[-1], abs=1e-6)
-    windowed = clip.predict(clip.prepare([item_of(images)], options.model_copy(update={"window": 2})))[0]
+    windowed = run_jobs(clip, clip.prepare([item_of(images)], options.model_copy(update={"window": 2})))[0]
     assert windowed.step_scores[0] == pytest.approx(expected[0]) and windowed.step_scores[3] == pytest.approx(
         (expected[2] + expected[3]) / 2)
 
 
 def test_alpha_zero_is_cosine_and_score_is_the_last_frame(clip, clip_model):
     images = frames(3)
-    (result,) = clip.predict(clip.prepare([item_of(images)], ScoreOptions(goal=GOAL)))
+    (result,) = run_jobs(clip, clip.prepare([item_of(images)], ScoreOptions(goal=GOAL)))
     expected = by_hand(clip_model, images, GOAL, BASELINE, 0.0)  # alpha 0: baseline unused
     assert result.score == pytest.approx(expected[-1], abs=1e-6)
 

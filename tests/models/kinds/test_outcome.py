@@ -8,10 +8,11 @@ import random
 import pytest
 
 from rewardserve.client.protocol import Item, ScoreOptions
-from rewardserve.models.reward_model import ItemError, RequestError, Work
+from rewardserve.models.planning import ItemError, Job, RequestError
 from rewardserve.models.kinds import build_model
 from rewardserve.models.spec import ModelSpec
 from tests.builders import random_text, reference_outcome_scores
+from tests.harness import run_jobs
 
 
 def conversations(n: int, seed: int = 0) -> list[list[dict]]:
@@ -33,8 +34,8 @@ def load(path, **spec) -> object:
 
 def score_all(model, items: list[Item], options=ScoreOptions()) -> list:
     entries = model.prepare(items, options)
-    works = [e for e in entries if isinstance(e, Work)]
-    return model.predict(works)
+    works = [e for e in entries if isinstance(e, Job)]
+    return run_jobs(model, works)
 
 
 @pytest.mark.parametrize("fixture", ["qwen3_rm", "llama_rm"])
@@ -96,7 +97,7 @@ def test_max_tokens_error_names_the_item_and_truncation_fits(qwen3_rm):
         entries = model.prepare([short, long], ScoreOptions(truncate=side))
         assert entries[1].length == 32 and entries[1].truncated
         assert not entries[0].truncated
-        results = model.predict(entries)
+        results = run_jobs(model, entries)
         assert results[1].truncated and math.isfinite(results[1].score)
 
 
@@ -109,7 +110,7 @@ def test_image_for_text_model_is_an_item_error(qwen3_rm):
     ]
     entries = model.prepare(items, ScoreOptions())
     assert isinstance(entries[0], ItemError) and "image" in str(entries[0])
-    assert isinstance(entries[1], Work)
+    assert isinstance(entries[1], Job)
 
 
 def test_cpu_batch_policy_and_spec_overrides(qwen3_rm):

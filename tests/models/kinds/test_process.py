@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from rewardserve.client.protocol import Item, ScoreOptions, StepOptions
-from rewardserve.models.reward_model import ItemError, RequestError, Work
+from rewardserve.models.planning import ItemError, Job, RequestError
 from rewardserve.models.kinds import build_model
 from rewardserve.models.spec import ModelSpec
+from tests.harness import run_jobs
 
 
 def load(path, **spec):
@@ -19,13 +20,12 @@ def load(path, **spec):
 def test_qwen_prm_preset_comes_from_the_architecture(qwen2_prm):
     model = build_model(ModelSpec(name="prm", source=str(qwen2_prm)))
     assert model.kind == "process" and model.preset_name == "qwen2.5-math-prm"
-    assert model.options["format"] == "separator_chat"
+    assert model.options.format == "separator_chat"
 
 
 def test_a_process_model_without_format_is_refused(rlhflow_prm):
-    model = build_model(ModelSpec(name="prm", kind="process", source=str(rlhflow_prm)))
     with pytest.raises(ValueError, match="format"):
-        model.load()
+        build_model(ModelSpec(name="prm", kind="process", source=str(rlhflow_prm)))
 
 
 def test_readout_positions_are_one_per_step(qwen2_prm, shepherd_prm, skywork_prm, rlhflow_prm):
@@ -34,9 +34,9 @@ def test_readout_positions_are_one_per_step(qwen2_prm, shepherd_prm, skywork_prm
                          (skywork_prm, "skywork-o1-prm"), (rlhflow_prm, "rlhflow-prm")]:
         model = load(path, preset=preset)
         (work,) = model.prepare([item], StepOptions())
-        assert isinstance(work, Work), work
+        assert isinstance(work, Job), work
         assert len(work.payload.seq.positions) == 3  # tags inside steps did not count
-        (result,) = model.predict([work])
+        (result,) = run_jobs(model, [work])
         assert len(result.step_scores) == 3 and all(0 <= s <= 1 for s in result.step_scores)
 
 
@@ -49,8 +49,11 @@ def test_lm_formats_read_only_the_label_tokens(shepherd_prm):
 
 def test_score_options_mean_the_trajectory_aggregate(skywork_prm):
     model = load(skywork_prm, preset="skywork-o1-prm")
-    (work,) = model.prepare([Item(prompt="q", steps=["a", "b"])], ScoreOptions())
-    (result,) = model.predict([work])
+    (job,) = model.prepare([Item(prompt="q", steps=["a", "b"])], StepOptions(truncate="steps"))
+    plan = model.plan_score([Item(prompt="q", steps=["a", "b"])], ScoreOptions())
+    (result,) = plan.finish(model.run(plan.units), [])
+    (steps,) = run_jobs(model, [job])
+    assert result.score == steps.score
     assert result.score == min(result.step_scores)
 
 
@@ -77,7 +80,7 @@ def test_classifier_tags_equal_the_classifier_on_each_step_prefix(tmp_path):
     model = load(path, kind="process", options={"format": "classifier_tags"})
     steps = ["first we add", "then we carry the one", "so the answer is 12"]
     (work,) = model.prepare([Item(prompt="What is 5+7?", steps=steps)], StepOptions())
-    (result,) = model.predict([work])
+    (result,) = run_jobs(model, [work])
     tok = AutoTokenizer.from_pretrained(path)
     direct = AutoModelForSequenceClassification.from_pretrained(path, dtype=torch.float32).eval()
     expected = []

@@ -7,11 +7,12 @@ import time
 import pytest
 
 from rewardserve.client.protocol import Item, ScoreOptions
-from rewardserve.models.reward_model import ItemError
+from rewardserve.models.planning import ItemError
 from rewardserve.models.kinds import build_model
 from rewardserve.models.rules import RuleError, get_rule, rule_names
 from rewardserve.models.rules.text import exact_match, last_boxed
 from rewardserve.models.spec import ModelSpec
+from tests.harness import run_jobs
 
 PATHOLOGICAL = r"\boxed{9^{9^{9^{9}}}}"  # sympy would spend minutes building this integer
 
@@ -28,7 +29,7 @@ def math_model():
 
 def run(model, items):
     entries = model.prepare(items, ScoreOptions())
-    return model.predict(entries)
+    return run_jobs(model, entries)
 
 
 @pytest.mark.parametrize(

@@ -8,10 +8,11 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rewardserve.client.protocol import Item, VerifyOptions
 from rewardserve.models.backends import Sequence
-from rewardserve.models.reward_model import ItemError, Work
+from rewardserve.models.planning import ItemError, Job
 from rewardserve.models.text.judge_templates import builtin_templates, item_variables
 from rewardserve.models.kinds import build_model
 from rewardserve.models.spec import ModelSpec
+from tests.harness import run_jobs
 
 ITEMS = [
     Item(prompt="What is 2+2?", response="4", reference="4"),
@@ -49,7 +50,7 @@ def direct_p_yes(model_dir, item: Item) -> float:
 
 def test_logprob_p_yes_equals_direct_softmax(judge, judge_lm):
     entries = judge.prepare(ITEMS, VerifyOptions())
-    results = judge.predict(entries)
+    results = run_jobs(judge, entries)
     for item, result in zip(ITEMS, results):
         assert result.score == pytest.approx(direct_p_yes(judge_lm, item), abs=1e-5)
         assert set(result.probabilities) == {"Yes", "No"}
@@ -59,8 +60,8 @@ def test_logprob_p_yes_equals_direct_softmax(judge, judge_lm):
 def test_judge_results_are_cached(judge):
     entries = judge.prepare([Item(prompt="Cache me?", response="yes", reference="yes")], VerifyOptions())
     hits = judge.cache.hits
-    first = judge.predict(entries)[0]
-    again = judge.predict(entries)[0]
+    first = run_jobs(judge, entries)[0]
+    again = run_jobs(judge, entries)[0]
     assert judge.cache.hits == hits + 1 and again.score == first.score
 
 
@@ -73,7 +74,7 @@ def test_shared_prefix_equals_independent_passes(judge):
     work = judge.prepare_judge(prompts, [choices] * 4)
     assert len(work.payload.prefix) > 20  # the question and response are shared
     judge.cache = type(judge.cache)(0)  # no cache: compute both ways
-    shared = judge.predict([work])[0]
+    shared = judge.run([work])[0]
     alone = judge.backend.read([Sequence(p, (len(p) - 1,)) for p in prompts], list(choices.token_ids))
     for s, (row,) in zip(shared, alone):
         assert s.score == pytest.approx(choices.score(choices.probabilities(row)), abs=1e-5)
@@ -95,7 +96,7 @@ def test_judge_units_of_a_batch_are_read_together(judge, monkeypatch):
     read_packed = judge.backend.read_packed
     monkeypatch.setattr(judge.backend, "read_packed", lambda units, token_ids=None: reads.append(len(units))
                         or read_packed(units, token_ids))
-    results = judge.predict(works)
+    results = judge.run(works)
     assert reads == [2]
     for own, item_prompts in zip(results, prompts):
         alone = judge.backend.read([Sequence(p, (len(p) - 1,)) for p in item_prompts], list(choices.token_ids))
@@ -104,7 +105,7 @@ def test_judge_units_of_a_batch_are_read_together(judge, monkeypatch):
 
 
 def test_templates_and_modes_are_checked(judge):
-    from rewardserve.models.reward_model import RequestError
+    from rewardserve.models.planning import RequestError
 
     with pytest.raises(RequestError, match="unknown template"):
         judge.prepare(ITEMS, VerifyOptions(template="nope"))
@@ -113,7 +114,7 @@ def test_templates_and_modes_are_checked(judge):
     no_reference = judge.prepare([Item(prompt="q", response="r")], VerifyOptions())
     assert isinstance(no_reference[0], ItemError) and "reference" in str(no_reference[0])
     generate = judge.prepare(ITEMS[:1], VerifyOptions(mode="generate", max_new_tokens=8, n=2))
-    assert isinstance(generate[0], Work) and generate[0].length > 16
+    assert isinstance(generate[0], Job) and generate[0].length > 16
 
 
 def test_a_pre_rendered_judge_prompt_is_read_as_written(judge, judge_lm):
@@ -126,5 +127,5 @@ def test_a_pre_rendered_judge_prompt_is_read_as_written(judge, judge_lm):
         text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         for rendered in (Item(text=text), Item(input_ids=tok(text, add_special_tokens=False)["input_ids"])):
             (work,) = judge.prepare([rendered], VerifyOptions())
-            (result,) = judge.predict([work])
+            (result,) = run_jobs(judge, [work])
             assert result.score == pytest.approx(direct_p_yes(judge_lm, item), abs=1e-5)

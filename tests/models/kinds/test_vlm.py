@@ -11,9 +11,10 @@ from transformers import AutoImageProcessor, AutoTokenizer, Qwen2VLForConditiona
 
 from rewardserve.client.images import image_part
 from rewardserve.client.protocol import Item, ScoreOptions
-from rewardserve.models.reward_model import Work
+from rewardserve.models.planning import Job
 from rewardserve.models.kinds import build_model
 from rewardserve.models.spec import ModelSpec
+from tests.harness import run_jobs
 
 
 def picture(seed: int, size=(90, 60)) -> Image.Image:
@@ -81,17 +82,17 @@ def test_scores_equal_transformers_in_one_mixed_batch(fixture, head, request):
     model.load()
     convs = conversations()
     entries = model.prepare([as_item(c) for c in convs], ScoreOptions())
-    assert all(isinstance(e, Work) for e in entries)
-    together = model.predict(entries)  # image and text-only items in one batch
+    assert all(isinstance(e, Job) for e in entries)
+    together = run_jobs(model, entries)  # image and text-only items in one batch
     for k, (conv, result) in enumerate(zip(convs, together)):
         expected = reference(path, conv, head, generation_prompt=head == "yes_no")
         assert result.score == pytest.approx(expected, abs=1e-4)
-        assert model.predict([entries[k]])[0].score == pytest.approx(result.score, abs=1e-4)
+        assert run_jobs(model, [entries[k]])[0].score == pytest.approx(result.score, abs=1e-4)
     assert len({round(r.score, 4) for r in together}) == 3
 
 
 def test_placeholder_count_must_match_images(vl_value):
-    from rewardserve.models.reward_model import ItemError
+    from rewardserve.models.planning import ItemError
     from rewardserve.models.kinds.vlm import expand_image_tokens
 
     assert expand_image_tokens("a<i>b<i>", "<i>", [2, 1]) == "a<i><i>b<i>"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rewardserve.client.protocol import Item
-from rewardserve.models.reward_model import ItemError
+from rewardserve.models.planning import ItemError
 from rewardserve.models.text.judge_templates import (
     JudgeTemplate,
     ParseError,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from rewardserve.client.protocol import Item, StepOptions
-from rewardserve.models.reward_model import ItemError
-from rewardserve.models.text.steps import aggregate, delta_rewards, extract, group_process_advantages
+from rewardserve.models.planning import ItemError
+from rewardserve.models.text.steps import aggregate, extract
 
 
 def test_auto_picks_list_then_turns_then_separator_then_whole():
@@ -59,13 +59,3 @@ def test_aggregates_and_first_error():
     assert stats.aggregates == pytest.approx({"min": 0.2, "prod": 0.09, "mean": 1.6 / 3, "last": 0.5})
     assert stats.first_error_step == 1
     assert aggregate([0.9], None).first_error_step is None
-
-
-def test_delta_and_group_process_advantages():
-    assert delta_rewards([0.5, 0.7, None, 0.2]) == pytest.approx([0.5, 0.2, None, -0.5])
-    (group,) = group_process_advantages([[[1.0, 0.0], [0.5]]])
-    flat = [1.0, 0.0, 0.5]
-    mean, std = 0.5, 0.5
-    normed = [(x - mean) / (std + 1e-6) for x in flat]
-    assert group[0] == pytest.approx([normed[0] + normed[1], normed[1]])
-    assert group[1] == pytest.approx([normed[2]])

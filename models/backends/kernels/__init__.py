@@ -1,0 +1,1 @@
+"""CPU kernels the transformers backend installs: oneDNN linears, compiled layers and norms."""

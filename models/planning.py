@@ -1,0 +1,109 @@
+"""The contract between a kind and the service: a request becomes a ``Plan``.
+
+A kind turns one request's items into a plan: the units of forward work its batcher
+queues (each with the tokens it costs), the calls its rule pools run, and ``finish``,
+which turns what those produced into one finished result per item, in request order.
+The service queues the units, runs the calls, awaits both and hands them to ``finish``;
+it never looks inside a unit. A plan whose results need a second round of work (a
+rubric's judge prompts are built from texts the pools render) returns the next plan
+from ``finish``.
+
+    Job    one item's work, before units are formed: its cost, its cache key
+    Unit   what the batcher budgets and the kind's ``run`` computes (one or more jobs)
+    Plan   units + pool calls + finish, and the request's token counts
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from rewardserve.client.protocol import ERROR_STATUS, ErrorType
+from rewardserve.models.request_scope import RequestScope
+
+P = TypeVar("P")  # a kind's own payload
+R = TypeVar("R")  # a plan's per-item result
+
+
+class ItemError(Exception):
+    """This item cannot be scored; its neighbours still are. Becomes ``valid: false``."""
+
+
+class RequestError(Exception):
+    """The request as a whole is unacceptable: answered with the error ``type``'s status
+    (client/protocol.py ERROR_STATUS), naming ``param``."""
+
+    def __init__(self, message: str, *, param: str | None = None, type: ErrorType = "invalid_request",
+                 headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.type: ErrorType = type
+        self.headers: dict[str, str] = headers or {}
+
+    @property
+    def status(self) -> int:
+        return ERROR_STATUS[self.type]
+
+
+def too_large(message: str, param: str | None = None) -> RequestError:
+    """A request over a limit (413)."""
+    return RequestError(message, param=param, type="payload_too_large")
+
+
+@dataclass
+class Job(Generic[P]):
+    """One item's work. ``length``: what it costs the batcher (tokens for models that
+    pad, 1 for a rule call). ``key``: everything its result depends on (token ids,
+    readout, options); keyed jobs are answered from the score cache when they can be,
+    and computed once per request."""
+
+    length: int
+    payload: P
+    prompt_tokens: int = 0
+    truncated: bool = False
+    key: bytes | None = None
+
+
+@dataclass
+class Unit(Generic[P]):
+    """One forward unit: ``members`` jobs computed together (a shared prompt runs once
+    for all of them; ``shared_tokens`` is what that saves, reported as cached tokens).
+    ``run`` answers a unit with one output per member."""
+
+    length: int
+    payload: P
+    members: int = 1
+    shared_tokens: int = 0
+    # The request it belongs to (set by the service): who shares a pool fairly with
+    # whom, and whether the work is still wanted.
+    scope: RequestScope | None = None
+
+
+# What a kind's ``run`` gives back for a unit: one output per member (a result or an
+# ItemError), in member order.
+UnitOutput = list[Any]
+# Score-cache lookup the service lends a plan: a key's cached result, or None.
+Lookup = Callable[[bytes], Any]
+
+
+@dataclass
+class Plan(Generic[R]):
+    """A request's work. ``finish(unit_outputs, call_values)`` gets one output list per
+    unit and one value per call, in the order given, and returns the per-item results
+    (or the next plan). ``keys``: per item, the key its finished result may be cached
+    under (None: not cached)."""
+
+    units: list[Unit[Any]]
+    finish: Callable[[list[UnitOutput], list[Any]], "list[R] | Plan[R]"]
+    calls: list[Any] = field(default_factory=list)
+    keys: Sequence[bytes | None] = ()
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    cache_hits: int = 0
+    cache_misses: int = 0
+    deduplicated: int = 0
+    # The items usage counts, when not the request's (a compare scores each response).
+    scored_items: int | None = None
+

@@ -1,0 +1,1 @@
+"""Plans over kinds: item lists, group normalisation, comparisons, rubrics."""

@@ -1,0 +1,1 @@
+"""Text helpers: chat templates, step splitting, PRM step formats, judge and request templates."""

@@ -1,0 +1,68 @@
+"""Typed per-kind options: checked when the model is built, a typo named with the
+closest valid key, at start of the service and of the CLI."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from rewardserve.models.kinds import build_model
+from rewardserve.models.kinds.outcome import OutcomeOptions
+from rewardserve.models.options import OptionsError
+from rewardserve.models.spec import ModelSpec
+from rewardserve.service.app import create_app
+from rewardserve.service.settings import Settings
+
+
+def test_a_misspelled_option_names_the_model_the_key_and_the_closest_one():
+    with pytest.raises(OptionsError) as err:
+        build_model(ModelSpec(name="rm", kind="outcome", source="/nowhere", options={"packng": False}))
+    message = str(err.value)
+    assert "'rm'" in message and "'packng'" in message and "did you mean 'packing'?" in message
+
+
+def test_a_key_with_no_close_match_lists_the_kind_s_options():
+    with pytest.raises(OptionsError, match=r"unknown option 'zzz'; options of kind rule: .*fn, args, timeout_s"):
+        build_model(ModelSpec(name="r", kind="rule", source="math_equiv", options={"zzz": 1}))
+
+
+def test_a_wrong_value_is_named_too():
+    with pytest.raises(OptionsError, match="'input'"):
+        build_model(ModelSpec(name="rm", kind="outcome", source="/nowhere", options={"input": "triple"}))
+    with pytest.raises(OptionsError, match="'format'"):
+        build_model(ModelSpec(name="prm", kind="process", source="/nowhere"))  # no preset sets it
+
+
+def test_preset_options_and_the_user_s_merge_into_the_typed_options():
+    model = build_model(ModelSpec(name="sky", source="Skywork/Skywork-Reward-V2-Qwen3-0.6B",
+                                  options={"packing": False}))
+    assert isinstance(model.options, OutcomeOptions)
+    assert model.options.strip_bos is True and model.options.packing is False
+    assert model.options.backend().packing is False
+
+
+def test_the_service_does_not_start_with_a_typo():
+    settings = Settings(models=[ModelSpec(name="rm", kind="outcome", source="/nowhere", options={"packng": False})])
+    with pytest.raises(OptionsError, match="did you mean 'packing'"):
+        create_app(settings)
+
+
+def test_the_cli_exits_naming_the_typo(tmp_path):
+    config = tmp_path / "models.yaml"
+    config.write_text("models:\n  - name: rm\n    kind: outcome\n    source: /nowhere\n    options: {packng: false}\n")
+    proc = subprocess.run([sys.executable, "-m", "rewardserve.service.cli", "serve", "--config", str(config)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "packng" in proc.stderr and "did you mean 'packing'?" in proc.stderr
+
+
+def test_the_readme_lists_every_option_of_every_kind():
+    from pathlib import Path
+
+    from rewardserve.models.options_reference import BEGIN, END, reference
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    listed = readme[readme.index(BEGIN): readme.index(END) + len(END)]
+    assert listed == reference(), "README's option tables are stale: python -m rewardserve.models.options_reference"
