@@ -84,8 +84,8 @@ def words(rng: random.Random, lo: int, hi: int) -> str:
 
 
 def build_workloads(seed: int, scale: float = 1.0) -> list[Workload]:
-    """Word counts are chosen for the token lengths the issue names (the bench tokenizer
-    makes ~1.07 tokens of a word)."""
+    """Word counts are chosen for the token lengths in the docstring above (the bench
+    tokenizer makes ~1.07 tokens of a word)."""
     rng = random.Random(seed)
     n = lambda k: max(1, int(k * scale))  # noqa: E731
     grpo = []

@@ -31,6 +31,7 @@ def main() -> None:
     from rewardserve.client.protocol import Item, ScoreOptions
     from rewardserve.models.kinds import build_model as build_kind
     from rewardserve.models.spec import ModelSpec
+    from rewardserve.models.planning import Unit
 
     flags = open("/proc/cpuinfo").read()
     print("CPU bf16 support:", "avx512_bf16" in flags, "| AMX:", "amx_bf16" in flags)
@@ -49,7 +50,8 @@ def main() -> None:
             for dtype, model in models.items():
                 batches = [works[dtype][k:k + 8] for k in range(0, len(items), 8)]
                 start = time.perf_counter()
-                scores[dtype] = [r.score for batch in batches for r in model.predict(batch)]
+                scores[dtype] = [out[0].score for batch in batches
+                                 for out in model.run([Unit(job.length, job) for job in batch])]
                 best[dtype] = min(best[dtype], time.perf_counter() - start)
         tokens = sum(w.length for w in works["float32"])
         for dtype in models:

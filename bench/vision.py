@@ -59,18 +59,19 @@ def raw(model_dir: Path, items: list[dict], batch_sizes) -> tuple[dict[int, floa
     from rewardserve.client.protocol import Item, ScoreOptions
     from rewardserve.models.kinds import build_model
     from rewardserve.models.spec import ModelSpec
+    from rewardserve.models.planning import Unit
 
     model = build_model(ModelSpec(name="raw", kind="vlm", source=str(model_dir)))
     model.load()  # same weights, same oneDNN linears
     works = model.prepare([Item.model_validate(i) for i in items], ScoreOptions())
     order = sorted(range(len(works)), key=lambda k: works[k].length)
     times, scores = {}, [0.0] * len(works)
-    model.predict(works[:1])
+    model.run([Unit(works[0].length, works[0])])
     for bs in batch_sizes:
         start = time.perf_counter()
         for k in range(0, len(order), bs):
             rows = order[k : k + bs]
-            for r, result in zip(rows, model.predict([works[i] for i in rows])):
+            for r, (result,) in zip(rows, model.run([Unit(works[i].length, works[i]) for i in rows])):
                 scores[r] = result.score
         times[bs] = time.perf_counter() - start
         print(f"  raw batch {bs:>2}: {times[bs]:.2f} s", flush=True)

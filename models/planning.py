@@ -52,6 +52,11 @@ def too_large(message: str, param: str | None = None) -> RequestError:
     return RequestError(message, param=param, type="payload_too_large")
 
 
+# What a kind's ``run`` gives back for a unit: one output per member (a result or an
+# ItemError), in member order.
+UnitOutput = list[Any]
+
+
 @dataclass
 class Job(Generic[P]):
     """One item's work. ``length``: what it costs the batcher (tokens for models that
@@ -80,10 +85,15 @@ class Unit(Generic[P]):
     # whom, and whether the work is still wanted.
     scope: RequestScope | None = None
 
+    def answered_by(self, output: UnitOutput) -> bool:
+        """Whether ``run`` gave this unit one output per member."""
+        return len(output) == self.members
 
-# What a kind's ``run`` gives back for a unit: one output per member (a result or an
-# ItemError), in member order.
-UnitOutput = list[Any]
+    def failed(self, error: ItemError) -> UnitOutput:
+        """The output of a unit whose computation failed: every member invalid."""
+        return [error] * self.members
+
+
 # Score-cache lookup the service lends a plan: a key's cached result, or None.
 Lookup = Callable[[bytes], Any]
 

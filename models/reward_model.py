@@ -191,6 +191,11 @@ class RewardModel(ABC):
 
         return compare_by_scores(self, items, cache)
 
+    def plan_pooling(self, inputs: list[str | list[int]], keep: int | None = None,
+                     side: str = "right") -> Plan[list[list[float]]]:
+        """vLLM's /pooling: per input, the vectors read at its step tags (process kinds)."""
+        raise RequestError(f"model {self.name!r} is a {self.kind} model; it does not answer /pooling", param="model")
+
     def plan_items(self, items: list[Item], options: Any, cache: LRUCache | None, result_type: type[R],
                    then: Callable[[list[R]], list[R]] | None = None) -> Plan[R]:
         """``prepare``, the score cache, one computation per distinct key, ``combine``;

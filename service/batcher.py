@@ -5,7 +5,7 @@ lets work gather for at most ``max_wait_ms`` after the oldest arrival (less when
 batch is already waiting), then takes the oldest item and the queued items nearest it in
 length, as many as fit the padded token budget. Oldest-first keeps it fair; choosing
 length neighbours from the whole queue keeps padding low. Each batch runs on the
-model's worker thread (on a CPU, the one thread all torch models share: registry.py);
+model's worker thread (on a CPU, the one thread all torch models share: served_models.py);
 results go back to each item's future.
 
 The queue is bounded in tokens: work that does not fit is refused at once (429), so a
@@ -40,7 +40,7 @@ _WINDOW_ITEMS = 4096
 
 @dataclass
 class Outcome:
-    """What a unit's future resolves to: one output per member."""
+    """What a unit's future resolves to: what the model's run gave for it."""
 
     result: UnitOutput
     queue_s: float
@@ -269,14 +269,14 @@ class Batcher:
         its neighbours still get their scores."""
         try:
             results = self._run(units)
-            if len(results) != len(units) or any(len(r) != u.members for r, u in zip(results, units)):
-                raise RuntimeError(f"run answered {[len(r) for r in results]} for units of "
-                                   f"{[u.members for u in units]} members")
+            if len(results) != len(units) or not all(u.answered_by(r) for r, u in zip(results, units)):
+                raise RuntimeError(f"run gave {len(results)} outputs for {len(units)} units, or a unit "
+                                   "too few or too many")
             return results
         except Exception as exc:
             if len(units) == 1:
                 log.warning("model %s failed on one unit: %s", self.name, exc)
-                return [[ItemError(f"inference failed: {type(exc).__name__}: {exc}")] * units[0].members]
+                return [units[0].failed(ItemError(f"inference failed: {type(exc).__name__}: {exc}"))]
             half = len(units) // 2
             return self._run_isolating(units[:half]) + self._run_isolating(units[half:])
 

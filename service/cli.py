@@ -53,9 +53,8 @@ def serve(args: argparse.Namespace) -> None:
     # hundred shapes, built at load (cpu_linear.py), and must all fit. Read when torch loads.
     os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "1024")
     # OMP_WAIT_POLICY stays OpenMP's default (spin briefly, then sleep). PASSIVE (sleep at
-    # once) puts a futex wake-up in front of every parallel op: with all torch work on
-    # one thread (service/served_models.py), bf16 pairs ran 21 items/s passive, 25 default
-    # (fp32 9.0 either way; 2 cores, bench/compare.py's model).
+    # once) puts a futex wake-up in front of every parallel op, which is slower with all
+    # torch work on one thread (service/served_models.py); bench/results/design-measurements.md.
     from rewardserve.service.server import run
     from rewardserve.service.settings import Settings, parse_model_arg
 

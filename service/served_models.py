@@ -4,10 +4,8 @@ Models that compute with torch on this process's CPU are loaded, probed and run 
 thread, all of them. torch's CPU ops run on OpenMP, and OpenMP gives every thread that
 calls into it a team of its own; libgomp counts all teams' threads, and once they
 outnumber the cores its idle threads stop spinning and sleep between ops, to be woken
-for the next one. Measured here (Qwen3 1024x8, bf16, 2 cores): the same packed forwards
-ran 33 items/s when only one thread had ever called torch, 25 once a second one had
-(12.7k futex sleeps per run against none); in the service, with a loading thread and a
-thread per model, 18. One CPU's cores are busy with one forward anyway.
+for the next one, which costs a large share of a forward's speed once a second thread
+has called torch (figures: bench/results/design-measurements.md). One CPU's cores are busy with one forward anyway.
 """
 
 from __future__ import annotations

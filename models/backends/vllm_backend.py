@@ -6,8 +6,9 @@ threads call ``read`` synchronously, and each call submits its sequences as conc
 engine requests and waits for all of them. vLLM batches across those requests (and
 across batches in flight: the batcher runs several at once for this backend), and its
 prefix cache is what shares a GRPO group's prompt: ``caches_prefixes``, so the kinds
-hand it whole sequences (prefix.read_units). Sending one continuation first, so the
-rest would find the prompt cached, measured slower: GRPO 7.3 vs 12.1 items/s.
+hand it whole sequences (prefix_sharing.read_units). Sending one continuation first, so
+the rest would find the prompt cached, is slower: the engine waits on it instead of
+batching them all (figures: bench/results/design-measurements.md).
 
     classify   pooling runner, task ``classify``: the head at the last token (or
                ``token_classify`` when a kind reads it at other positions, as PRMs do)

@@ -124,7 +124,7 @@ class CLIPGoalModel(RewardModel):
             entries.append(Job(length=len(images), payload=payload))
         return entries
 
-    # ------------------------------------------------------------------ predict
+    # ------------------------------------------------------------------ run
 
     @torch.inference_mode()
     def _image_embeddings(self, pixels: torch.Tensor) -> np.ndarray:

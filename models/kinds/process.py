@@ -187,7 +187,7 @@ class ProcessModel(RewardModel):
                     key=work_key(ids, tuple(positions), n_steps, payload.aggregate,
                                  payload.threshold, key_spans))
 
-    # ------------------------------------------------------------------ predict
+    # ------------------------------------------------------------------ run
 
     def combine(self, jobs: list[Job[_Payload]]) -> list[tuple[Unit[Any], list[int]]]:
         # Trajectories of one prompt share it (up to their first step): it runs once.

@@ -6,7 +6,7 @@
               parser; unparsable samples are invalid, never guessed
     judge     rubric criteria of one item: the shared context runs once and every
               criterion is a short continuation attending to it (a batch's items in
-              one packed row, see prefix.read_units)
+              one packed row, see prefix_sharing.read_units)
 
 Options: ``template`` (default ``yes_no``), ``templates`` (your own, by name),
 ``cache_size`` (judge results kept per prompt, default 10,000).
@@ -376,7 +376,7 @@ class VerifierModel(RewardModel):
 
     def _judge(self, jobs: list[_Judge]) -> list[list[VerifyResult | ItemError]]:
         """Each job's criteria. The uncached ones of all jobs are read together through
-        prefix.read_units: one packed row, one engine read (vLLM), or each prefix once on
+        prefix_sharing.read_units: one packed row, one engine read (vLLM), or each prefix once on
         its KV cache, as the backend does best."""
         # Cached rows hold the logits of each criterion's own choices, as logprob's do.
         rows = [[self.cache.get(k) for k in job.keys] for job in jobs]

@@ -170,7 +170,7 @@ class VLMModel(RewardModel):
             )
         return Job(len(ids), _VLMInput(ids, pixel_values, grid, activation), prompt_tokens=len(ids))
 
-    # ------------------------------------------------------------------ predict
+    # ------------------------------------------------------------------ run
 
     @torch.inference_mode()
     def run(self, units: list[Unit[Job[_VLMInput]]]) -> list[UnitOutput]:

@@ -13,11 +13,9 @@ Two parts of a layer are not inductor's to trace, so they enter the graph as opa
 Every layer of a model shares one graph (the layers are the same code; their weights are
 inputs), compiled once at load: ~5 s for bench/compare.py's model.
 
-Measured there (Qwen3 1024x8, packed rows of ~1,000 tokens of independent pairs, in
-process, medians of alternated runs): bf16 36.2 -> 40.4 items/s over eager layers with
-compiled norms, fp32 10.5 -> 11.3. fp32 scores agree to ~1e-6; bf16 ones stay within
-bf16's rounding of the eager ones (fused ops round intermediates in other places: both
-are ~2% of the score spread from fp32 on average).
+It pays in both dtypes (figures: bench/results/design-measurements.md). fp32 scores agree with the eager ones to ~1e-6;
+bf16 ones stay within bf16's rounding of them (fused ops round intermediates in other
+places: both are ~2% of the score spread from fp32 on average).
 """
 
 from __future__ import annotations

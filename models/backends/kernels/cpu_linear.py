@@ -14,14 +14,12 @@ shape for M near 1,000 here, against ~1.5 ms to run it. A packed batch of fresh 
 a row count never seen before, so every batch paid that for every weight shape. Packed
 rows are therefore a multiple of ``ROW_MULTIPLE`` long (packing.pack) and go through in
 chunks of at most ``CHUNK_ROWS`` (the CPU batch budget), and ``build_kernels`` builds
-every such count's kernels at load (2.5 s for bench/compare.py's model). Measured there
-(bf16, fresh texts, packed rows of ~1,000 tokens in process): 25.5 items/s before, 30.5
-after; chunks of 256 or 512 rows ran ~10% slower than whole rows.
+every such count's kernels at load (2.5 s for bench/compare.py's model), so no batch
+pays a build; smaller chunks than whole rows ran slower (figures: bench/results/design-measurements.md).
 
 In bf16 an attention module's q, k and v projections of the same input run as one GEMM
-(``FusedProjections``): oneDNN ran Qwen3 1024's q (1024 wide), k and v (512 each) at 912
-rows in 2.65 ms as three calls and 1.45 ms as one. fp32 gained nothing (10.0 vs 10.3 ms),
-nor did fusing the MLP's gate and up projections (2.76 vs 2.69 ms), so neither fuses.
+(``FusedProjections``): one call is much cheaper than three there. In fp32, and for the
+MLP's gate and up projections, fusing gained nothing, so they stay apart.
 """
 
 from __future__ import annotations

@@ -3,9 +3,8 @@ decoder layers compiled whole (compiled_layers.py), i.e. the last layer's (cut t
 read rows) and the final norm, or every one when layers are not compiled.
 
 transformers' RMSNorm in bf16 is six passes over the activations (to fp32, square, mean,
-scale, back to bf16, times the weight); inductor fuses them into one loop. Measured on
-bench/compare.py's model (Qwen3 1024x8, bf16, packed rows of ~1,000 tokens, in process,
-6 alternated runs): 32.4 -> 35.2 items/s on independent pairs. The norms are the model's
+scale, back to bf16, times the weight); inductor fuses them into one loop, a measurable
+gain on a whole forward (figures: bench/results/design-measurements.md). The norms are the model's
 own code, compiled as they are (one graph per norm class and input rank); the numbers
 stay within bf16's rounding of the eager ones (differences in the last bit of
 intermediates, as between any two bf16 kernels). fp32 has no casts to fuse and is not
