@@ -69,6 +69,12 @@ async def test_the_service_scores_a_kind_it_has_never_seen(service):
     assert advantages[0] == advantages[2] > 0 > advantages[1]
 
 
+async def test_it_is_listed_under_its_own_kind(service):
+    cards = {card["id"]: card for card in (await service.get("/v1/models")).json()["data"]}
+    assert cards["toy"]["kind"] == "toy_length"
+    assert cards["toy"]["ready"] is True
+
+
 async def test_compare_comes_with_the_kind(service):
     body = (await service.post("/v1/compare", json={"model": "toy", "items": [
         {"prompt": "p", "responses": ["a", "abc"]}]})).json()
