@@ -265,6 +265,24 @@ class RewardModel(ABC):
         """The loaded backend's name (kinds with weights set ``self.backend`` in load)."""
         return self.backend.name if self.backend is not None else self.spec.backend
 
+    def describe(self) -> str:
+        """What will be served and how, in one line for the start-up log: the device and
+        dtype ``auto`` resolves to, the token limit against the checkpoint's context."""
+        spec = self.spec
+        parts = [f"source={spec.source}", f"kind={self.kind}", f"preset={self.preset_name or '-'}",
+                 f"backend={spec.backend}"]
+        if self.runs_torch:
+            from rewardserve.models.backends.transformers_backend import pick_device, pick_dtype
+            from rewardserve.models.checkpoints import checkpoint_context
+
+            device = pick_device(spec.device)
+            dtype = str(pick_dtype(spec.dtype, device)).removeprefix("torch.")
+            context = checkpoint_context(spec.source)
+            limit = spec.max_tokens or "the checkpoint's"
+            parts += [f"dtype={dtype}", f"device={device}",
+                      f"max_tokens={limit} (checkpoint context {context or 'unknown'})"]
+        return " ".join(parts)
+
     @property
     def torch_on_cpu(self) -> bool:
         """Whether this model's forwards are torch ops on this process's CPU (not a vLLM

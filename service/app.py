@@ -1,8 +1,9 @@
 """``create_app(settings)``: the FastAPI application and its lifespan.
 
-Building the app reads presets and config files only; the lifespan starts the rule
-pools, then loads the weights in the background, so /health answers at once and /ready
-turns 200 when every model has passed a real probe forward.
+Building the app reads presets and config files and checks that every model's weights
+can be found (a model that cannot be built stops here, naming itself); the lifespan
+starts the rule pools, then loads the weights in the background, rules first, so /health
+answers at once and /ready turns 200 when every model has passed a real probe forward.
 """
 
 from __future__ import annotations
@@ -13,9 +14,12 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 from fastapi import FastAPI, Request
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import Response
+from fastapi_offline import FastAPIOffline
 
 from rewardserve.client import __version__
+from rewardserve.models.phases import log as startup_log
 from rewardserve.models.reward_model import ModelContext
 from rewardserve.models.rules.runner import RuleRunner
 from rewardserve.service.admission import Admission, InFlightRequests
@@ -24,7 +28,7 @@ from rewardserve.service.errors import install_error_handlers
 from rewardserve.service.judge_routes import router as judging_routes
 from rewardserve.service.memory import MallocTrim
 from rewardserve.service.metrics import Metrics
-from rewardserve.service.middleware import BodyLimit, RequestMetrics
+from rewardserve.service.middleware import BodyLimit, RequestLog, RequestMetrics
 from rewardserve.service.served_models import ModelRegistry
 from rewardserve.service.routes import open_routes, scoring_routes
 from rewardserve.service.dispatch import ClientGone
@@ -44,7 +48,8 @@ class ServiceState:
     in_flight: InFlightRequests = field(default_factory=InFlightRequests)
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
+def create_app(settings: Settings | None = None, url: str | None = None) -> FastAPI:
+    """The app; ``url`` (where it listens) only for the start-up log."""
     settings = settings or Settings()
     metrics = Metrics()
     rule_runner = RuleRunner(settings.rule_limits())
@@ -53,15 +58,23 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         settings=settings,
         metrics=metrics,
         registry=ModelRegistry(settings.model_specs(), metrics, context,
-                               after_batch=MallocTrim(settings.malloc_trim_seconds)),
+                               after_batch=MallocTrim(settings.malloc_trim_seconds),
+                               keep_going=settings.keep_going),
         api_keys=settings.accepted_keys(),
         rule_runner=rule_runner,
     )
 
+    async def load_and_announce(app: FastAPI) -> None:
+        await state.registry.load_all()
+        ready = [s.model.name for s in state.registry if s.ready]
+        if ready:
+            routes = sorted(app.openapi().get("paths", {}))
+            startup_log.info("serving %s at %s; routes: %s", ", ".join(ready), url or "(in process)", " ".join(routes))
+
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         rule_runner.start()
-        loading = asyncio.create_task(state.registry.load_all(), name="load-models")
+        loading = asyncio.create_task(load_and_announce(app), name="load-models")
         try:
             yield
         finally:
@@ -71,15 +84,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await state.registry.close()
             await asyncio.to_thread(rule_runner.close)
 
-    docs = settings.docs
-    app = FastAPI(
+    common = dict(
         title="rewardserve", version=__version__, lifespan=lifespan,
         # No redirects: a slash-less path is a 404 here, never a redirect built from the
         # request's Host header.
         redirect_slashes=False,
-        docs_url="/docs" if docs else None, redoc_url="/redoc" if docs else None,
-        openapi_url="/openapi.json" if docs else None,
     )
+    if settings.docs:
+        # Swagger UI and ReDoc with their scripts served from here (fastapi-offline's
+        # copies), so the docs work offline; behind the key like every other route.
+        app = FastAPIOffline(docs_url="/docs", redoc_url="/redoc", static_url="/docs/assets", **common)
+    else:
+        app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None, **common)
     app.router.redirect_slashes = False
     app.state.svc = state
     install_error_handlers(app)
@@ -92,9 +108,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(scoring_routes)
     app.include_router(judging_routes)
     app.include_router(compat_routes)
-    # The last added runs outermost: metrics see every response; keys are checked before
-    # the size limit's 413 and before any byte of the body is read.
+    # The last added runs outermost: the request log and metrics see every response
+    # (CORS preflights included); keys are checked before the size limit's 413 and
+    # before any byte of the body is read.
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(Admission, state=state)
+    if settings.cors_origins:
+        app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST"],
+                           allow_headers=["authorization", "content-type", "x-request-id", "x-deadline-ms"],
+                           expose_headers=["x-request-id", "x-queue-time", "x-inference-time"], max_age=600)
     app.add_middleware(RequestMetrics, metrics=metrics)
+    app.add_middleware(RequestLog)
     return app

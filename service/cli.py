@@ -9,7 +9,11 @@ import logging
 import os
 import sys
 
+from pydantic import ValidationError
+
 from rewardserve.client import __version__
+from rewardserve.service.logs import configure_logging
+from rewardserve.service.settings import StartupError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -19,13 +23,17 @@ def _parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="run the HTTP service")
     serve.add_argument("--config", help="YAML file with a 'models:' list")
     serve.add_argument(
-        "--model", action="append", default=[], metavar="NAME=SOURCE",
-        help="serve SOURCE (a local path or hub id) as NAME; repeatable",
+        "--model", action="append", default=[], metavar="NAME=SOURCE[:KIND]",
+        help="serve SOURCE (a local path or hub id) as NAME, of KIND when given; repeatable",
     )
+    serve.add_argument("--kind", help="the kind of the --model sources that name none")
     serve.add_argument("--host", help="bind address (default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port (default 8000)")
     serve.add_argument("--no-builtin-rules", action="store_true", help="do not serve math / exact_match")
+    serve.add_argument("--keep-going", action="store_true",
+                       help="serve the models that load; by default one that fails stops the service")
     serve.add_argument("--log-level", help="debug, info, warning, error")
+    serve.add_argument("--log-format", choices=["text", "json"], help="log lines as text (default) or JSON")
     grpo = commands.add_parser("grpo", help="train a causal LM with GRPO on the service's rewards")
     grpo.add_argument("--config", help="YAML with the GRPO settings (client/grpo/config.py)")
     grpo.add_argument("--policy", help="the policy: a local path or hub id")
@@ -65,30 +73,44 @@ def serve(args: argparse.Namespace) -> None:
             "host": args.host,
             "port": args.port,
             "log_level": args.log_level,
+            "log_format": args.log_format,
         }.items()
         if value is not None
     }
     if args.no_builtin_rules:
         overrides["builtin_rules"] = False
+    if args.keep_going:
+        overrides["keep_going"] = True
     settings = Settings(**overrides)
+    configure_logging(settings.log_level, settings.log_format)
     if args.model:
-        settings.models = settings.models + [parse_model_arg(a) for a in args.model]
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    run(settings)
+        settings.models = settings.models + [parse_model_arg(a, args.kind) for a in args.model]
+    raise SystemExit(run(settings))
 
 
 def main(argv: list[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     try:
-        if args.command == "serve":
-            serve(args)
-        elif args.command == "grpo":
-            grpo(args)
-    except (ValueError, KeyError, FileNotFoundError) as exc:
-        print(f"rewardserve: {exc}", file=sys.stderr)
+        COMMANDS[args.command](args)
+    except StartupError as exc:
+        for problem in exc.problems:
+            print(f"rewardserve: error: {problem}", file=sys.stderr)
         raise SystemExit(2) from exc
+    except (ValueError, KeyError, FileNotFoundError, ValidationError) as exc:
+        print(f"rewardserve: error: {one_line(exc)}", file=sys.stderr)
+        raise SystemExit(2) from exc
+
+
+def one_line(exc: Exception) -> str:
+    if isinstance(exc, ValidationError):
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ())) or exc.title
+        more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+        return f"{where}: {first.get('msg')}{more}"
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+COMMANDS = {"serve": serve, "grpo": grpo}
 
 
 if __name__ == "__main__":

@@ -87,6 +87,9 @@ async def execute(request: Request, served: Served | None, plan: Plan[R], n_item
             continue
         items = plan.scored_items if plan.scored_items is not None else n_items
         usage = Usage(items=items, prompt_tokens=prompt_tokens, cached_tokens=cached_tokens)
+        # For the request log (service/middleware.py).
+        request.state.work = {"items": items, "tokens": prompt_tokens, "queue_ms": round(queue_s * 1000, 1),
+                              "inference_ms": round(inference_s * 1000, 1)}
         return Executed(done, usage, queue_s, inference_s)
 
 

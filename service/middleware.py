@@ -1,8 +1,12 @@
-"""Pure ASGI middleware: the request-size limit and per-request metrics."""
+"""Pure ASGI middleware: the request-size limit, per-request metrics and the request log."""
 
 from __future__ import annotations
 
+import json
+import logging
+import re
 import time
+import uuid
 
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -77,3 +81,70 @@ class RequestMetrics:
             model = scope.get("state", {}).get("model", "")
             self.metrics.requests.labels(route, model, str(status)).inc()
             self.metrics.request_seconds.labels(route, model).observe(time.perf_counter() - start)
+
+
+REQUEST_ID = "x-request-id"
+# A caller's id is kept when it is short and printable, so it cannot forge log lines.
+_ID = re.compile(r"[\w.:@/+=-]{1,128}")
+_REASON_BYTES = 2048
+request_log = logging.getLogger("rewardserve.requests")
+QUIET_ROUTES = frozenset({"/health", "/ready", "/metrics"})
+
+
+class RequestLog:
+    """One log line per request: its id (the caller's ``x-request-id``, or one made
+    here, echoed on the response), method, route, model, items, tokens, queue and
+    inference ms, status, time, and the error message of a 4xx / 5xx."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        given = dict(scope["headers"]).get(REQUEST_ID.encode(), b"").decode("latin-1")
+        request_id = given if _ID.fullmatch(given) else uuid.uuid4().hex
+        scope.setdefault("state", {})["request_id"] = request_id
+        status = 500
+        error_body = b""
+
+        async def send_logged(msg: Message) -> None:
+            nonlocal status, error_body
+            if msg["type"] == "http.response.start":
+                status = msg["status"]
+                msg = {**msg, "headers": [*msg.get("headers", []), (REQUEST_ID.encode(), request_id.encode())]}
+            elif msg["type"] == "http.response.body" and status >= 400 and len(error_body) < _REASON_BYTES:
+                error_body += msg.get("body", b"")[: _REASON_BYTES - len(error_body)]
+            await send(msg)
+
+        try:
+            await self.app(scope, receive, send_logged)
+        finally:
+            state = scope.get("state", {})
+            fields = {"request_id": request_id, "method": scope.get("method"),
+                      "route": getattr(scope.get("route"), "path", scope.get("path", "")),
+                      "model": state.get("model"), **state.get("work", {}), "status": status,
+                      "ms": round((time.perf_counter() - start) * 1000, 1)}
+            if status >= 400:
+                fields["reason"] = _reason(error_body)
+            shown = {k: v for k, v in fields.items() if v is not None}
+            # Probes and scrapes poll: their lines only at debug level (a 503 from /ready
+            # while models load is the answer, not an error).
+            level = logging.DEBUG if fields["route"] in QUIET_ROUTES else (
+                logging.WARNING if status >= 500 else logging.INFO)
+            request_log.log(level, " ".join(f"{k}={_quoted(v)}" for k, v in shown.items()),
+                            extra={"fields": shown})
+
+
+def _reason(body: bytes) -> str:
+    try:
+        return str(json.loads(body)["error"]["message"])[:500]
+    except (ValueError, KeyError, TypeError):
+        return body[:200].decode("utf-8", "replace")
+
+
+def _quoted(value: object) -> str:
+    text = str(value)
+    return json.dumps(text) if (not text or any(c in text for c in ' "=\n')) else text

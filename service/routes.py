@@ -150,8 +150,8 @@ async def models(request: Request) -> Response:
 async def health(request: Request) -> Response:
     """Alive. 503 only when a model failed to load: restarting is the cure."""
     registry = request.app.state.svc.registry
-    if registry.failed:
-        detail = "; ".join(registry.failed) if names_models(request) else f"{len(registry.failed)} model(s)"
+    if registry.unhealthy:
+        detail = "; ".join(registry.unhealthy) if names_models(request) else f"{len(registry.unhealthy)} model(s)"
         return json_response(Health(status="failed: " + detail), 503)
     return json_response(Health(status="ok"))
 
@@ -171,7 +171,7 @@ async def ready(request: Request) -> Response:
     states = {s.model.name: s.ready for s in svc.registry} if names_models(request) else {}
     if svc.registry.all_ready and not svc.draining:
         return json_response(Health(status="ready", models=states))
-    status = "draining" if svc.draining else ("failed" if svc.registry.failed else "loading")
+    status = "draining" if svc.draining else ("failed" if svc.registry.unhealthy else "loading")
     return json_response(Health(status=status, models=states), 503)
 
 

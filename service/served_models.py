@@ -12,18 +12,32 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
+import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from rewardserve.models.cache import LRUCache
+from rewardserve.models.checkpoints import checkpoint_problem, go_offline_if_unreachable
+from rewardserve.models.phases import log as startup_log
+from rewardserve.models.phases import timed_phase
 from rewardserve.models.reward_model import ModelContext, RewardModel
 from rewardserve.models.kinds import build_model
 from rewardserve.models.spec import ModelSpec
 from rewardserve.service.batcher import Batcher
 from rewardserve.service.errors import NotFound, NotReady
 from rewardserve.service.metrics import Metrics
+from rewardserve.service.settings import StartupError
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+def import_torch() -> None:
+    import torch  # noqa: F401
+    import transformers  # noqa: F401
 
 
 @dataclass
@@ -37,12 +51,37 @@ class Served:
 
 
 class ModelRegistry:
+    """``keep_going``: serve the models that build and load, leaving out the others (a
+    model that fails to load answers 503 with its error); without it a model that cannot
+    be built raises StartupError here and one that fails to load calls ``on_failure``."""
+
     def __init__(self, specs: list[ModelSpec], metrics: Metrics, context: ModelContext | None = None,
-                 after_batch=None):
+                 after_batch=None, keep_going: bool = True):
         self._metrics = metrics
         self._after_batch = after_batch
+        self.keep_going = keep_going
+        self.on_failure: Callable[[str], None] | None = None
         # Building a model reads only its preset and config.json; weights come in load().
-        self._served = {spec.name: _served(build_model(spec, context)) for spec in specs}
+        self._served: dict[str, Served] = {}
+        problems = []
+        for spec in specs:
+            try:
+                model = build_model(spec, context)
+                problem = checkpoint_problem(spec.source) if model.runs_torch else None
+                if problem is not None:
+                    raise ValueError(f"model {spec.name!r}: {problem}")
+            except ValueError as exc:
+                problems.append(str(exc))
+                continue
+            self._served[spec.name] = _served(model)
+        if problems and not keep_going:
+            raise StartupError(problems)
+        for problem in problems:
+            log.error("%s (left out: --keep-going)", problem)
+        if not self._served:
+            raise StartupError(["no models to serve: name some (--model NAME=SOURCE[:KIND], --config) "
+                                "or keep the built-in rules"])
+        go_offline_if_unreachable([s.model.spec.source for s in self._served.values() if s.model.runs_torch])
         self.loaded = asyncio.Event()
         self._cpu_thread: ThreadPoolExecutor | None = None  # made with the first CPU model
 
@@ -54,19 +93,27 @@ class ModelRegistry:
             self._cpu_thread = ThreadPoolExecutor(1, thread_name_prefix="rs-cpu")
         return self._cpu_thread
 
-    async def _call(self, model: RewardModel, fn) -> None:
-        await asyncio.get_running_loop().run_in_executor(self._executor(model), fn)
+    async def _call(self, model: RewardModel, fn: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._executor(model), fn)
 
     def __iter__(self):
         return iter(self._served.values())
 
     @property
     def all_ready(self) -> bool:
-        return bool(self._served) and all(s.ready for s in self._served.values())
+        """Every model ready; with ``keep_going``, every model that did not fail."""
+        kept = [s for s in self._served.values() if not (self.keep_going and s.error)]
+        return bool(kept) and all(s.ready for s in kept)
 
     @property
     def failed(self) -> list[str]:
         return [f"{s.model.name}: {s.error}" for s in self._served.values() if s.error]
+
+    @property
+    def unhealthy(self) -> list[str]:
+        """Failures a restart could cure: none when ``keep_going`` chose to serve without
+        them (a restart loop would not load them either)."""
+        return [] if self.keep_going else self.failed
 
     async def load_all(self) -> None:
         """Load, probe with one real forward, then start batching: model by model."""
@@ -80,19 +127,31 @@ class ModelRegistry:
     async def _load(self, served: Served) -> None:
         model = served.model
         self._metrics.model_ready.labels(model.name).set(0)
+        start = time.perf_counter()
         try:
-            await self._call(model, model.load)
-            await self._call(model, model.probe)
+            if model.runs_torch and "torch" not in sys.modules:
+                with timed_phase(model.name, "import", "torch, transformers"):
+                    await self._call(model, import_torch)
+            startup_log.info("model %s: %s", model.name, await self._call(model, model.describe))
+            with timed_phase(model.name, "load"):
+                await self._call(model, model.load)
+            with timed_phase(model.name, "probe"):
+                await self._call(model, model.probe)
         except Exception as exc:
-            log.exception("model %s failed to load", model.name)
-            served.error = f"{type(exc).__name__}: {exc}"
+            served.error = " ".join(f"{type(exc).__name__}: {exc}".split())
+            log.debug("model %s failed to load", model.name, exc_info=True)
+            log.error("model %s failed to load: %s", model.name, served.error)
+            if not self.keep_going and self.on_failure is not None:
+                self.on_failure(f"model {model.name!r} failed to load: {served.error}")
             return
         served.batcher = Batcher(model.name, model.run, model.policy(), self._metrics, self._after_batch,
                                  executor=self._executor(model))
         served.batcher.start()
         served.ready = True
         self._metrics.model_ready.labels(model.name).set(1)
-        log.info("model %s ready (%s, %s)", model.name, model.kind, model.backend_name)
+        limit = f", max_tokens {model.max_tokens}" if model.max_tokens else ""
+        startup_log.info("model %s: ready in %.1fs (%s, %s backend%s)", model.name, time.perf_counter() - start,
+                 model.kind, model.backend_name, limit)
 
     def get(self, name: str) -> Served:
         served = self._served.get(name)

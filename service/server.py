@@ -8,8 +8,8 @@ of the previous response (half-sent headers cannot hold a connection open), idle
 keep-alive connections close after ``keep_alive_s``, and a request refused before its
 body was read (401, 413) gets its answer followed by a lingering close (the rest of the
 upload is thrown away unparsed for a few seconds) rather than a reset that could lose
-the answer. The open-file limit is raised to its hard limit at start. Repeated log lines (a flood of refused connections, accept
-errors) are rate-limited: one line per cause per 10 s, with a count.
+the answer. The open-file limit is raised to its hard limit at start. Repeated log lines
+(a flood of refused connections, accept errors) are rate-limited (service/logs.py).
 
 On SIGTERM (or Ctrl-C) the replica first turns not-ready: /ready answers 503 and new
 scoring requests get 503 (a load balancer sends them to another replica, nginx with
@@ -25,14 +25,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import resource
-import time
+import socket
 
 import h11
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from rewardserve.service.app import create_app
-from rewardserve.service.settings import Settings
+from rewardserve.service.settings import Settings, StartupError
 
 log = logging.getLogger(__name__)
 
@@ -130,43 +130,6 @@ def guarded_protocol(max_connections: int, header_timeout_s: float) -> type[H11P
     return GuardedH11Protocol
 
 
-class RateLimitedLogs(logging.Filter):
-    """Warnings and errors: one record per (logger, message template) per ``interval``
-    seconds; the next one let through says how many were held back. Lower levels (the
-    access log among them) pass untouched."""
-
-    def __init__(self, interval: float = 10.0):
-        super().__init__()
-        self.interval = interval
-        self._seen: dict[tuple, list] = {}  # key -> [last shown, held back]
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno < logging.WARNING:
-            return True
-        key = (record.name, str(record.msg), record.exc_info[0] if record.exc_info else None)
-        now = time.monotonic()
-        seen = self._seen.get(key)
-        if seen is not None and now - seen[0] < self.interval:
-            seen[1] += 1
-            return False
-        held = seen[1] if seen is not None else 0
-        self._seen[key] = [now, 0]
-        if len(self._seen) > 10_000:
-            self._seen = {key: self._seen[key]}
-        if held:
-            record.msg = f"{record.getMessage()} (and {held} more like it in the last {now - seen[0]:.0f}s)"
-            record.args = ()
-        return True
-
-
-def rate_limit_logs(interval: float = 10.0) -> None:
-    """Put one rate limit on every handler that prints (root's and uvicorn's)."""
-    limit = RateLimitedLogs(interval)
-    for name in ("", "uvicorn", "uvicorn.error", "uvicorn.access", "asyncio"):
-        for handler in logging.getLogger(name).handlers:
-            handler.addFilter(limit)
-
-
 def raise_open_file_limit(wanted: int) -> int:
     """Raise the soft open-file limit to the hard one; returns the limit in force."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -221,7 +184,31 @@ class DrainingServer(uvicorn.Server):
             log.warning("answered %d unfinished request(s) with 503 at shutdown", aborted)
 
 
-def run(settings: Settings) -> None:
+def bind(host: str, port: int) -> socket.socket:
+    """The listening socket, bound before any model loads: a busy port fails in a second
+    with one line, not after the models have loaded."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise StartupError([f"cannot listen on {host}:{port}: {exc.strerror or exc}; "
+                            f"pick another port (--port) or stop what holds it"]) from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def base_url(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def run(settings: Settings) -> int:
+    """Serve until stopped; the exit code (1: a model failed to load without
+    ``keep_going``)."""
+    sock = bind(settings.host, settings.port)
     if settings.malloc_keep_activations:
         from rewardserve.service.memory import keep_activation_memory
 
@@ -230,13 +217,23 @@ def run(settings: Settings) -> None:
     max_connections = min(settings.max_connections, max(16, files - 256))
     if max_connections < settings.max_connections:
         log.warning("max_connections lowered to %d: the open-file limit is %d", max_connections, files)
-    app = create_app(settings)
+    app = create_app(settings, url=base_url(sock))
     config = uvicorn.Config(
-        app, host=settings.host, port=settings.port, log_level=settings.log_level,
+        app, log_level=settings.log_level, log_config=None, access_log=False,
         http=guarded_protocol(max_connections, settings.header_timeout_s),
         timeout_keep_alive=int(max(1, settings.keep_alive_s)),
         # A backstop only: the server answers what is unfinished half a second before.
         timeout_graceful_shutdown=int(settings.graceful_seconds + 5),
     )
-    rate_limit_logs()
-    DrainingServer(config, app.state.svc, settings.drain_seconds, settings.graceful_seconds).run()
+    state = app.state.svc
+    server = DrainingServer(config, state, settings.drain_seconds, settings.graceful_seconds)
+    failures: list[str] = []
+
+    def stop_on_failure(message: str) -> None:
+        failures.append(message)
+        log.error("stopping: %s (--keep-going serves the other models)", message)
+        server.should_exit = True
+
+    state.registry.on_failure = stop_on_failure
+    server.run(sockets=[sock])
+    return 1 if failures else 0

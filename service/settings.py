@@ -7,7 +7,7 @@ Precedence: CLI flags > environment > defaults. The YAML file (``--config`` or
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import Field, field_validator
@@ -20,6 +20,14 @@ BUILTIN_RULES = (
     ModelSpec(name="math", kind="rule", source="math_equiv"),
     ModelSpec(name="exact_match", kind="rule", source="exact_match"),
 )
+
+
+class StartupError(ValueError):
+    """What cannot be served as configured (a model, the port), one line each."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__("\n".join(problems))
+        self.problems = problems
 
 
 class Settings(BaseSettings):
@@ -49,11 +57,19 @@ class Settings(BaseSettings):
     max_connections: int = Field(default=1024, gt=0)
     header_timeout_s: float = Field(default=10.0, gt=0)
     keep_alive_s: float = Field(default=5.0, gt=0)
-    # /docs, /redoc, /openapi.json (behind the API key when keys are set); false: off.
+    # /docs (Swagger UI, its assets served from here) and /openapi.json, behind the API
+    # key when keys are set; false: off.
     docs: bool = True
     # false: /ready and /metrics name no model unless the request carries a valid key.
     public_model_names: bool = True
     log_level: str = "info"
+    # text: one line per record; json: one JSON object per line (service/logs.py).
+    log_format: Literal["text", "json"] = "text"
+    # false: a model that cannot be built or loaded stops the service (exit code 1);
+    # true: the others are served and that one answers 503 with its error.
+    keep_going: bool = False
+    # Origins a browser may call the API from (CORS); empty: no CORS headers at all.
+    cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
     # SIGTERM: refuse new work with 503 for drain_seconds, then wait for in-flight
     # requests at most graceful_seconds.
     drain_seconds: float = Field(default=5.0, ge=0)
@@ -71,7 +87,7 @@ class Settings(BaseSettings):
     max_request_pixels: int = Field(default=64_000_000, gt=0)
     image_fetch_timeout_s: float = Field(default=5.0, gt=0)
 
-    @field_validator("api_keys", "image_url_allowlist", mode="before")
+    @field_validator("api_keys", "image_url_allowlist", "cors_origins", mode="before")
     @classmethod
     def _split_keys(cls, value: Any) -> Any:
         if isinstance(value, str):
@@ -126,9 +142,15 @@ def load_model_file(path: Path) -> list[ModelSpec]:
     return [ModelSpec.model_validate(entry) for entry in data.get("models", [])]
 
 
-def parse_model_arg(arg: str) -> ModelSpec:
-    """``NAME=SOURCE`` from the command line."""
+def parse_model_arg(arg: str, kind: str | None = None) -> ModelSpec:
+    """``NAME=SOURCE`` or ``NAME=SOURCE:KIND`` from the command line; ``kind`` (``--kind``)
+    for the ones that name none. A suffix that is not a kind stays part of the source."""
+    from rewardserve.models.kinds import known_kinds
+
     name, sep, source = arg.partition("=")
     if not sep or not name or not source:
-        raise ValueError(f"--model takes NAME=SOURCE, got {arg!r}")
-    return ModelSpec(name=name, source=source)
+        raise ValueError(f"--model takes NAME=SOURCE or NAME=SOURCE:KIND, got {arg!r}")
+    head, colon, tail = source.rpartition(":")
+    if colon and head and tail in known_kinds():
+        source, kind = head, tail
+    return ModelSpec(name=name, source=source, kind=kind)

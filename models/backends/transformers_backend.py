@@ -16,6 +16,7 @@ from torch import nn
 from rewardserve.models.backends.backend import TASKS, Backend, Sequence, after_prefix
 from rewardserve.models.backends.readouts import unwrap_last_layer, wrap_last_layer
 from rewardserve.models.options import BackendOptions
+from rewardserve.models.phases import timed_phase
 from rewardserve.models.spec import ModelSpec
 
 log = logging.getLogger(__name__)
@@ -61,8 +62,9 @@ class TransformersBackend(Backend):
         self.task = task
         self.device = pick_device(spec.device)
         self.dtype = pick_dtype(spec.dtype, self.device)
-        self.tokenizer = AutoTokenizer.from_pretrained(spec.source)
-        self.base, self.head, config, self._whole = self._load(spec.source, task)
+        with timed_phase(spec.name, "weights", f"{self.dtype}, {self.device}".replace("torch.", "")):
+            self.tokenizer = AutoTokenizer.from_pretrained(spec.source)
+            self.base, self.head, config, self._whole = self._load(spec.source, task)
         # Packed rows are rounded up to a multiple of this many tokens (packing.pack).
         self._pack_multiple = 1
         if self.device.type == "cpu" and self.dtype == torch.bfloat16:
@@ -73,11 +75,11 @@ class TransformersBackend(Backend):
             # Only inside the backbone (or the whole classifier): heads stay nn.Linear
             # because the lm task reads rows of their weight.
             packed_in = self.base if self._whole is None else self._whole
-            packed = pack_linears(packed_in)
-            if packed:
-                self._pack_multiple = ROW_MULTIPLE
-                shapes = build_kernels(packed_in)
-                log.info("%s: %d linear layers run through oneDNN (%d weight shapes)", spec.name, packed, shapes)
+            with timed_phase(spec.name, "pack", "linear layers through oneDNN"):
+                packed = pack_linears(packed_in)
+                if packed:
+                    self._pack_multiple = ROW_MULTIPLE
+                    build_kernels(packed_in)
         self.pad_token_id = config.pad_token_id
         # Token ids sent by callers (/pooling) are checked against it: an id past the
         # embedding table is a bad request, not an IndexError mid-batch.
@@ -89,7 +91,8 @@ class TransformersBackend(Backend):
         self._packing = self._whole is None and self.options.packing and self._install_segments()
         self.compiled_layers = self.compiled_norms = 0
         if self._packing and self.device.type == "cpu" and self.dtype in (torch.bfloat16, torch.float32):
-            self._compile(self.options)
+            with timed_phase(spec.name, "compile"):
+                self._compile(self.options)
         if self._packing:
             self.batch_preferences = PACKED_BATCH_PREFERENCES if self.device.type == "cpu" else {"pads": False}
         elif self.device.type == "cpu":
@@ -225,7 +228,7 @@ class TransformersBackend(Backend):
                 if not (self.compiled_layers or self.compiled_norms):
                     return
                 if self._packed_probe_agrees(COMPILED_TOLERANCE[self.dtype]) and self._one_read_works():
-                    log.info("compiled: %d decoder layers, %d RMSNorm layers", self.compiled_layers, self.compiled_norms)
+                    log.debug("compiled: %d decoder layers, %d RMSNorm layers", self.compiled_layers, self.compiled_norms)
                     return
             uncompile_layers(self.base)
             uncompile_norms(self.base)

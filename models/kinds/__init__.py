@@ -35,8 +35,16 @@ def kind_class(name: str) -> type[RewardModel]:
             if exc.name != f"rewardserve.models.kinds.{name}":
                 raise
     if name not in _KINDS:
-        raise ValueError(f"unknown model kind {name!r}")
+        raise ValueError(f"unknown model kind {name!r}; kinds: {', '.join(known_kinds())}")
     return _KINDS[name]
+
+
+def known_kinds() -> list[str]:
+    """The kinds in this folder and any registered from elsewhere."""
+    import pkgutil
+
+    here = [m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")]
+    return sorted(set(here) | set(_KINDS))
 
 
 def infer_kind(source: str) -> str | None:
@@ -51,9 +59,19 @@ def build_model(spec: ModelSpec, context: ModelContext | None = None) -> RewardM
     preset: dict[str, Any] | None = presets.resolve(spec.source, spec.preset)
     kind = spec.kind or (preset or {}).get("kind") or infer_kind(spec.source)
     if kind is None:
+        from rewardserve.models.checkpoints import checkpoint_problem
+
+        problem = checkpoint_problem(spec.source)
+        if problem is not None:
+            raise ValueError(f"model {spec.name!r}: {problem}")
         raise ValueError(
-            f"model {spec.name!r}: cannot tell the kind of {spec.source!r}; set 'kind'"
-        )
+            f"model {spec.name!r}: cannot tell the kind of {spec.source}: no preset knows it and "
+            f"its config.json names no *ForSequenceClassification architecture; set 'kind' "
+            f"(kind: in the config, NAME=SOURCE:KIND or --kind on the command line)")
     if preset is not None and preset.get("kind") != kind:
         preset = None  # a preset of another kind says nothing about this model
-    return kind_class(kind)(spec, preset, context)
+    try:
+        cls = kind_class(kind)
+    except ValueError as exc:
+        raise ValueError(f"model {spec.name!r}: {exc}") from None
+    return cls(spec, preset, context)

@@ -54,7 +54,7 @@ def test_model_arg_and_presets():
     assert model.options.strip_bos is True
     with pytest.raises(ValueError):
         parse_model_arg("no-equals-sign")
-    with pytest.raises(ValueError, match="kind"):
+    with pytest.raises(ValueError, match="no such directory"):
         build_model(ModelSpec(name="x", source="/nonexistent/dir"))
 
 

@@ -1,0 +1,101 @@
+"""Where a model's weights come from, checked before anything loads: a local directory,
+or a hub id that is in the local cache or reachable now. A problem is one sentence that
+says what to do, found in seconds (transformers would retry an unreachable hub for about
+a minute, then fail deep inside loading)."""
+
+from __future__ import annotations
+
+import os
+import re
+from functools import lru_cache
+from pathlib import Path
+
+# owner/name, as the hub spells repository ids.
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+HUB_TIMEOUT_S = 3.0
+
+
+def looks_like_path(source: str) -> bool:
+    return source.startswith(("/", "./", "../", "~")) or source.count("/") > 1 or "\\" in source
+
+
+def is_local(source: str) -> bool:
+    return Path(source).expanduser().is_dir()
+
+
+def hub_offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
+
+
+def in_hub_cache(repo_id: str) -> bool:
+    from huggingface_hub import try_to_load_from_cache
+
+    return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
+
+
+@lru_cache(maxsize=1)
+def hub_unreachable() -> str | None:
+    """None when the hub answers; else why not (one request per process)."""
+    import httpx
+    from huggingface_hub import constants
+
+    try:
+        httpx.head(constants.ENDPOINT, timeout=HUB_TIMEOUT_S)
+    except httpx.HTTPError as exc:
+        return f"{constants.ENDPOINT} is unreachable ({type(exc).__name__}: {exc})"
+    return None
+
+
+def checkpoint_problem(source: str) -> str | None:
+    """None when ``source`` can be loaded from here; else what is wrong and what to do."""
+    path = Path(source).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            return f"{source} has no config.json: give the directory that holds the checkpoint"
+        return None
+    if path.exists():
+        return f"{source} is a file: give the checkpoint's directory"
+    if looks_like_path(source) or not HUB_ID.fullmatch(source):
+        return f"no such directory: {source} (a local checkpoint directory or a hub id owner/name)"
+    if in_hub_cache(source):
+        return None
+    if hub_offline():
+        return (f"{source} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set: "
+                f"download it first (huggingface-cli download {source}) or give a local directory")
+    unreachable = hub_unreachable()
+    if unreachable is not None:
+        return (f"{source} is not in the local Hugging Face cache and {unreachable}: download it "
+                f"where there is a network, or give a local directory")
+    return None
+
+
+def go_offline_if_unreachable(sources: list[str]) -> None:
+    """Hub ids all served from the cache while the hub is unreachable: tell the hub
+    client so, before it loads, so no call waits on retries."""
+    hub_ids = [s for s in sources if not is_local(s) and HUB_ID.fullmatch(s)]
+    if hub_ids and not hub_offline() and hub_unreachable() is not None:
+        os.environ["HF_HUB_OFFLINE"] = "1"
+        from huggingface_hub import constants
+
+        constants.HF_HUB_OFFLINE = True
+
+
+def checkpoint_context(source: str) -> int | None:
+    """The context length the checkpoint's config declares, when it is on disk."""
+    import json
+
+    path = Path(source).expanduser() / "config.json"
+    if not path.is_file() and HUB_ID.fullmatch(source):
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(source, "config.json")
+        path = Path(cached) if isinstance(cached, str) else path
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    for part in (config, config.get("text_config") or {}):
+        for key in ("max_position_embeddings", "n_positions", "max_sequence_length"):
+            if isinstance(part.get(key), int):
+                return int(part[key])
+    return None

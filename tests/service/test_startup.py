@@ -1,0 +1,145 @@
+"""Start-up as a user meets it, in real processes: what cannot be served stops the
+service in seconds with one line per problem naming the model; what loads says what it
+chose and how long each phase took; a model that fails to load stops it (exit 1) unless
+--keep-going."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from rewardserve.service.settings import parse_model_arg
+from tests.harness import free_port, wait_ready
+
+
+def rewardserve(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "rewardserve.service.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def error_lines(done: subprocess.CompletedProcess) -> list[str]:
+    return [line for line in done.stderr.splitlines() if line.startswith("rewardserve: error:")]
+
+
+def test_a_busy_port_fails_before_anything_loads():
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        start = time.monotonic()
+        done = rewardserve("serve", "--port", str(port))
+    assert done.returncode == 2 and time.monotonic() - start < 20
+    (line,) = error_lines(done)
+    assert f"cannot listen on 127.0.0.1:{port}" in line and "--port" in line
+    assert "Traceback" not in done.stderr
+
+
+def test_every_model_that_cannot_be_built_is_named_on_one_line(tmp_path, qwen3_rm):
+    config = tmp_path / "models.yaml"
+    config.write_text(
+        "models:\n"
+        f"  - {{name: typo, source: {qwen3_rm}, options: {{packng: false}}}}\n"
+        "  - {name: strange, source: x, kind: regression}\n")
+    done = rewardserve("serve", "--port", str(free_port()), "--config", str(config),
+                       "--model", f"missing={tmp_path}/nowhere")
+    assert done.returncode == 2
+    lines = error_lines(done)
+    assert len(lines) == 3 and "Traceback" not in done.stderr
+    typo, strange, missing = lines
+    assert "'typo'" in typo and "packng" in typo and "did you mean 'packing'" in typo
+    assert "'strange'" in strange and "unknown model kind 'regression'" in strange and "outcome" in strange
+    assert "'missing'" in missing and f"no such directory: {tmp_path}/nowhere" in missing
+
+
+def test_a_hub_id_that_is_not_cached_fails_in_seconds(tmp_path):
+    cache = {"HF_HOME": str(tmp_path / "hf")}
+    offline = rewardserve("serve", "--port", str(free_port()), "--model", "rm=acme/reward-7b:outcome",
+                          env={**cache, "HF_HUB_OFFLINE": "1"})
+    (line,) = error_lines(offline)
+    assert offline.returncode == 2 and "'rm'" in line and "HF_HUB_OFFLINE is set" in line
+    # No offline flag, and the hub does not answer (a closed port on loopback).
+    start = time.monotonic()
+    unreachable = rewardserve("serve", "--port", str(free_port()), "--model", "rm=acme/reward-7b:outcome",
+                              env={**cache, "HF_HUB_OFFLINE": "0", "HF_ENDPOINT": f"http://127.0.0.1:{free_port()}"})
+    (line,) = error_lines(unreachable)
+    assert unreachable.returncode == 2 and "is unreachable" in line and "local directory" in line
+    assert time.monotonic() - start < 30
+
+
+def test_no_models_at_all_is_an_error_not_a_service_that_never_gets_ready():
+    done = rewardserve("serve", "--port", str(free_port()), env={"REWARDSERVE_BUILTIN_RULES": "false"})
+    (line,) = error_lines(done)
+    assert done.returncode == 2 and "no models to serve" in line
+
+
+def test_the_command_line_names_a_kind():
+    assert parse_model_arg("prm=/models/prm:process").kind == "process"
+    assert parse_model_arg("prm=/models/prm:process").source == "/models/prm"
+    assert parse_model_arg("prm=acme/prm-7b", kind="process").kind == "process"
+    assert parse_model_arg("rm=acme/rm-7b").kind is None
+    # A suffix that is no kind stays part of the source.
+    assert parse_model_arg("rm=/data/run:3").source == "/data/run:3"
+
+
+def broken_checkpoint(tmp_path):
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text('{"architectures": ["Qwen3ForSequenceClassification"]}')
+    return broken
+
+
+def test_a_model_that_fails_to_load_stops_the_service(tmp_path):
+    done = rewardserve("serve", "--port", str(free_port()), "--model", f"rm={broken_checkpoint(tmp_path)}",
+                       timeout=120)
+    assert done.returncode == 1
+    failures = [line for line in done.stderr.splitlines() if "ERROR" in line]
+    assert any("model rm failed to load" in line for line in failures)
+    assert any("stopping" in line and "--keep-going" in line for line in failures)
+
+
+def test_start_up_says_what_it_chose_and_keep_going_serves_the_rest(tmp_path, qwen3_rm):
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    log = tmp_path / "serve.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "rewardserve.service.cli", "serve", "--port", str(port), "--keep-going",
+             "--log-format", "json", "--model", f"rm={qwen3_rm}:outcome", "--model", f"bad={broken_checkpoint(tmp_path)}"],
+            stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "REWARDSERVE_DRAIN_SECONDS": "0"})
+        try:
+            wait_ready(url, proc, 180)
+            response = httpx.post(url + "/v1/score", json={"model": "rm", "items": [{"response": "hi"}]},
+                                  headers={"x-request-id": "trainer-7.step-3"}, timeout=30)
+            assert response.headers["x-request-id"] == "trainer-7.step-3"
+            refused = httpx.post(url + "/v1/score", json={"model": "bad", "items": [{"response": "hi"}]}, timeout=30)
+            assert refused.status_code == 503 and "failed to load" in refused.json()["error"]["message"]
+            assert httpx.get(url + "/health", timeout=5).status_code == 200
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=60) == 0
+    records = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
+    assert len(records) == len(log.read_text().splitlines()), "one format: every line is JSON"
+    startup = [r["message"] for r in records if r["logger"] == "rewardserve.startup"]
+    plan = next(m for m in startup if m.startswith("model rm: source="))
+    assert "kind=outcome" in plan and "dtype=float32" in plan and "device=cpu" in plan
+    assert "checkpoint context 512" in plan
+    for phase in ("weights", "pack", "load", "probe"):
+        assert any(m.startswith(f"model rm: {phase} ") and m.endswith(("s", ")")) for m in startup), phase
+    assert any(m.startswith("model rm: ready in") for m in startup)
+    assert any(m.startswith("model math: ready in") for m in startup)
+    # Rules are ready before the first weights are read.
+    assert startup.index(next(m for m in startup if m.startswith("model math: ready"))) < startup.index(plan)
+    serving = next(m for m in startup if m.startswith("serving "))
+    assert "rm" in serving and url in serving and "/v1/score" in serving and "bad" not in serving.split(" at ")[0]
+    (line,) = [r for r in records if r.get("request_id") == "trainer-7.step-3"]
+    assert line["route"] == "/v1/score" and line["model"] == "rm" and line["items"] == 1 and line["status"] == 200
+    assert line["tokens"] > 0 and line["queue_ms"] >= 0 and line["inference_ms"] > 0
+    assert any(r.get("status") == 503 and "failed to load" in r.get("reason", "") for r in records)
