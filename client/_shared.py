@@ -6,6 +6,7 @@ import email.utils
 import os
 import random
 import time
+import warnings
 from dataclasses import dataclass, field, replace
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
@@ -179,12 +180,10 @@ class ListCall(Generic[R]):
 Given = Iterable[Any]  # items as models or plain mappings
 
 
-def score_call(model: str, items: Given, activation: str | None = None, normalize: str | None = None,
-               truncate: str | None = None) -> ListCall[ScoreResponse]:
-    given = {"activation": activation, "normalize": normalize, "truncate": truncate}
-    options = ScoreOptions.model_validate({k: v for k, v in given.items() if v is not None})
+def score_call(model: str, items: Given, options: dict[str, Any]) -> ListCall[ScoreResponse]:
+    score_options = ScoreOptions(**options)
     return ListCall("/v1/score", ScoreResponse, as_items(items, Item),
-                    lambda chunk: ScoreRequest(model=model, items=chunk, options=options))
+                    lambda chunk: ScoreRequest(model=model, items=chunk, options=score_options))
 
 
 def steps_call(model: str, items: Given, options: dict[str, Any]) -> ListCall[StepsResponse]:
@@ -195,6 +194,9 @@ def steps_call(model: str, items: Given, options: dict[str, Any]) -> ListCall[St
 
 def verify_call(model: str, items: Given, options: dict[str, Any]) -> ListCall[VerifyResponse]:
     verify_options = VerifyOptions(**options)
+    if verify_options.mode == "generate" and verify_options.n > 1 and verify_options.temperature == 0:
+        warnings.warn(f"n={verify_options.n} at temperature 0: greedy decoding gives one sample, not "
+                      f"{verify_options.n}; set a temperature to average several", stacklevel=3)
     return ListCall("/v1/verify", VerifyResponse, as_items(items, Item),
                     lambda chunk: VerifyRequest(model=model, items=chunk, options=verify_options))
 

@@ -22,7 +22,6 @@ from rewardserve.client._shared import (
     verify_call,
 )
 from rewardserve.client.protocol import (
-    Activation,
     Aggregation,
     CompareItem,
     CompareResponse,
@@ -30,12 +29,10 @@ from rewardserve.client.protocol import (
     Health,
     Item,
     ModelList,
-    Normalize,
     RubricItem,
     RubricResponse,
     ScoreResponse,
     StepsResponse,
-    Truncate,
     VerifyResponse,
 )
 
@@ -66,17 +63,10 @@ class AsyncRewardClient(BaseClient):
 
     # ------------------------------------------------------------------ endpoints
 
-    async def score(
-        self,
-        model: str,
-        items: Iterable[Item | Mapping[str, Any]],
-        *,
-        activation: Activation | None = None,
-        normalize: Normalize | None = None,
-        truncate: Truncate | None = None,
-    ) -> ScoreResponse:
-        """Outcome reward per item (``POST /v1/score``)."""
-        return await self._list_call(score_call(model, items, activation, normalize, truncate))
+    async def score(self, model: str, items: Iterable[Item | Mapping[str, Any]], **options: Any) -> ScoreResponse:
+        """Outcome reward per item (``POST /v1/score``); ``options`` are ScoreOptions'
+        fields (``normalize="group"``, ``truncate="left"``, a CLIP model's ``goal``, ...)."""
+        return await self._list_call(score_call(model, items, options))
 
     async def score_steps(self, model: str, items: Iterable[Item | Mapping[str, Any]], **options: Any) -> StepsResponse:
         """Process reward per step (``POST /v1/score/steps``)."""

@@ -52,7 +52,8 @@ class APIStatusError(RewardServeError):
             error = _error_fields(response.content)
             self.type, self.param, message = error.get("type"), error.get("param"), error.get("message", message)
         self.message = message
-        super().__init__(f"{response.status_code} {self.type or 'error'}: {message}")
+        where = f" (param: {self.param})" if self.param else ""
+        super().__init__(f"{response.status_code} {self.type or 'error'}: {message}{where}")
 
 
 class AuthenticationError(APIStatusError):

@@ -23,7 +23,6 @@ from rewardserve.client._shared import (
     verify_call,
 )
 from rewardserve.client.protocol import (
-    Activation,
     Aggregation,
     CompareItem,
     CompareResponse,
@@ -31,12 +30,10 @@ from rewardserve.client.protocol import (
     Health,
     Item,
     ModelList,
-    Normalize,
     RubricItem,
     RubricResponse,
     ScoreResponse,
     StepsResponse,
-    Truncate,
     VerifyResponse,
 )
 
@@ -76,17 +73,10 @@ class RewardClient(BaseClient):
 
     # ------------------------------------------------------------------ endpoints
 
-    def score(
-        self,
-        model: str,
-        items: Iterable[Item | Mapping[str, Any]],
-        *,
-        activation: Activation | None = None,
-        normalize: Normalize | None = None,
-        truncate: Truncate | None = None,
-    ) -> ScoreResponse:
-        """Outcome reward per item (``POST /v1/score``)."""
-        return self._list_call(score_call(model, items, activation, normalize, truncate))
+    def score(self, model: str, items: Iterable[Item | Mapping[str, Any]], **options: Any) -> ScoreResponse:
+        """Outcome reward per item (``POST /v1/score``); ``options`` are ScoreOptions'
+        fields (``normalize="group"``, ``truncate="left"``, a CLIP model's ``goal``, ...)."""
+        return self._list_call(score_call(model, items, options))
 
     def score_steps(self, model: str, items: Iterable[Item | Mapping[str, Any]], **options: Any) -> StepsResponse:
         """Process reward per step (``POST /v1/score/steps``); ``options`` are StepOptions

@@ -1,8 +1,9 @@
 """Agent trajectories: step rewards and the trajectory reward in one call, placed on
 tokens for per-token advantages.
 
-    rewards = trajectory_rewards(client, "prm", messages, outcome_model="skywork")
-    per_token = token_rewards(offsets, ends, rewards.step_rewards)
+    rewards = trajectory_rewards(client, "prm", messages, outcome_model="skywork", shaping="delta")
+    text = templated(tokenizer, messages)
+    per_token = token_rewards(text.offsets, step_ends(rewards.spans, text.message_starts), rewards.step_rewards)
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from rewardserve.client.sync_client import RewardClient
 
 @dataclass
 class TrajectoryRewards:
-    step_rewards: list[float | None]  # one per assistant turn (None: not scored)
+    # One per assistant turn (None: not scored): the shaped rewards when ``shaping`` asked
+    # for them (delta, group), else the step scores.
+    step_rewards: list[float | None]
     spans: list[StepSpan]  # where each step is: message index and character offsets
     reward: float | None  # the outcome model's score, else the PRM's aggregate
     steps: StepsResult
@@ -40,8 +43,36 @@ def trajectory_rewards(
     if outcome_model is not None:
         (outcome,) = client.score(outcome_model, [item]).results
         reward = outcome.score if outcome.valid else None
-    rewards = list(steps.step_scores) if steps.valid else []
+    shaped = steps.step_rewards if steps.step_rewards is not None else steps.step_scores
+    rewards = list(shaped) if steps.valid else []
     return TrajectoryRewards(rewards, list(steps.spans), reward, steps)
+
+
+@dataclass
+class TemplatedTrajectory:
+    text: str  # the conversation as the tokenizer's chat template writes it
+    offsets: list[tuple[int, int]]  # each token's (start, end) characters in ``text``
+    message_starts: dict[int | None, int]  # where each message's content starts in ``text``
+
+
+def templated(tokenizer: Any, messages: list[Mapping[str, Any]], **template_kwargs: Any) -> TemplatedTrajectory:
+    """The trainer's own text of ``messages`` (the tokenizer's chat template), its token
+    offsets, and where each message's content starts: what ``step_ends`` and
+    ``token_rewards`` need. ``tokenizer`` is a transformers fast tokenizer."""
+    text = tokenizer.apply_chat_template(list(messages), tokenize=False, **template_kwargs)
+    starts: dict[int | None, int] = {}
+    at = 0
+    for index, message in enumerate(messages):
+        content = message.get("content")
+        if not isinstance(content, str) or not content:
+            continue
+        found = text.find(content, at)
+        if found < 0:
+            raise ValueError(f"messages[{index}]: its content is not in the templated text as written")
+        starts[index] = found
+        at = found + len(content)
+    encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    return TemplatedTrajectory(text, [tuple(o) for o in encoded["offset_mapping"]], starts)
 
 
 def step_ends(spans: list[StepSpan], message_starts: Mapping[int | None, int]) -> list[int]:

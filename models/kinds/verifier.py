@@ -366,7 +366,9 @@ class VerifierModel(RewardModel):
                 samples.append(VerifySample(text=text))
         valid = [s for s in samples if s.score is not None]
         if not valid:
-            return ItemError(f"no verdict could be parsed from {len(samples)} sample(s)")
+            # Invalid, with what the judge wrote, so the caller can see why.
+            return VerifyResult(score=None, valid=False, samples=samples,
+                                error=f"no verdict could be parsed from {len(samples)} sample(s)")
         return VerifyResult(
             score=sum(s.score for s in valid) / len(valid),
             verdict=valid[0].verdict,

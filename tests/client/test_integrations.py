@@ -237,3 +237,35 @@ def test_trajectory_rewards_and_token_placement(service):
     assert per_token[1] == out.step_rewards[0] and per_token[5] == out.step_rewards[1]
     assert sum(per_token) == pytest.approx(sum(out.step_rewards)) and not math.isnan(sum(per_token))
     assert os.environ.get("REWARDSERVE_MODEL") is None
+
+
+def test_shaped_step_rewards_on_the_tokenizer_s_own_text(service, qwen2_prm):
+    from transformers import AutoTokenizer
+
+    from rewardserve.client.integrations.trajectory import templated
+
+    messages = [
+        {"role": "user", "content": "find x"},
+        {"role": "assistant", "content": "Searching for x."},
+        {"role": "user", "content": "and?"},
+        {"role": "assistant", "content": "x is 4."},
+    ]
+    client = RewardClient(service)
+    raw = trajectory_rewards(client, "prm", messages)
+    delta = trajectory_rewards(client, "prm", messages, shaping="delta")
+    # The shaped rewards, not the raw scores, where shaping was asked for.
+    assert delta.step_rewards == pytest.approx([raw.step_rewards[0], raw.step_rewards[1] - raw.step_rewards[0]])
+    tokenizer = AutoTokenizer.from_pretrained(qwen2_prm)
+    text = templated(tokenizer, messages)
+    assert text.text == tokenizer.apply_chat_template(messages, tokenize=False)
+    for index in (1, 3):
+        start = text.message_starts[index]
+        assert text.text[start:start + len(messages[index]["content"])] == messages[index]["content"]
+    ends = step_ends(delta.spans, text.message_starts)
+    per_token = token_rewards(text.offsets, ends, delta.step_rewards)
+    assert len(per_token) == len(tokenizer(text.text, add_special_tokens=False)["input_ids"])
+    placed = [i for i, r in enumerate(per_token) if r != 0]
+    assert [per_token[i] for i in placed] == pytest.approx(delta.step_rewards)
+    # Each reward sits on the token holding its step's last character.
+    for i, end in zip(placed, ends):
+        assert text.offsets[i][0] <= end < text.offsets[i][1] and text.text[end] == "."

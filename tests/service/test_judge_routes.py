@@ -55,6 +55,8 @@ async def test_verify_generate_parses_or_marks_invalid(service):
         "options": {"mode": "generate", "max_new_tokens": 6, "n": 2, "temperature": 1.0, "seed": 1}})
     (result,) = garbage["results"]
     assert result["valid"] is False and result["score"] is None and "verdict" in result["error"]
+    # What the judge wrote comes back, so the caller can see why no verdict was read.
+    assert len(result["samples"]) == 2 and all(s["text"] and s["score"] is None for s in result["samples"])
     sure = await post(http, "/v1/verify", {
         "model": "yes", "items": [ITEM, {**ITEM, "response": "5"}],
         "options": {"mode": "generate", "max_new_tokens": 4, "n": 3, "temperature": 0.7, "seed": 0}})
