@@ -1,5 +1,8 @@
-"""``rewardserve serve [--config models.yaml] [--model NAME=SOURCE ...] [--host H] [--port P]``
-``rewardserve grpo --config grpo.yaml [--policy ...] [--steps N]``"""
+"""``rewardserve serve [--config models.yaml] [--model NAME=SOURCE[:KIND] ...] [--host H] [--port P]``
+``rewardserve score --model NAME IN.jsonl -o OUT.jsonl [--url URL | --config models.yaml]``
+``rewardserve eval --model NAME PAIRS.jsonl -o DIR [--url URL | --config models.yaml]``
+``rewardserve models [--config models.yaml]``, ``rewardserve paths``
+``rewardserve grpo --config grpo.yaml [--policy ...] [--steps N] [--no-resume]``"""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ import json
 import logging
 import os
 import sys
+import time
 
 from pydantic import ValidationError
 
@@ -34,6 +38,21 @@ def _parser() -> argparse.ArgumentParser:
                        help="serve the models that load; by default one that fails stops the service")
     serve.add_argument("--log-level", help="debug, info, warning, error")
     serve.add_argument("--log-format", choices=["text", "json"], help="log lines as text (default) or JSON")
+    models = commands.add_parser("models", help="the kinds and presets, and what a config would serve")
+    add_model_args(models)
+    score = commands.add_parser("score", help="score a JSONL file of items, one result per line")
+    score.add_argument("input", help="JSONL: one item per line (the /v1/score item shape)")
+    score.add_argument("-o", "--output", required=True, help="JSONL results, in input order; a re-run resumes")
+    score.add_argument("--model", dest="name", help="the served model to score with (the judge for rubric)")
+    score.add_argument("--endpoint", choices=["score", "steps", "verify", "rubric"], default="score")
+    score.add_argument("--options", default="{}", help="the endpoint's options as JSON, e.g. '{\"normalize\": \"group\"}'")
+    add_service_args(score)
+    evaluate = commands.add_parser("eval", help="a reward model's accuracy on preference pairs")
+    evaluate.add_argument("input", help="JSONL: prompt, chosen, rejected (one or a list), optional subset")
+    evaluate.add_argument("-o", "--output", required=True, help="directory for pairs.jsonl, accuracy.json, accuracy.png")
+    evaluate.add_argument("--model", dest="name", required=True, help="the served reward model")
+    add_service_args(evaluate)
+    commands.add_parser("paths", help="the files to point verl and OpenRLHF at")
     grpo = commands.add_parser("grpo", help="train a causal LM with GRPO on the service's rewards")
     grpo.add_argument("--config", help="YAML with the GRPO settings (client/grpo/config.py)")
     grpo.add_argument("--policy", help="the policy: a local path or hub id")
@@ -41,7 +60,34 @@ def _parser() -> argparse.ArgumentParser:
     grpo.add_argument("--output-dir")
     grpo.add_argument("--service", help="service URL(s), comma-separated")
     grpo.add_argument("--steps", type=int)
+    grpo.add_argument("--no-resume", action="store_true", help="start over even if output-dir has checkpoints")
     return parser
+
+
+def add_model_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", help="YAML file with a 'models:' list")
+    parser.add_argument("--model", action="append", default=[], metavar="NAME=SOURCE[:KIND]",
+                        help="a model as serve takes it; repeatable")
+    parser.add_argument("--kind", help="the kind of the --model sources that name none")
+    parser.add_argument("--no-builtin-rules", action="store_true", help="without math / exact_match")
+
+
+def add_service_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--url", help="a running service; without it the models are loaded here")
+    parser.add_argument("--api-key", default=os.environ.get("REWARDSERVE_API_KEY"), help="for --url")
+    parser.add_argument("--serve", action="append", default=[], metavar="NAME=SOURCE[:KIND]", dest="serve_models",
+                        help="load this model here (no --url); repeatable, beside --config")
+    parser.add_argument("--config", help="YAML with the models to load here (no --url)")
+    parser.add_argument("--log-level", default="warning")
+
+
+def settings_from(args: argparse.Namespace, models: list[str], **overrides: object):
+    from rewardserve.service.settings import Settings, parse_model_arg
+
+    given = {"config": args.config, **overrides}
+    settings = Settings(**{k: v for k, v in given.items() if v is not None})
+    settings.models = settings.models + [parse_model_arg(a, getattr(args, "kind", None)) for a in models]
+    return settings
 
 
 def grpo(args: argparse.Namespace) -> None:
@@ -53,6 +99,80 @@ def grpo(args: argparse.Namespace) -> None:
     history = train(load_config(args.config, overrides))
     if history:
         print(json.dumps(history[-1]))
+
+
+def models(args: argparse.Namespace) -> None:
+    from rewardserve.models import presets
+    from rewardserve.models.kinds import build_checked, known_kinds
+    from rewardserve.service.offline import table
+
+    print("kinds: " + ", ".join(known_kinds()))
+    print("\npresets:")
+    print(table([("name", "kind", "description"),
+                 *[(p["name"], p["kind"], p.get("description", "")) for p in presets.all_presets()]]))
+    settings = settings_from(args, args.model, builtin_rules=False if args.no_builtin_rules else None)
+    rows = [("model", "kind", "preset", "source", "status")]
+    for spec in settings.model_specs():
+        try:
+            model = build_checked(spec)
+            rows.append((spec.name, model.kind, model.preset_name or "-", spec.source, "ok"))
+        except ValueError as exc:
+            rows.append((spec.name, spec.kind or "?", spec.preset or "-", spec.source, str(exc)))
+    print("\nthis configuration would serve:")
+    print(table(rows))
+
+
+def paths(_: argparse.Namespace) -> None:
+    import importlib
+
+    for name, what in [("verl", "custom_reward_function.path (verl)"),
+                       ("openrlhf", "--remote_rm_url, python reward mode (OpenRLHF)"),
+                       ("trl", "reward_function / async_reward_function (TRL, import it)")]:
+        module = importlib.import_module(f"rewardserve.client.integrations.{name}")
+        print(f"{module.__file__}\t{what}")
+
+
+def score(args: argparse.Namespace) -> None:
+    import asyncio
+    from pathlib import Path
+
+    from rewardserve.service.offline import reward_client, score_file, summary, table
+
+    configure_logging(args.log_level)
+    options = json.loads(args.options)
+    if not isinstance(options, dict):
+        raise ValueError("--options is a JSON object")
+    if args.endpoint != "rubric" and not args.name:
+        raise ValueError(f"--endpoint {args.endpoint} needs --model")
+
+    async def scored() -> list[dict]:
+        settings = None if args.url else settings_from(args, args.serve_models)
+        async with reward_client(args.url, settings, args.api_key) as client:
+            return await score_file(client, args.endpoint, args.name or "", options, Path(args.input),
+                                    Path(args.output))
+
+    started = time.monotonic()
+    results = asyncio.run(scored())
+    print(table([*summary(results), ("seconds", f"{time.monotonic() - started:.1f}")]))
+
+
+def evaluate(args: argparse.Namespace) -> None:
+    import asyncio
+    from pathlib import Path
+
+    from rewardserve.service.evaluate import accuracy_table
+    from rewardserve.service.evaluate import evaluate as run_eval
+    from rewardserve.service.offline import reward_client
+
+    configure_logging(args.log_level)
+
+    async def evaluated() -> dict:
+        settings = None if args.url else settings_from(args, args.serve_models, builtin_rules=False)
+        async with reward_client(args.url, settings, args.api_key) as client:
+            return await run_eval(client, args.name, Path(args.input), Path(args.output))
+
+    print(accuracy_table(asyncio.run(evaluated())))
+    print(f"\nwritten to {args.output}: pairs.jsonl, accuracy.json, accuracy.png")
 
 
 def serve(args: argparse.Namespace) -> None:
@@ -110,7 +230,7 @@ def one_line(exc: Exception) -> str:
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
-COMMANDS = {"serve": serve, "grpo": grpo}
+COMMANDS = {"serve": serve, "grpo": grpo, "models": models, "score": score, "eval": evaluate, "paths": paths}
 
 
 if __name__ == "__main__":

@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from rewardserve.models.cache import LRUCache
-from rewardserve.models.checkpoints import checkpoint_problem, go_offline_if_unreachable
+from rewardserve.models.checkpoints import go_offline_if_unreachable
 from rewardserve.models.phases import log as startup_log
 from rewardserve.models.phases import timed_phase
 from rewardserve.models.reward_model import ModelContext, RewardModel
-from rewardserve.models.kinds import build_model
+from rewardserve.models.kinds import build_checked
 from rewardserve.models.spec import ModelSpec
 from rewardserve.service.batcher import Batcher
 from rewardserve.service.errors import NotFound, NotReady
@@ -66,10 +66,7 @@ class ModelRegistry:
         problems = []
         for spec in specs:
             try:
-                model = build_model(spec, context)
-                problem = checkpoint_problem(spec.source) if model.runs_torch else None
-                if problem is not None:
-                    raise ValueError(f"model {spec.name!r}: {problem}")
+                model = build_checked(spec, context)
             except ValueError as exc:
                 problems.append(str(exc))
                 continue

@@ -75,3 +75,19 @@ def build_model(spec: ModelSpec, context: ModelContext | None = None) -> RewardM
     except ValueError as exc:
         raise ValueError(f"model {spec.name!r}: {exc}") from None
     return cls(spec, preset, context)
+
+
+def build_checked(spec: ModelSpec, context: ModelContext | None = None) -> RewardModel:
+    """``build_model`` for a model about to be served: a kind with weights first has its
+    checkpoint found (a local directory, or a hub id cached or reachable), so a missing
+    path is named as such rather than as whatever reading it would break."""
+    from rewardserve.models.checkpoints import checkpoint_problem
+
+    try:
+        has_weights = spec.kind is None or kind_class(spec.kind).runs_torch
+    except ValueError:
+        has_weights = False  # build_model names the unknown kind
+    problem = checkpoint_problem(spec.source) if has_weights else None
+    if problem is not None:
+        raise ValueError(f"model {spec.name!r}: {problem}")
+    return build_model(spec, context)

@@ -41,8 +41,8 @@ def test_preset_options_and_the_user_s_merge_into_the_typed_options():
     assert model.options.backend().packing is False
 
 
-def test_the_service_does_not_start_with_a_typo():
-    settings = Settings(models=[ModelSpec(name="rm", kind="outcome", source="/nowhere", options={"packng": False})])
+def test_the_service_does_not_start_with_a_typo(qwen3_rm):
+    settings = Settings(models=[ModelSpec(name="rm", kind="outcome", source=str(qwen3_rm), options={"packng": False})])
     with pytest.raises(StartupError, match="did you mean 'packing'"):
         create_app(settings)
 

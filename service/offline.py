@@ -1,0 +1,196 @@
+"""Scoring a JSONL file from the command line: ``rewardserve score``.
+
+The items go through the real service, either one running at ``--url`` or this
+process's own app (``--config`` or the built-in rules) behind an in-memory transport,
+so batching, limits and readouts are the service's. Results are written one per line
+in input order, a block at a time; a re-run appends after the last line written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+import httpx
+
+from rewardserve.client import AsyncRewardClient
+
+ENDPOINTS = ("score", "steps", "verify", "rubric")
+BLOCK = 512  # items per block: written (and resumable) one block at a time
+
+
+@asynccontextmanager
+async def reward_client(url: str | None, settings: Any = None, api_key: str | None = None,
+                        ready_timeout_s: float = 600.0) -> AsyncIterator[AsyncRewardClient]:
+    """A client of the service at ``url``, or of an in-process one built from
+    ``settings`` (models loaded before the first call)."""
+    if url is not None:
+        async with AsyncRewardClient(url, api_key=api_key) as client:
+            yield client
+        return
+    from rewardserve.service.app import create_app
+
+    app = create_app(settings)
+    async with app.router.lifespan_context(app):
+        registry = app.state.svc.registry
+        await asyncio.wait_for(registry.loaded.wait(), ready_timeout_s)
+        if registry.failed:
+            raise ValueError("; ".join(f"model {f}" for f in registry.failed))
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://rewardserve", timeout=None) as http:
+            async with AsyncRewardClient("http://rewardserve", http_client=http) as client:
+                yield client
+
+
+def call_for(client: AsyncRewardClient, endpoint: str, model: str, options: dict[str, Any]) -> Callable:
+    if endpoint == "score":
+        return lambda items: client.score(model, items, **options)
+    if endpoint == "steps":
+        return lambda items: client.score_steps(model, items, **options)
+    if endpoint == "verify":
+        return lambda items: client.verify(model, items, **options)
+    if endpoint == "rubric":
+        return lambda items: client.rubric(items, judge=options.get("judge", model or None),
+                                           criteria=options.get("criteria"), aggregation=options.get("aggregation"))
+    raise ValueError(f"--endpoint is one of {', '.join(ENDPOINTS)}")
+
+
+def read_items(path: Path) -> list[dict[str, Any]]:
+    items = []
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                item = json.loads(line)
+            except ValueError as exc:
+                raise ValueError(f"{path}:{number}: not JSON ({exc})") from None
+            if not isinstance(item, dict):
+                raise ValueError(f"{path}:{number}: an item is a JSON object")
+            items.append(item)
+    return items
+
+
+def lines_written(path: Path) -> list[dict[str, Any]]:
+    """The complete result lines already in ``path``; a torn last line (a run stopped
+    while writing) is cut off the file."""
+    if not path.exists():
+        return []
+    done = []
+    kept = 0
+    with open(path, "rb") as f:
+        for line in f:
+            try:
+                done.append(json.loads(line))
+            except ValueError:
+                break
+            if not line.endswith(b"\n"):
+                done.pop()
+                break
+            kept += len(line)
+    os.truncate(path, kept)
+    return done
+
+
+def blocks(items: list[dict[str, Any]], start: int, size: int) -> list[tuple[int, int]]:
+    """[start, end) ranges of about ``size`` items that never split a group_id run, so a
+    group's normalisation sees the whole group."""
+    out = []
+    while start < len(items):
+        end = min(start + size, len(items))
+        group = items[end - 1].get("group_id")
+        while end < len(items) and group is not None and items[end].get("group_id") == group:
+            end += 1
+        out.append((start, end))
+        start = end
+    return out
+
+
+@dataclass
+class Progress:
+    total: int
+    done: int = 0
+    stream: TextIO = field(default_factory=lambda: sys.stderr)
+    started: float = field(default_factory=time.monotonic)
+    counted_from: int = 0
+
+    def update(self, done: int) -> None:
+        self.done = done
+        elapsed = time.monotonic() - self.started
+        rate = (done - self.counted_from) / elapsed if elapsed > 0 else 0.0
+        eta = (self.total - done) / rate if rate > 0 else float("inf")
+        width = 30
+        filled = int(width * done / self.total) if self.total else width
+        eta_text = f"{eta:.0f}s" if math.isfinite(eta) else "?"
+        end = "\n" if done >= self.total else ""
+        self.stream.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{self.total} items "
+                          f"{rate:.1f} items/s ETA {eta_text}  {end}")
+        self.stream.flush()
+
+
+async def score_file(client: AsyncRewardClient, endpoint: str, model: str, options: dict[str, Any],
+                     source: Path, out: Path, progress_stream: TextIO | None = None) -> list[dict[str, Any]]:
+    """Score ``source`` into ``out``, skipping the items a previous run wrote; returns
+    every result line of ``out``."""
+    items = read_items(source)
+    written = lines_written(out)
+    if len(written) > len(items):
+        raise ValueError(f"{out} has {len(written)} results for {len(items)} items: not a run of {source}")
+    # A group cut by the stop is scored again whole: its normalisation needs all of it.
+    resume = len(written)
+    while 0 < resume < len(items) and items[resume].get("group_id") is not None \
+            and items[resume - 1].get("group_id") == items[resume].get("group_id"):
+        resume -= 1
+    if resume < len(written):
+        written = written[:resume]
+        out.write_text("".join(json.dumps(line) + "\n" for line in written), encoding="utf-8")
+    stream = progress_stream or sys.stderr
+    if resume:
+        stream.write(f"{out}: resuming after {resume} results\n")
+    with open(out, "a", encoding="utf-8") as f:
+        progress = Progress(len(items), resume, stream, counted_from=resume)
+        call = call_for(client, endpoint, model, options)
+        for start, end in blocks(items, resume, BLOCK):
+            response = await call(items[start:end])
+            for index, result in zip(range(start, end), response.results):
+                line = {"index": index, **result.model_dump(exclude_none=True)}
+                f.write(json.dumps(line) + "\n")
+                written.append(line)
+            f.flush()
+            progress.update(end)
+        if not items:
+            progress.update(0)
+    return written
+
+
+def summary(results: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """Count, invalid, mean and percentiles of the scores, as (name, value) rows."""
+    scores = sorted(float(r["score"]) for r in results if r.get("valid", True) and r.get("score") is not None)
+    rows = [("items", str(len(results))), ("invalid", str(sum(1 for r in results if not r.get("valid", True))))]
+    if scores:
+        rows.append(("mean", f"{sum(scores) / len(scores):.4f}"))
+        for q in (0, 10, 50, 90, 100):
+            rows.append((f"p{q}", f"{percentile(scores, q):.4f}"))
+    return rows
+
+
+def percentile(ordered: list[float], q: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default)."""
+    position = (len(ordered) - 1) * q / 100
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def table(rows: list[tuple[str, ...]]) -> str:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
