@@ -257,6 +257,11 @@ class BaseClient:
         )
         self._replicas = self._make_replicas()
 
+    @property
+    def base_url(self) -> str:
+        """The service URL(s) this client calls, comma-separated."""
+        return self._config.base_url
+
     def _make_replicas(self) -> Replicas:
         from rewardserve.client._replicas import Replicas, split_urls
 

@@ -94,8 +94,9 @@ def grpo(args: argparse.Namespace) -> None:
     from rewardserve.client.grpo.config import load_config
     from rewardserve.client.grpo.loop import train
 
+    configure_logging("info")
     overrides = {"policy": args.policy, "prompts": args.prompts, "output_dir": args.output_dir,
-                 "service": args.service, "steps": args.steps}
+                 "service": args.service, "steps": args.steps, "resume": False if args.no_resume else None}
     history = train(load_config(args.config, overrides))
     if history:
         print(json.dumps(history[-1]))

@@ -20,9 +20,15 @@ class RewardSource(BaseModel):
 
     endpoint: Literal["score", "steps", "verify", "rubric"] = "score"
     model: str | None = None
+    name: str | None = None  # in the metrics as reward/<name>; default endpoint/model
     weight: float = 1.0
     criteria: list[dict[str, Any]] | None = None
     options: dict[str, Any] = Field(default_factory=dict)
+
+
+    @property
+    def label(self) -> str:
+        return self.name or (f"{self.endpoint}/{self.model}" if self.model else self.endpoint)
 
 
 class GRPOConfig(BaseModel):
@@ -50,6 +56,8 @@ class GRPOConfig(BaseModel):
     stratify_by: str | None = None  # a prompt field: normalise advantages within its strata
 
     save_every: int = Field(default=50, ge=1)
+    # Warn when more than this share of a step's groups have equal rewards (no signal).
+    warn_zero_variance: float = Field(default=0.5, ge=0, le=1)
     resume: bool = True
     seed: int = 0
     chat_template: bool = True  # render prompts with the policy's chat template when it has one
@@ -62,4 +70,9 @@ def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None
         with open(path, encoding="utf-8") as f:
             data = yaml.safe_load(f) or {}
     data.update({k: v for k, v in (overrides or {}).items() if v is not None})
-    return GRPOConfig.model_validate(data)
+    config = GRPOConfig.model_validate(data)
+    labels = [source.label for source in config.rewards]
+    repeated = sorted({label for label in labels if labels.count(label) > 1})
+    if repeated:
+        raise ValueError(f"rewards: {', '.join(repeated)} appear(s) twice; give each a 'name'")
+    return config

@@ -13,6 +13,7 @@ Each step:
 from __future__ import annotations
 
 import json
+import logging
 import math
 import random
 import time
@@ -28,6 +29,7 @@ from rewardserve.client.grpo.plot import plot_metrics
 from rewardserve.client.grpo.rewards import RewardMix
 
 EPS = 1e-6
+log = logging.getLogger("rewardserve.grpo")
 
 
 @dataclass
@@ -51,11 +53,14 @@ def train(config: GRPOConfig) -> list[dict[str, Any]]:
     random.seed(config.seed)
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    policy, tokenizer, optimizer, start, history = load_or_resume(config, out)
-    reference = frozen_copy(config, policy) if config.kl_coef > 0 else None
-    rewards = RewardMix(RewardClient(config.service, api_key=config.api_key), config.rewards)
     prompts: list[dict[str, Any]] = [json.loads(line) for line in open(config.prompts, encoding="utf-8")
                                      if line.strip()]
+    if not prompts:
+        raise ValueError(f"{config.prompts}: no prompts")
+    rewards = RewardMix(RewardClient(config.service, api_key=config.api_key), config.rewards)
+    rewards.preflight(prompts[0])  # before minutes of loading and sampling
+    policy, tokenizer, optimizer, start, history = load_or_resume(config, out)
+    reference = frozen_copy(config, policy) if config.kl_coef > 0 else None
     order = list(range(len(prompts)))
     bar = progress(config, start)
 
@@ -65,13 +70,20 @@ def train(config: GRPOConfig) -> list[dict[str, Any]]:
                  for k in range(config.prompts_per_step)]
         rollout = sample(config, policy, reference, tokenizer, batch)             # 1
         reward, per_source, valid = rewards.score(rollout.rows, rollout.texts)    # 2
-        advantages = group_advantages(reward, valid, groups(config, rollout.rows))  # 3
+        keys = groups(config, rollout.rows)
+        advantages = group_advantages(reward, valid, keys)                        # 3
         loss, kl = update(config, policy, optimizer, rollout, advantages)         # 4
+        flat = zero_variance_share(reward, valid, keys)
+        if flat is not None and flat > config.warn_zero_variance:
+            log.warning("step %d: %.0f%% of the groups have equal rewards (no learning signal); the "
+                        "reward may be too coarse or the task too easy / hard", step + 1, 100 * flat)
+        completion = rollout.completion_mask.sum(1).float()  # tokens, the EOS included
         row = {
             "step": step + 1, "loss": loss, "kl": kl,
             "reward_mean": float(reward[valid].mean()) if valid.any() else None,
             "reward_std": float(reward[valid].std()) if valid.sum() > 1 else None,
-            "invalid": int((~valid).sum()), "seconds": round(time.monotonic() - began, 3),
+            "invalid": int((~valid).sum()), "zero_variance_groups": flat,
+            "completion_length": float(completion.mean()), "seconds": round(time.monotonic() - began, 3),
             **{f"reward/{k}": v for k, v in per_source.items()},
         }
         history.append(row)                                                       # 5
@@ -141,6 +153,20 @@ def groups(config: GRPOConfig, rows: list[dict[str, Any]]) -> list[Hashable]:
     return [i // config.group_size for i in range(len(rows))]
 
 
+def zero_variance_share(reward: torch.Tensor, valid: torch.Tensor, keys: list[Hashable]) -> float | None:
+    """The share of groups (with two or more rewards) whose rewards are all equal: their
+    advantages are 0, so they teach nothing."""
+    flat = counted = 0
+    for key in dict.fromkeys(keys):
+        members = torch.tensor([k == key for k in keys]) & valid
+        if members.sum() < 2:
+            continue
+        counted += 1
+        values = reward[members]
+        flat += int(bool((values.max() - values.min()).abs() <= EPS))
+    return flat / counted if counted else None
+
+
 def group_advantages(reward: torch.Tensor, valid: torch.Tensor, keys: list[Hashable]) -> torch.Tensor:
     """(r - mean) / (std + eps) within each group, over valid rewards only; a completion
     without a reward (or alone in its group) gets advantage 0."""
@@ -195,6 +221,12 @@ def load_or_resume(config: GRPOConfig, out: Path) -> tuple[Any, Any, Any, int, l
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     latest = latest_checkpoint(out) if config.resume else None
+    if latest is not None:
+        log.info("resuming from %s (step %s of %d)", latest, latest.name.split("-")[1], config.steps)
+    elif not config.resume and latest_checkpoint(out) is not None:
+        log.info("starting over in %s: its checkpoints and metrics are replaced as the run goes", out)
+    else:
+        log.info("starting from %s", config.policy)
     source = latest or config.policy
     tokenizer = AutoTokenizer.from_pretrained(source)
     tokenizer.padding_side = "left"  # generation continues from the right end
@@ -210,6 +242,8 @@ def load_or_resume(config: GRPOConfig, out: Path) -> tuple[Any, Any, Any, int, l
         history = [json.loads(line) for line in open(metrics)][:start] if metrics.exists() else []
         metrics.write_text("".join(json.dumps(r) + "\n" for r in history))
         torch.manual_seed(config.seed + start)
+    else:
+        (out / "metrics.jsonl").write_text("")
     return policy, tokenizer, optimizer, start, history
 
 

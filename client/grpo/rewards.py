@@ -2,20 +2,52 @@
 
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
 import torch
 
 from rewardserve.client.grpo.config import RewardSource
+from rewardserve.client.errors import APIConnectionError, APIStatusError
 from rewardserve.client.items import make_item
 from rewardserve.client.protocol import Item, RubricResponse, ScoreResponse, StepsResponse, VerifyResponse
 from rewardserve.client.sync_client import RewardClient
+
+
+class PreflightError(ValueError):
+    """The service or a reward source cannot work: found before the policy loads."""
 
 
 class RewardMix:
     def __init__(self, client: RewardClient, sources: list[RewardSource]):
         self.client = client
         self.sources = sources
+
+    def preflight(self, row: dict[str, Any]) -> None:
+        """The service answers, every source's model is served and ready, and one item
+        built from ``row`` (a prompt of the run) goes through each source's endpoint."""
+        where = self.client.base_url
+        try:
+            served = {card.id: card for card in self.client.models().data}
+        except APIConnectionError as exc:
+            raise PreflightError(f"the reward service at {where} does not answer ({exc}); start it "
+                                 f"(rewardserve serve) or fix 'service'") from None
+        except APIStatusError as exc:
+            raise PreflightError(f"the reward service at {where} refused /v1/models: {exc}") from None
+        for source in self.sources:
+            if source.model is not None and source.model not in served:
+                close = difflib.get_close_matches(source.model, list(served), n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else f"; served: {', '.join(sorted(served))}"
+                raise PreflightError(f"reward {source.label!r}: model {source.model!r} is not served at "
+                                     f"{where}{hint}")
+            if source.model is None and source.endpoint != "rubric":
+                raise PreflightError(f"reward {source.label!r}: endpoint {source.endpoint!r} needs a model")
+            item = make_item(row["prompt"], "preflight", row.get("reference"), row)
+            try:
+                self._scores(source, [item])
+            except (APIStatusError, APIConnectionError, ValueError) as exc:
+                raise PreflightError(f"reward {source.label!r}: one test item through /{source.endpoint} "
+                                     f"failed: {exc}") from None
 
     def _scores(self, source: RewardSource, items: list[Item]) -> list[float | None]:
         response: RubricResponse | StepsResponse | VerifyResponse | ScoreResponse
@@ -43,7 +75,7 @@ class RewardMix:
         for source in self.sources:
             scores = self._scores(source, items)
             present = [s for s in scores if s is not None]
-            means[f"{source.endpoint}:{source.model}"] = sum(present) / len(present) if present else None
+            means[source.label] = sum(present) / len(present) if present else None
             for i, s in enumerate(scores):
                 if s is None:
                     valid[i] = False

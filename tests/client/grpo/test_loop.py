@@ -28,7 +28,8 @@ def test_grpo_learns_to_say_yes_and_resumes(tmp_path):
     prompts.write_text("".join(json.dumps({"prompt": f"Say yes, please ({k}).", "reference": "yes"}) + "\n"
                                for k in range(16)))
     models = tmp_path / "models.yaml"
-    models.write_text("models:\n  - {name: fuzzy, kind: rule, source: fuzzy}\n")
+    models.write_text("models:\n  - {name: fuzzy, kind: rule, source: fuzzy}\n"
+                      "  - {name: never, kind: rule, source: regex, options: {args: {pattern: '^zq{9}$'}}}\n")
     with serve_subprocess("--config", str(models), "--no-builtin-rules") as url:
         config_file = tmp_path / "grpo.yaml"
         config_file.write_text(
@@ -45,14 +46,31 @@ def test_grpo_learns_to_say_yes_and_resumes(tmp_path):
         done = subprocess.run([sys.executable, "-m", "rewardserve.service.cli", "grpo", "--config", str(config_file)],
                               capture_output=True, text=True, timeout=150, env=env)
         assert done.returncode == 0, done.stderr[-2000:]
-    rows = [json.loads(line) for line in open(tmp_path / "out" / "metrics.jsonl")]
+        assert f"resuming from {tmp_path / 'out' / 'checkpoint-20'} (step 20 of 40)" in done.stderr
+        rows = [json.loads(line) for line in open(tmp_path / "out" / "metrics.jsonl")]
+        # --no-resume starts over (one step here), with a reward that cannot tell the
+        # completions apart: every group is flat, and the run says so.
+        never = tmp_path / "never.yaml"
+        never.write_text(config_file.read_text().replace("model: fuzzy", "model: never"))
+        flat = subprocess.run([sys.executable, "-m", "rewardserve.service.cli", "grpo", "--config", str(never),
+                               "--steps", "1", "--no-resume"], capture_output=True, text=True, timeout=150, env=env)
+        assert flat.returncode == 0, flat.stderr[-2000:]
+        assert "starting over in" in flat.stderr and "100% of the groups have equal rewards" in flat.stderr
+        (only,) = [json.loads(line) for line in open(tmp_path / "out" / "metrics.jsonl")]
+        assert only["step"] == 1 and only["zero_variance_groups"] == 1.0 and only["reward/score/never"] == 0.0
     assert [r["step"] for r in rows] == list(range(1, 41))
     assert rows[:20] == first
     rewards = [r["reward_mean"] for r in rows]
     gain = sum(rewards[-10:]) / 10 - sum(rewards[:10]) / 10
     assert gain >= MARGIN, (gain, rewards)
     assert all(r["invalid"] == 0 for r in rows) and any(r["kl"] > 0 for r in rows)
-    assert (tmp_path / "out" / "metrics.png").stat().st_size > 1000
+    # Each source under its own name, the completions' length, the groups without signal.
+    assert all(r["reward/score/fuzzy"] == pytest.approx(r["reward_mean"]) for r in rows)
+    assert all(1 <= r["completion_length"] <= 6 and 0 <= r["zero_variance_groups"] <= 1 for r in rows)
+    from PIL import Image
+
+    # Five panels, two a line: mix, fuzzy, KL, length, flat groups.
+    assert Image.open(tmp_path / "out" / "metrics.png").size == (840, 660)
     assert (tmp_path / "out" / "checkpoint-40" / "optimizer.pt").exists()
     assert time.monotonic() - started < 180
 
@@ -65,3 +83,38 @@ def test_group_advantages_skip_invalid_and_singletons():
     g = torch.tensor([1.0, 0.0, 0.5])
     assert adv[:3].tolist() == pytest.approx(((g - g.mean()) / (g.std() + 1e-6)).tolist())
     assert adv[3] == 0 and adv[4] == 0 and adv[5] == 0  # invalid; alone in its group
+
+
+def test_zero_variance_share_counts_flat_groups():
+    from rewardserve.client.grpo.loop import zero_variance_share
+
+    reward = torch.tensor([1.0, 1.0, 0.0, 2.0, 5.0, 7.0, 3.0, 3.0])
+    valid = torch.tensor([True, True, True, True, True, False, True, True])
+    # Groups: {1, 1} flat; {0, 2} not; {5} alone (7 invalid): not counted; {3, 3} flat.
+    assert zero_variance_share(reward, valid, [0, 0, 1, 1, 2, 2, 3, 3]) == pytest.approx(2 / 3)
+    assert zero_variance_share(reward, valid, [0, 1, 2, 3, 4, 5, 6, 7]) is None
+
+
+def test_preflight_fails_before_the_policy_loads(tmp_path):
+    """A service that is down, or a reward model it does not serve: one clear error,
+    before any policy is read (the policy path here does not even exist)."""
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(json.dumps({"prompt": "2+2?", "reference": "4"}) + "\n")
+    base = {"policy": str(tmp_path / "never-loaded"), "prompts": str(prompts), "progress": False,
+            "output_dir": str(tmp_path / "out")}
+    from tests.harness import free_port
+
+    down = load_config(None, {**base, "service": f"http://127.0.0.1:{free_port()}",
+                              "rewards": [{"model": "math"}]})
+    with pytest.raises(ValueError, match="does not answer"):
+        train(down)
+    with serve_subprocess() as url:
+        typo = load_config(None, {**base, "service": url, "rewards": [{"model": "maths"}]})
+        with pytest.raises(ValueError, match="model 'maths' is not served.*did you mean 'math'"):
+            train(typo)
+        wrong_route = load_config(None, {**base, "service": url, "rewards": [{"endpoint": "verify", "model": "math"}]})
+        with pytest.raises(ValueError, match="reward 'verify/math'.*/verify"):
+            train(wrong_route)
+    assert not (tmp_path / "out" / "metrics.jsonl").exists()
+    with pytest.raises(ValueError, match="appear"):
+        load_config(None, {**base, "rewards": [{"model": "math"}, {"model": "math", "weight": 2}]})
