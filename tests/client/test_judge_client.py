@@ -42,19 +42,3 @@ def test_sync_rubric_against_uvicorn():
                                                             "args": {"pattern": "^\\d+$"}}],
                             aggregation={"mode": "all"})
         assert [r.score for r in out.results] == [1.0 if k % 2 == 0 else 0.0 for k in range(7)]
-
-
-def test_readme_rubric_example_scores_what_it_says(judge_lm, tmp_path):
-    """The README's rubric example, as written, against a served judge."""
-    import re
-    from pathlib import Path
-
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    (example,) = [b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if "client.rubric(" in b]
-    config = tmp_path / "models.yaml"
-    config.write_text(f"models:\n  - {{name: judge, kind: verifier, source: {judge_lm}}}\n")
-    with serve_subprocess("--config", str(config)) as url, RewardClient(url) as client:
-        for response, right in (("<think>6*7</think> The answer is \\boxed{42}.", 1.0), ("\\boxed{41}", 0.0)):
-            out = eval(example, {"client": client, "q": "What is 6*7?", "r": response})
-            correct = out.results[0].criteria[0]
-            assert correct.name == "correct" and correct.valid and correct.score == right, correct

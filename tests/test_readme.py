@@ -1,0 +1,171 @@
+"""The README's examples, run as written, in order, in a scratch directory: its shell
+blocks through bash, its Python blocks through this interpreter, its YAML files written
+where a block names them. Only model sources (small local models instead of hub ids),
+the port, and the length of the GRPO run are put in; a block marked
+``<!-- readme-test: not run; why -->`` is skipped, and must say why.
+
+``make serve`` lines start the service for real (in the background, from the scratch
+directory with the checkout's Makefile and .venv); the following blocks call it, until
+the next ``make serve`` replaces it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from PIL import Image
+
+from tests.builders import build_causal_lm, build_sequence_classifier
+from tests.harness import free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+FENCE = re.compile(r"(<!-- readme-test: not run; (?P<why>[^>]+?) -->\n)?```(?P<lang>\w+)\n(?P<body>.*?)```", re.S)
+
+
+def blocks() -> list[tuple[str, str, str | None]]:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    return [(m["lang"], m["body"], m["why"]) for m in FENCE.finditer(text)]
+
+
+class Server:
+    def __init__(self, cwd: Path, env: dict[str, str]):
+        self.cwd, self.env = cwd, env
+        self.proc: subprocess.Popen | None = None
+        self.log = cwd / "serve.log"
+
+    def start(self, command: str, port: int) -> None:
+        self.stop()
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(["bash", "-c", f"exec {command}"], cwd=self.cwd, env=self.env, stdout=log,
+                                         stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, f"{command!r} exited: {self.log.read_text()[-3000:]}"
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/ready", timeout=2).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.3)
+        raise TimeoutError(command)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(timeout=60)
+        self.proc = None
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory, qwen3_rm, qwen2_prm, judge_lm, vl_value, clip_model) -> dict[str, str]:
+    """What each hub id or path of the README stands for here."""
+    policy = build_causal_lm(tmp_path_factory.mktemp("policy"), seed=3)
+    # A Llama classifier with the context the README's max_tokens asks for.
+    llama_rm = build_sequence_classifier(tmp_path_factory.mktemp("llama_8k"), "llama", seed=1, max_positions=8192)
+    return {
+        "Skywork/Skywork-Reward-V2-Qwen3-0.6B": str(qwen3_rm),
+        "/models/Skywork-Reward-V2-Llama-3.1-8B": str(llama_rm),
+        "Qwen/Qwen2.5-Math-PRM-7B": str(qwen2_prm),
+        "Qwen/Qwen3-1.7B": str(judge_lm),
+        "Skywork/Skywork-VL-Reward-7B": str(vl_value),
+        "openai/clip-vit-base-patch32": str(clip_model),
+        "Qwen/Qwen2.5-0.5B-Instruct": str(policy),
+    }
+
+
+def test_every_readme_example_runs(tmp_path, sources):
+    port = free_port()
+    env = {**os.environ, "PATH": f"{ROOT / '.venv' / 'bin'}:{os.environ['PATH']}", "REWARDSERVE_DRAIN_SECONDS": "0"}
+    for name in (".venv", "Makefile", "pyproject.toml"):
+        (tmp_path / name).symlink_to(ROOT / name)
+    for k, name in enumerate(["shot.png", "frame0.png", "frame1.png", "frame2.png"]):
+        Image.new("RGB", (32, 24), (40 * k, 90, 200)).save(tmp_path / name)
+    server = Server(tmp_path, env)
+
+    def put_in(text: str) -> str:
+        for given, local in sources.items():
+            text = text.replace(given, local)
+        text = re.sub(r"http://(127\.0\.0\.1|rm|rm-0|rm-1):8000", f"http://127.0.0.1:{port}", text)
+        # The GRPO run: one short step, not 200 of 256 tokens.
+        return (text.replace("steps: 200", "steps: 1").replace("prompts_per_step: 8", "prompts_per_step: 1")
+                .replace("max_new_tokens: 256", "max_new_tokens: 8"))
+
+    ran = {"bash": 0, "python": 0, "yaml": 0, "serve": 0}
+    try:
+        for lang, body, why in blocks():
+            if why is not None:
+                assert len(why) > 20, "a block that is not run says why"
+                continue
+            body = put_in(body)
+            if lang == "yaml":
+                first = body.splitlines()[0]
+                if first.startswith("# "):
+                    (tmp_path / first[2:].strip()).write_text(body)
+                else:
+                    check_verl_config(body, tmp_path)
+                ran["yaml"] += 1
+            elif lang == "python":
+                done = subprocess.run([sys.executable, "-c", body], cwd=tmp_path, env=env, capture_output=True,
+                                      text=True, timeout=300)
+                assert done.returncode == 0, f"{body}\n{done.stderr[-3000:]}"
+                ran["python"] += 1
+            elif lang == "bash":
+                serves = [line for line in body.splitlines() if line.startswith("make ")]
+                if serves:
+                    for line in serves:
+                        command = line.split("#")[0].strip()
+                        if command == "make test":
+                            continue  # what is running this
+                        args = re.search(r'ARGS="([^"]*)"', command)
+                        command = f'make serve ARGS="{args[1] if args else ""} --port {port}"'
+                        server.start(command, port)
+                        ran["serve"] += 1
+                    continue
+                done = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", body], cwd=tmp_path, env=env,
+                                      capture_output=True, text=True, timeout=300)
+                assert done.returncode == 0, f"{body}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+                assert '"error":{' not in done.stdout.replace(" ", ""), f"{body}\n{done.stdout[-2000:]}"
+                ran["bash"] += 1
+    finally:
+        server.stop()
+    assert ran["serve"] >= 3 and ran["python"] >= 6 and ran["bash"] >= 5 and ran["yaml"] >= 3, ran
+    # What the examples wrote is what they say.
+    scores = [json.loads(line) for line in (tmp_path / "scores.jsonl").read_text().splitlines()]
+    assert [(r["id"], r["score"]) for r in scores] == [("a", 1.0), ("b", 0.0)]
+    accuracy = json.loads((tmp_path / "eval" / "accuracy.json").read_text())
+    assert accuracy["pairs"] == 1 and accuracy["subsets"]["math"]["pairs"] == 1
+    assert (tmp_path / "grpo-out" / "metrics.jsonl").read_text().count("\n") == 1
+    # make serve's start-up, readable at a glance: a plan line and a ready line per
+    # model, then where it serves.
+    log = (tmp_path / "serve.log").read_text()
+    assert "model skywork: source=" in log and "model skywork: ready in" in log
+    assert f"at http://127.0.0.1:{port}; routes: " in log
+
+
+def check_verl_config(body: str, cwd: Path) -> None:
+    """verl's custom_reward_function block: the file ``rewardserve paths`` prints, loaded
+    as verl loads it (by path), its function called with the block's reward_kwargs."""
+    import importlib.util
+
+    import yaml
+
+    config = yaml.safe_load(body)["custom_reward_function"]
+    printed = subprocess.run([sys.executable, "-m", "rewardserve.service.cli", "paths"], capture_output=True,
+                             text=True, timeout=60, check=True).stdout
+    (path,) = [line.split("\t")[0] for line in printed.splitlines() if line.split("\t")[0].endswith("/verl.py")]
+    assert config["path"] == "/path/to/rewardserve/client/integrations/verl.py"
+    spec = importlib.util.spec_from_file_location("custom_module", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    fn = getattr(module, config["name"])
+    scores = fn(["gsm8k", "gsm8k"], [r"\boxed{4}", "5"], ["4", "4"], [{}, {}], **config["reward_kwargs"])
+    assert scores == [1.0, 0.0]
