@@ -35,7 +35,7 @@ class RateLimitedLogs(logging.Filter):
     def __init__(self, interval: float = 10.0):
         super().__init__()
         self.interval = interval
-        self._seen: dict[tuple, list] = {}  # key -> [last shown, held back]
+        self._seen: dict[tuple[str, str, object], list[float]] = {}  # key -> [last shown, held back]
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno < logging.WARNING:
@@ -46,12 +46,13 @@ class RateLimitedLogs(logging.Filter):
         if seen is not None and now - seen[0] < self.interval:
             seen[1] += 1
             return False
-        held = seen[1] if seen is not None else 0
+        held = int(seen[1]) if seen is not None else 0
+        last = seen[0] if seen is not None else now
         self._seen[key] = [now, 0]
         if len(self._seen) > 10_000:
             self._seen = {key: self._seen[key]}
         if held:
-            record.msg = f"{record.getMessage()} (and {held} more like it in the last {now - seen[0]:.0f}s)"
+            record.msg = f"{record.getMessage()} (and {held} more like it in the last {now - last:.0f}s)"
             record.args = ()
         return True
 

@@ -14,7 +14,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,7 +51,10 @@ async def reward_client(url: str | None, settings: Any = None, api_key: str | No
                 yield client
 
 
-def call_for(client: AsyncRewardClient, endpoint: str, model: str, options: dict[str, Any]) -> Callable:
+ListCall = Callable[[list[dict[str, Any]]], Awaitable[Any]]
+
+
+def call_for(client: AsyncRewardClient, endpoint: str, model: str, options: dict[str, Any]) -> ListCall:
     if endpoint == "score":
         return lambda items: client.score(model, items, **options)
     if endpoint == "steps":
@@ -191,6 +194,6 @@ def percentile(ordered: list[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
-def table(rows: list[tuple[str, ...]]) -> str:
+def table(rows: Sequence[Sequence[str]]) -> str:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
