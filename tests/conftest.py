@@ -103,3 +103,22 @@ def clip_model(tmp_path_factory) -> Path:
     from tests.builders import build_clip
 
     return build_clip(tmp_path_factory.mktemp("clip"))
+
+
+@pytest.fixture(scope="session")
+def live_service(tmp_path_factory, qwen3_rm, qwen2_prm):
+    """One real `rewardserve serve` process for the tests that need a uvicorn service
+    but nothing of their own: `qwen` (an outcome model), `lazy` (the same, waiting 2 s
+    for company), `prm`, and the built-in rules. Yields its URL."""
+    from tests.harness import serve_subprocess
+
+    root = tmp_path_factory.mktemp("live_service")
+    config = root / "models.yaml"
+    config.write_text(
+        f"models:\n"
+        f"  - name: qwen\n    source: {qwen3_rm}\n"
+        f"  - name: lazy\n    source: {qwen3_rm}\n    max_wait_ms: 2000\n    max_batch_tokens: 100000\n"
+        f"  - name: prm\n    source: {qwen2_prm}\n"
+    )
+    with serve_subprocess("--config", str(config), log_path=root / "server.log") as url:
+        yield url

@@ -20,7 +20,7 @@ from rewardserve.client import (
 from rewardserve.models.spec import ModelSpec
 from rewardserve.service.settings import Settings
 from tests.builders import random_text
-from tests.harness import item_of_tokens, metric, serve_in_process, serve_subprocess
+from tests.harness import item_of_tokens, metric, serve_in_process
 
 
 def grpo_items(n_groups: int, per_group: int, seed: int = 0) -> list[dict]:
@@ -102,17 +102,9 @@ async def test_async_client_retries_a_real_429(live, qwen3_rm):
     assert metric(text, "rewardserve_requests_total", route="/v1/score", model="slowq", status="429") >= 1
 
 
-@pytest.fixture(scope="module")
-def server(qwen3_rm, tmp_path_factory):
-    log = tmp_path_factory.mktemp("server") / "server.log"
-    config = tmp_path_factory.mktemp("cfg") / "models.yaml"
-    config.write_text(
-        f"models:\n"
-        f"  - name: qwen\n    source: {qwen3_rm}\n"
-        f"  - name: lazy\n    source: {qwen3_rm}\n    max_wait_ms: 2000\n    max_batch_tokens: 100000\n"
-    )
-    with serve_subprocess("--config", str(config), log_path=log) as url:
-        yield url
+@pytest.fixture
+def server(live_service):
+    return live_service
 
 
 def test_sync_client_against_uvicorn(server):

@@ -8,7 +8,7 @@ from rewardserve.client import AsyncRewardClient, RewardClient
 from rewardserve.client.protocol import CompareResponse, RubricResponse, VerifyResponse
 from rewardserve.models.spec import ModelSpec
 from rewardserve.service.settings import Settings
-from tests.harness import serve_in_process, serve_subprocess
+from tests.harness import serve_in_process
 
 ITEMS = [{"id": str(k), "prompt": f"{k}+{k}?", "response": str(2 * k + (k % 2)), "reference": str(2 * k)}
          for k in range(7)]
@@ -36,8 +36,8 @@ async def test_async_judge_calls_chunked_in_order(judge_lm, qwen3_rm):
         assert all(res.preference[0][1] + res.preference[1][0] == pytest.approx(1.0) for res in c.results)
 
 
-def test_sync_rubric_against_uvicorn():
-    with serve_subprocess() as url, RewardClient(url, chunk_size=2) as client:
+def test_sync_rubric_against_uvicorn(live_service):
+    with RewardClient(live_service, chunk_size=2) as client:
         out = client.rubric(ITEMS, criteria=[CRITERIA[0], {"name": "digits", "fn": "regex",
                                                             "args": {"pattern": "^\\d+$"}}],
                             aggregation={"mode": "all"})

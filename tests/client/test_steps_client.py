@@ -11,7 +11,7 @@ from rewardserve.client.protocol import StepsResponse
 from rewardserve.models.spec import ModelSpec
 from rewardserve.service.settings import Settings
 from tests.builders import random_text
-from tests.harness import serve_in_process, serve_subprocess
+from tests.harness import serve_in_process
 
 
 def items(n_groups=3, per_group=3):
@@ -40,10 +40,9 @@ async def test_async_score_steps_chunked_keeps_groups_and_order(qwen2_prm):
             await client.score_steps("prm", data, shapping="group")  # typo caught locally
 
 
-def test_sync_score_steps_against_uvicorn(qwen2_prm):
-    with serve_subprocess("--model", f"prm={qwen2_prm}", "--no-builtin-rules") as url:
-        with RewardClient(url) as client:
-            out = client.score_steps("prm", items(1, 2), aggregate="last", threshold=0.5)
-            for result in out.results:
-                assert result.valid and result.score == result.step_scores[-1]
-                assert result.aggregates.keys() == {"min", "prod", "mean", "last"}
+def test_sync_score_steps_against_uvicorn(live_service):
+    with RewardClient(live_service) as client:
+        out = client.score_steps("prm", items(1, 2), aggregate="last", threshold=0.5)
+        for result in out.results:
+            assert result.valid and result.score == result.step_scores[-1]
+            assert result.aggregates.keys() == {"min", "prod", "mean", "last"}

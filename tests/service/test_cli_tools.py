@@ -14,7 +14,6 @@ import pytest
 
 from rewardserve.service.cli import main
 from tests.builders import reference_outcome_scores
-from tests.harness import serve_subprocess
 
 
 @pytest.fixture(autouse=True)
@@ -81,7 +80,7 @@ def test_score_a_file_in_order_and_resume_after_a_cut(tmp_path, capsys):
     assert "resuming after 12 results" in capsys.readouterr().err
 
 
-def test_score_against_a_running_service_equals_transformers(qwen3_rm, tmp_path, capsys):
+def test_score_against_a_running_service_equals_transformers(live_service, qwen3_rm, tmp_path, capsys):
     conversations = [[{"role": "user", "content": f"Is {k} prime?"}, {"role": "assistant", "content": "Yes."}]
                      for k in range(6)]
     from tests.models.test_images import png_bytes, url_of
@@ -90,8 +89,7 @@ def test_score_against_a_running_service_equals_transformers(qwen3_rm, tmp_path,
     # The last item has an image, which a text model cannot read: it alone is invalid.
     source = write_jsonl(tmp_path / "items.jsonl", [{"messages": c} for c in conversations] + [{"messages": [image]}])
     out = tmp_path / "out.jsonl"
-    with serve_subprocess("--model", f"rm={qwen3_rm}") as url:
-        main(["score", "--url", url, "--model", "rm", str(source), "-o", str(out)])
+    main(["score", "--url", live_service, "--model", "qwen", str(source), "-o", str(out)])
     results = read_jsonl(out)
     expected = [row[0] for row in reference_outcome_scores(qwen3_rm, conversations)]
     assert [r["score"] for r in results[:6]] == pytest.approx(expected, abs=1e-4)

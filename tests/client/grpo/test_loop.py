@@ -95,7 +95,7 @@ def test_zero_variance_share_counts_flat_groups():
     assert zero_variance_share(reward, valid, [0, 1, 2, 3, 4, 5, 6, 7]) is None
 
 
-def test_preflight_fails_before_the_policy_loads(tmp_path):
+def test_preflight_fails_before_the_policy_loads(tmp_path, live_service):
     """A service that is down, or a reward model it does not serve: one clear error,
     before any policy is read (the policy path here does not even exist)."""
     prompts = tmp_path / "prompts.jsonl"
@@ -108,13 +108,13 @@ def test_preflight_fails_before_the_policy_loads(tmp_path):
                               "rewards": [{"model": "math"}]})
     with pytest.raises(ValueError, match="does not answer"):
         train(down)
-    with serve_subprocess() as url:
-        typo = load_config(None, {**base, "service": url, "rewards": [{"model": "maths"}]})
-        with pytest.raises(ValueError, match="model 'maths' is not served.*did you mean 'math'"):
-            train(typo)
-        wrong_route = load_config(None, {**base, "service": url, "rewards": [{"endpoint": "verify", "model": "math"}]})
-        with pytest.raises(ValueError, match="reward 'verify/math'.*/verify"):
-            train(wrong_route)
+    url = live_service
+    typo = load_config(None, {**base, "service": url, "rewards": [{"model": "maths"}]})
+    with pytest.raises(ValueError, match="model 'maths' is not served.*did you mean 'math'"):
+        train(typo)
+    wrong_route = load_config(None, {**base, "service": url, "rewards": [{"endpoint": "verify", "model": "math"}]})
+    with pytest.raises(ValueError, match="reward 'verify/math'.*/verify"):
+        train(wrong_route)
     assert not (tmp_path / "out" / "metrics.jsonl").exists()
     with pytest.raises(ValueError, match="appear"):
         load_config(None, {**base, "rewards": [{"model": "math"}, {"model": "math", "weight": 2}]})
