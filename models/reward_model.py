@@ -61,6 +61,8 @@ class ModelContext:
 
     image_policy: ImagePolicy | None = None
     rules: RuleRunner | None = None
+    # False: no torch.compile at load for models whose options do not ask for it.
+    compile: bool = True
 
 
 def sigmoid(x: float) -> float:

@@ -53,7 +53,7 @@ def create_app(settings: Settings | None = None, url: str | None = None) -> Fast
     settings = settings or Settings()
     metrics = Metrics()
     rule_runner = RuleRunner(settings.rule_limits())
-    context = ModelContext(image_policy=settings.image_policy(), rules=rule_runner)
+    context = ModelContext(image_policy=settings.image_policy(), rules=rule_runner, compile=settings.compile)
     state = ServiceState(
         settings=settings,
         metrics=metrics,

@@ -63,6 +63,9 @@ class Settings(BaseSettings):
     # false: /ready and /metrics name no model unless the request carries a valid key.
     public_model_names: bool = True
     log_level: str = "info"
+    # false: no torch.compile at load unless a model's options ask for it: a start in
+    # seconds, forwards somewhat slower (bench/results/design-measurements.md).
+    compile: bool = True
     # text: one line per record; json: one JSON object per line (service/logs.py).
     log_format: Literal["text", "json"] = "text"
     # false: a model that cannot be built or loaded stops the service (exit code 1);

@@ -58,7 +58,9 @@ def serve_process(
     proc = subprocess.Popen(
         [python or sys.executable, "-m", "rewardserve.service.cli", "serve", "--port", str(port), *args],
         # No drain by default: tests stop their servers at once (drain tests set their own).
-        env={**os.environ, "REWARDSERVE_DRAIN_SECONDS": "0", **(env or {})},
+        # No torch.compile at load: in-process tests and tests/models/backends/kernels
+        # check the compiled layers; a process started for a test saves its seconds.
+        env={**os.environ, "REWARDSERVE_DRAIN_SECONDS": "0", "REWARDSERVE_COMPILE": "false", **(env or {})},
         stdout=log,
         stderr=subprocess.STDOUT,
     )

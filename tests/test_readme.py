@@ -84,7 +84,8 @@ def sources(tmp_path_factory, qwen3_rm, qwen2_prm, judge_lm, vl_value, clip_mode
 
 def test_every_readme_example_runs(tmp_path, sources):
     port = free_port()
-    env = {**os.environ, "PATH": f"{ROOT / '.venv' / 'bin'}:{os.environ['PATH']}", "REWARDSERVE_DRAIN_SECONDS": "0"}
+    env = {**os.environ, "PATH": f"{ROOT / '.venv' / 'bin'}:{os.environ['PATH']}", "REWARDSERVE_DRAIN_SECONDS": "0",
+           "REWARDSERVE_COMPILE": "false"}  # as tests/harness.py starts services
     for name in (".venv", "Makefile", "pyproject.toml"):
         (tmp_path / name).symlink_to(ROOT / name)
     for k, name in enumerate(["shot.png", "frame0.png", "frame1.png", "frame2.png"]):

@@ -74,6 +74,9 @@ def build_model(spec: ModelSpec, context: ModelContext | None = None) -> RewardM
         cls = kind_class(kind)
     except ValueError as exc:
         raise ValueError(f"model {spec.name!r}: {exc}") from None
+    if context is not None and not context.compile:
+        off = {k: False for k in ("compile_layers", "compile_norms") if k in cls.Options.model_fields}
+        spec = spec.model_copy(update={"options": {**off, **spec.options}})
     return cls(spec, preset, context)
 
 

@@ -27,7 +27,8 @@ class Stack:
 
     def __init__(self, model_dir: Path, workdir: Path, replicas: int = 2):
         self.ports = [free_port() for _ in range(replicas)]
-        env = {**os.environ, "REWARDSERVE_DRAIN_SECONDS": "2", "REWARDSERVE_LOG_LEVEL": "warning"}
+        env = {**os.environ, "REWARDSERVE_DRAIN_SECONDS": "2", "REWARDSERVE_LOG_LEVEL": "warning",
+               "REWARDSERVE_COMPILE": "false"}
         self.replicas = [
             subprocess.Popen([sys.executable, "-m", "rewardserve.service.cli", "serve", "--port", str(p),
                               "--model", f"rm={model_dir}", "--no-builtin-rules"],

@@ -64,3 +64,16 @@ def test_cli_rejects_a_bad_model_flag():
         capture_output=True, text=True, timeout=60,
     )
     assert proc.returncode == 2 and "NAME=SOURCE" in proc.stderr
+
+
+def test_compile_off_reaches_every_kind_that_compiles(qwen3_rm):
+    from rewardserve.models.kinds import build_checked
+    from rewardserve.models.reward_model import ModelContext
+
+    off = ModelContext(compile=False)
+    outcome = build_checked(ModelSpec(name="rm", source=str(qwen3_rm)), off)
+    assert outcome.options.compile_layers is False and outcome.options.compile_norms is False
+    asked = build_checked(ModelSpec(name="rm", source=str(qwen3_rm), options={"compile_layers": True}), off)
+    assert asked.options.compile_layers is True  # a model's own options win
+    assert build_checked(ModelSpec(name="m", kind="rule", source="math_equiv"), off).kind == "rule"
+    assert build_checked(ModelSpec(name="rm", source=str(qwen3_rm)), ModelContext()).options.compile_layers is True

@@ -130,7 +130,7 @@ def test_start_up_says_what_it_chose_and_keep_going_serves_the_rest(tmp_path, qw
     plan = next(m for m in startup if m.startswith("model rm: source="))
     assert "kind=outcome" in plan and "dtype=float32" in plan and "device=cpu" in plan
     assert "checkpoint context 512" in plan
-    for phase in ("weights", "pack", "load", "probe"):
+    for phase in ("weights", "pack", "compile", "load", "probe"):
         assert any(m.startswith(f"model rm: {phase} ") and m.endswith(("s", ")")) for m in startup), phase
     assert any(m.startswith("model rm: ready in") for m in startup)
     assert any(m.startswith("model math: ready in") for m in startup)

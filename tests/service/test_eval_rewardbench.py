@@ -1,0 +1,62 @@
+"""``rewardserve eval`` decides every pair as the ``rewardbench`` package's own run does
+(PyPI rewardbench 0.1.4, ``rewardbench --dataset FILE --load_json``, rewardbench.py), on
+the same local model and pairs. rewardbench pins transformers 4.51, so it runs from its
+own virtualenv (``make rewardbench-venv``, part of ``make test``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from rewardserve.service.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+RB_PYTHON = ROOT / ".venv-rewardbench" / "bin" / "python"
+
+
+def test_eval_agrees_with_rewardbench_pair_by_pair(qwen3_rm, tmp_path, capsys):
+    if not RB_PYTHON.exists():
+        pytest.fail(f"{RB_PYTHON} is missing: make rewardbench-venv (make test builds it)")
+    # The checkpoint as transformers 4.51 reads it: a tokenizer class it knows (the
+    # tokenizer.json, and so the tokens, stay the same).
+    model = tmp_path / "rm"
+    shutil.copytree(qwen3_rm, model)
+    config_path = model / "tokenizer_config.json"
+    config = json.loads(config_path.read_text())
+    config["tokenizer_class"] = "PreTrainedTokenizerFast"
+    config_path.write_text(json.dumps(config))
+
+    prompts = [f"Which colour is the sky at {h} o'clock?" for h in range(12)]
+    answers = ["Blue.", "Grey, mostly.", "It depends on the weather.", "Black at night.", "Red at dusk!"]
+    pairs = [(p, answers[k % 5], answers[(k * 3 + 1) % 5]) for k, p in enumerate(prompts)]
+    ours = [{"prompt": p, "chosen": c, "rejected": r, "subset": "sky"} for p, c, r in pairs]
+    theirs = [{"prompt": p,
+               "chosen": [{"role": "user", "content": p}, {"role": "assistant", "content": c}],
+               "rejected": [{"role": "user", "content": p}, {"role": "assistant", "content": r}]}
+              for p, c, r in pairs]
+    (tmp_path / "ours.jsonl").write_text("".join(json.dumps(x) + "\n" for x in ours))
+    (tmp_path / "theirs.json").write_text("".join(json.dumps(x) + "\n" for x in theirs))
+
+    done = subprocess.run(
+        [str(RB_PYTHON), "-m", "rewardbench.rewardbench", "--model", str(model), "--dataset",
+         str(tmp_path / "theirs.json"), "--load_json", "--batch_size", "1", "--torch_dtype", "float32",
+         "--not_quantized", "--output_dir", str(tmp_path / "rb")],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "WANDB_MODE": "disabled"})
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    (outputs,) = list(Path("/").glob(str(model).lstrip("/") + "_outputs.jsonl")) or list(
+        (tmp_path / "rb").rglob("*_outputs.jsonl"))
+    rows = [json.loads(line) for line in outputs.read_text().splitlines()]
+
+    main(["eval", "--serve", f"rm={model}", "--model", "rm", str(tmp_path / "ours.jsonl"), "-o", str(tmp_path / "eval")])
+    mine = [json.loads(line) for line in (tmp_path / "eval" / "pairs.jsonl").read_text().splitlines()]
+    assert [r["correct"] for r in mine] == [float(r["results"]) for r in rows]
+    assert [r["chosen"] for r in mine] == pytest.approx([r["scores_chosen"] for r in rows], abs=1e-4)
+    assert [r["rejected"][0] for r in mine] == pytest.approx([r["scores_rejected"] for r in rows], abs=1e-4)
+    assert 0 < sum(r["correct"] for r in mine) < len(mine), "pairs both ways, so the check can fail"
+    capsys.readouterr()
