@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 # docker-compose 1.29.2 wheel (not installed, only unpacked; its dependencies clash).
 COMPOSE_SCHEMA := $(VENV)/share/compose_spec.json
 
-.PHONY: serve test typecheck install install-dev system-deps bench vllm-venv clean
+.PHONY: serve test typecheck install install-dev system-deps bench vllm-venv rewardbench-venv clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -97,4 +97,14 @@ $(VLLM_VENV)/.vllm-installed:
 $(VLLM_VENV)/.rewardserve-installed: pyproject.toml $(VLLM_VENV)/.vllm-installed $(VENV)/.dev-installed
 	$(VLLM_VENV)/bin/python -m pip freeze --exclude-editable | grep -v ' @ ' > $(VLLM_VENV)/constraints.txt
 	$(VLLM_VENV)/bin/python -m pip install --quiet -c $(VLLM_VENV)/constraints.txt -e '.[serve]'
+	touch $@
+
+# rewardbench, whose own run checks `rewardserve eval` (tests/service/test_eval_rewardbench.py),
+# in its own virtualenv: it pins transformers 4.51.
+RB_VENV := .venv-rewardbench
+rewardbench-venv: $(RB_VENV)/.installed
+$(RB_VENV)/.installed:
+	$(PYTHON) -m venv $(RB_VENV)
+	$(RB_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(RB_VENV)/bin/python -m pip install --quiet "$(TORCH)" rewardbench==0.1.4
 	touch $@
