@@ -8,7 +8,9 @@ PIP := $(PY) -m pip
 # and GPU users bring their own CUDA build within the range pyproject allows.
 TORCH ?= torch==2.13.0
 ARGS ?=
-PYTEST_ARGS ?=
+# Two workers, each test file on one of them (its module fixtures start once): most
+# tests wait on processes they started, so two at a time finish sooner on 2 cores.
+PYTEST_ARGS ?= -n 2 --dist loadfile
 
 # The Compose specification's JSON schema, for the deployment tests: it ships inside the
 # docker-compose 1.29.2 wheel (not installed, only unpacked; its dependencies clash).
@@ -106,5 +108,5 @@ rewardbench-venv: $(RB_VENV)/.installed
 $(RB_VENV)/.installed:
 	$(PYTHON) -m venv $(RB_VENV)
 	$(RB_VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(RB_VENV)/bin/python -m pip install --quiet "$(TORCH)" rewardbench==0.1.4
+	$(RB_VENV)/bin/python -m pip install --quiet "$(TORCH)" rewardbench==0.1.4 "setuptools<80"  # it imports pkg_resources
 	touch $@
