@@ -15,6 +15,16 @@ import pytest  # noqa: E402
 
 from tests.builders import build_sequence_classifier  # noqa: E402
 
+ADVERSARIAL = Path(__file__).parent / "adversarial"
+
+
+def pytest_collection_modifyitems(items):
+    # Every attack is watched against a latency bound and a rule time limit; the rule
+    # workers are niced below everything, so a test process beside them starves them.
+    for item in items:
+        if ADVERSARIAL in item.path.parents:
+            item.add_marker(pytest.mark.alone)
+
 
 @pytest.fixture(scope="session")
 def qwen3_rm(tmp_path_factory) -> Path:

@@ -195,6 +195,7 @@ async def test_rules_read_the_reference_they_are_told_to(service):
     assert [c["score"] for c in out["results"][0]["criteria"]] == [0.0, 0.0, 0.0] and out["results"][0]["valid"]
 
 
+@pytest.mark.alone  # a wall-clock bound on niced rule workers
 async def test_pathological_math_times_out_without_stalling_others(service):
     _, http = service
     slow = {"items": [{"response": PATHOLOGICAL, "reference": "3"}],

@@ -14,6 +14,9 @@ from rewardserve.models.rules.text import exact_match, last_boxed
 from rewardserve.models.spec import ModelSpec
 from tests.harness import run_jobs
 
+# The pool's workers run niced: a test process beside them would eat their time limits.
+pytestmark = pytest.mark.alone
+
 PATHOLOGICAL = r"\boxed{9^{9^{9^{9}}}}"  # sympy would spend minutes building this integer
 
 

@@ -10,6 +10,9 @@ import pytest
 from rewardserve.models.request_scope import RequestScope
 from rewardserve.models.rules.isolation import CallFailure, PoolBusy, RenderCall, RuleCall, RulePool
 
+# The pool's workers run niced: a test process beside them would eat their time limits.
+pytestmark = pytest.mark.alone
+
 SLOW = RuleCall("regex", "a" * 30 + "!", None, {"pattern": "^(a+)+$"})  # minutes of backtracking
 
 
