@@ -258,6 +258,13 @@ class ItemResult(_Response):
     label: str | None = None
     tokens: int | None = None
     truncated: bool = False
+    # Composite rewards (a rubric, an ensemble): each part's score by name, on the scale
+    # it was mixed at (a rubric criterion's ``raw`` is in ``criteria``); None: invalid.
+    components: dict[str, float | None] | None = None
+    # Ensembles: the standard deviation of the members' scores that were mixed.
+    uncertainty: float | None = None
+    # Why the expensive model (``escalate.to``) scored this item; None: it did not.
+    escalated: str | None = None
 
 
 # --------------------------------------------------------------------------- /v1/score
@@ -388,24 +395,63 @@ class VerifyResponse(_Response):
 # --------------------------------------------------------------------------- /v1/rubric
 
 
+# How a score is put on a common scale before it is mixed: as given, through a sigmoid,
+# z-scored within the item's group_id, or against the model's running mean and std.
+Scale = Literal["none", "sigmoid", "group", "running"]
+
+
 class Criterion(_Request):
-    """A rule (``fn`` + ``args``) or a judge question (``text``). ``args`` and ``text``
-    may read the item with ``{{ item.reference.answer }}``-style fields."""
+    """A rule (``fn`` + ``args``), a judge question (``text``) or a served model's score
+    (``model``: any model answering /v1/score). ``args`` and ``text`` may read the item
+    with ``{{ item.reference.answer }}``-style fields. ``normalize`` puts the score on a
+    common scale (``running``: model criteria only). ``polarity: negative`` reads a score
+    in [0, 1] (a rule's, a judge's, a sigmoid's) as 1 - score, any other as -score."""
 
     name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=64)
     weight: float = Field(default=1.0, ge=0.0)
     fn: str | None = None
     args: dict[str, JSONValue] = Field(default_factory=dict)
     text: str | None = Field(default=None, max_length=4000)
+    model: str | None = Field(default=None, max_length=128)
+    normalize: Scale = "none"
     choices: list[str] | None = Field(default=None, min_length=2, max_length=10)  # best first
     polarity: Literal["positive", "negative"] = "positive"
     pass_threshold: float = 0.5  # for all / any pass
 
     @model_validator(mode="after")
-    def _rule_or_judge(self) -> Criterion:
-        if (self.fn is None) == (self.text is None):
-            raise ValueError("a criterion has exactly one of 'fn' (a rule) or 'text' (a judge question)")
+    def _one_source(self) -> Criterion:
+        if sum(x is not None for x in (self.fn, self.text, self.model)) != 1:
+            raise ValueError("a criterion has exactly one of 'fn' (a rule), 'text' (a judge question) "
+                             "or 'model' (a served model's score)")
+        if self.normalize == "running" and self.model is None:
+            raise ValueError("normalize 'running' keeps statistics per served model: model criteria only")
         return self
+
+    @property
+    def unit_scale(self) -> bool:
+        """Whether the score it is aggregated at lies in [0, 1]."""
+        return self.normalize == "sigmoid" or (self.model is None and self.normalize == "none")
+
+
+class EscalateWhen(_Request):
+    """When an item's cheap score is not enough: any condition that holds escalates it."""
+
+    uncertainty_above: float | None = Field(default=None, ge=0)  # ensembles: members disagree
+    margin_below: float | None = Field(default=None, ge=0)  # |score - threshold| is small
+    threshold: float = 0.5  # what margin_below measures from
+    group_zero_variance: bool = False  # a GRPO group scored all alike teaches nothing
+    invalid: bool = False  # the cheap score could not be computed
+
+
+class Escalation(_Request):
+    """Ask ``to`` (a served model; a verifier answers with P(yes)) for the items ``when``
+    picks, at most ``max_fraction`` of the request's items; its score, on ``normalize``'s
+    scale, replaces the cheap one."""
+
+    to: str = Field(max_length=128)
+    when: EscalateWhen
+    max_fraction: float = Field(default=1.0, ge=0, le=1)
+    normalize: Literal["none", "sigmoid", "running"] = "none"
 
 
 class RubricItem(Item):
@@ -430,15 +476,20 @@ class RubricRequest(_Request):
     criteria: list[Criterion] | None = Field(default=None, max_length=64)  # for items without their own
     aggregation: Aggregation = Field(default_factory=Aggregation)
     judge_template: str = "criterion"
+    escalate: Escalation | None = None
 
 
 class CriterionResult(_Response):
     name: str
-    score: float | None = None
+    score: float | None = None  # as aggregated: normalised, polarity applied
     valid: bool = True
     error: str | None = None
     reason: str | None = None
     weight: float = 1.0
+    raw: float | None = None  # as the rule, judge or model gave it
+    # normalize running: how many scores the model's statistics held (below 100 they are
+    # still settling).
+    running_count: int | None = None
 
 
 class RubricResult(ItemResult):
@@ -645,6 +696,14 @@ class ModelCard(_Response):
     preset: str | None = None
     max_tokens: int | None = None
     ready: bool = False
+    # Its scores' running statistics (what ``normalize: running`` reads), once it has any.
+    running: RunningStats | None = None
+
+
+class RunningStats(_Response):
+    count: int
+    mean: float
+    std: float
 
 
 class ModelList(_Response):

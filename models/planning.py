@@ -11,16 +11,24 @@ from ``finish``.
     Job    one item's work, before units are formed: its cost, its cache key
     Unit   what the batcher budgets and the kind's ``run`` computes (one or more jobs)
     Plan   units + pool calls + finish, and the request's token counts
+    Part   another served model's plan inside this one (a rubric's model criterion, an
+           ensemble's member): run on that model's batcher, its results read in finish
+    Peer   what a plan may use of another served model: the model and its score cache
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from rewardserve.client.protocol import ERROR_STATUS, ErrorType
 from rewardserve.models.request_scope import RequestScope
+
+if TYPE_CHECKING:
+    from rewardserve.models.cache import LRUCache
+    from rewardserve.models.plans.running import RunningScore
+    from rewardserve.models.reward_model import RewardModel
 
 P = TypeVar("P")  # a kind's own payload
 R = TypeVar("R")  # a plan's per-item result
@@ -116,4 +124,48 @@ class Plan(Generic[R]):
     deduplicated: int = 0
     # The items usage counts, when not the request's (a compare scores each response).
     scored_items: int | None = None
+    # Other served models' plans, run on their own batchers alongside this plan's units
+    # (in the same batches as other requests' work); each Part's ``results`` is filled
+    # before ``finish`` runs.
+    parts: list[Part[Any]] = field(default_factory=list)
+
+
+S = TypeVar("S")
+
+
+def then(done: list[R] | Plan[R], fn: Callable[[list[R]], list[S] | Plan[S]]) -> list[S] | Plan[S]:
+    """``fn`` applied to a plan's results: now, or after the plan's next stages."""
+    if isinstance(done, Plan):
+        finish = done.finish
+        return replace(done, finish=lambda outputs, values: then(finish(outputs, values), fn))  # type: ignore[arg-type, return-value]
+    return fn(done)
+
+
+@dataclass
+class Part(Generic[R]):
+    """``plan`` of the served model named ``model``; ``results`` once it has run."""
+
+    model: str
+    plan: Plan[R]
+    results: list[R] | None = None
+
+    def finished(self) -> list[R]:
+        assert self.results is not None, f"part on {self.model!r} read before it ran"
+        return self.results
+
+
+@dataclass
+class Peer:
+    """Another served model as a plan may use it: to plan work on it (with its score
+    cache) and to normalise its scores against its running statistics."""
+
+    model: RewardModel
+    cache: LRUCache | None
+    running: RunningScore
+
+
+class PeerLookup(Protocol):
+    def __call__(self, name: str, param: str | None = None) -> Peer:
+        """The served model ``name``, ready; a RequestError naming ``param`` otherwise."""
+        ...
 

@@ -42,7 +42,7 @@ from rewardserve.client.protocol import (
 )
 from rewardserve.models.cache import LRUCache
 from rewardserve.models.options import KindOptions, validate_options
-from rewardserve.models.planning import ItemError, Job, Plan, RequestError, Unit, UnitOutput
+from rewardserve.models.planning import ItemError, Job, PeerLookup, Plan, RequestError, Unit, UnitOutput
 from rewardserve.models.spec import ModelSpec
 
 if TYPE_CHECKING:
@@ -63,6 +63,8 @@ class ModelContext:
     rules: RuleRunner | None = None
     # False: no torch.compile at load for models whose options do not ask for it.
     compile: bool = True
+    # The other served models, for kinds that mix their scores (an ensemble).
+    peers: PeerLookup | None = None
 
 
 def sigmoid(x: float) -> float:
@@ -132,6 +134,12 @@ class RewardModel(ABC):
     inputs: ClassVar[frozenset[str]] = frozenset({"chat"})
     # Kinds with weights set it in load().
     backend: Backend | None = None
+
+    @property
+    def depends_on(self) -> list[str]:
+        """The served models this one uses (an ensemble's members): loaded before it; it is
+        not ready unless they are."""
+        return []
 
     def __init__(
         self, spec: ModelSpec, preset: dict[str, Any] | None = None, context: ModelContext | None = None

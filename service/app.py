@@ -32,6 +32,7 @@ from rewardserve.service.middleware import BodyLimit, RequestLog, RequestMetrics
 from rewardserve.service.served_models import ModelRegistry
 from rewardserve.service.routes import open_routes, scoring_routes
 from rewardserve.service.dispatch import ClientGone
+from rewardserve.service.reward_health import RewardHealth
 from rewardserve.service.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,7 @@ class ServiceState:
     registry: ModelRegistry
     api_keys: list[str]
     rule_runner: RuleRunner
+    health: RewardHealth
     draining: bool = False
     in_flight: InFlightRequests = field(default_factory=InFlightRequests)
 
@@ -62,6 +64,7 @@ def create_app(settings: Settings | None = None, url: str | None = None) -> Fast
                                keep_going=settings.keep_going),
         api_keys=settings.accepted_keys(),
         rule_runner=rule_runner,
+        health=RewardHealth(metrics),
     )
 
     async def load_and_announce(app: FastAPI) -> None:

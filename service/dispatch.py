@@ -17,7 +17,7 @@ from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 
 from rewardserve.client.protocol import Item, ItemResult, ScoreOptions, Usage
-from rewardserve.models.planning import Plan, Unit
+from rewardserve.models.planning import Part, Plan, Unit
 from rewardserve.models.request_scope import RequestScope
 from rewardserve.models.rules.isolation import PoolBusy
 from rewardserve.service.admission import scope_of
@@ -74,13 +74,18 @@ async def execute(request: Request, served: Served | None, plan: Plan[R], n_item
             metrics.cache_misses.labels(name).inc(plan.cache_misses)
             metrics.deduplicated.labels(name).inc(plan.deduplicated)
         calls = asyncio.ensure_future(run_calls(request, plan.calls))
+        parts = asyncio.ensure_future(run_parts(request, plan.parts))
         try:
             outcomes = await compute(request, served, plan.units)
             values = await calls
+            ran = await parts
         finally:
             calls.cancel()
-        queue_s = max([queue_s, *(o.queue_s for o in outcomes)])
-        inference_s = max([inference_s, *(o.inference_s for o in outcomes)])
+            parts.cancel()
+        prompt_tokens += sum(p.usage.prompt_tokens for p in ran)
+        cached_tokens += sum(p.usage.cached_tokens for p in ran)
+        queue_s = max([queue_s, *(o.queue_s for o in outcomes), *(p.queue_s for p in ran)])
+        inference_s = max([inference_s, *(o.inference_s for o in outcomes), *(p.inference_s for p in ran)])
         done = await run_in_threadpool(plan.finish, [o.result for o in outcomes], values)
         if isinstance(done, Plan):
             plan = done
@@ -91,6 +96,26 @@ async def execute(request: Request, served: Served | None, plan: Plan[R], n_item
         request.state.work = {"items": items, "tokens": prompt_tokens, "queue_ms": round(queue_s * 1000, 1),
                               "inference_ms": round(inference_s * 1000, 1)}
         return Executed(done, usage, queue_s, inference_s)
+
+
+async def run_parts(request: Request, parts: list[Part[Any]]) -> list[Executed[Any]]:
+    """Each part's plan on its own model's batcher, concurrently; its results put in the
+    part. A part's model that is not ready fails the request (503)."""
+    if not parts:
+        return []
+    registry = request.app.state.svc.registry
+
+    async def run(part: Part[Any]) -> Executed[Any]:
+        done: Executed[Any] = await execute(request, registry.get(part.model), part.plan, 0)
+        part.results = done.results
+        return done
+
+    tasks = [asyncio.ensure_future(run(part)) for part in parts]
+    try:
+        return list(await asyncio.gather(*tasks))
+    finally:
+        for task in tasks:
+            task.cancel()
 
 
 async def run_calls(request: Request, calls: list[Any]) -> list[Any]:

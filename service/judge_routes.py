@@ -34,7 +34,8 @@ async def verify(body: VerifyRequest, request: Request) -> Response:
 
 @router.post("/v1/rubric", response_model=RubricResponse)
 async def rubric(body: RubricRequest, request: Request) -> Response:
-    """Weighted criteria per item, rules and judge questions, aggregated."""
+    """Weighted criteria per item (rules, judge questions, served models' scores),
+    aggregated; escalated to an expensive model where the request says."""
     admit(request, len(body.items))
     checked = check_rubric(body)
     judge = None
@@ -43,7 +44,7 @@ async def rubric(body: RubricRequest, request: Request) -> Response:
             raise InvalidRequest("judge criteria need a 'judge' verifier model", param="judge")
         judge = serving(request, body.judge, len(body.items), "judge")
     done = await run_plan(request, judge, len(body.items), plan_rubric, body, checked,
-                          judge.model if judge is not None else None)
+                          judge.model if judge is not None else None, request.app.state.svc.registry.peer)
     return json_response(RubricResponse(judge=body.judge, results=done.results, usage=done.usage))
 
 

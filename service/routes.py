@@ -11,7 +11,9 @@ from fastapi.responses import JSONResponse, Response
 from rewardserve.client.protocol import (
     ErrorBody,
     Health,
+    ModelCard,
     ModelList,
+    RunningStats,
     PoolingData,
     PoolingRequest,
     PoolingResponse,
@@ -86,6 +88,7 @@ async def score(body: ScoreRequest, request: Request) -> Response:
     """Outcome reward per item, in request order (for a PRM, its trajectory aggregate)."""
     served = serving(request, body.model, len(body.items), "score")
     done = await score_items(request, served, body.items, body.options)
+    request.app.state.svc.health.observe(body.model, body.items, done.results)
     response = ScoreResponse(model=body.model, results=done.results, usage=done.usage)
     return json_response(response, headers=done.timing_headers())
 
@@ -143,7 +146,15 @@ def _only_model_with(registry, endpoint: str) -> str:
 @scoring_routes.get("/v1/models", response_model=ModelList)
 async def models(request: Request) -> Response:
     registry = request.app.state.svc.registry
-    return json_response(ModelList(data=[s.model.card(s.ready) for s in registry]))
+    return json_response(ModelList(data=[_card(s) for s in registry]))
+
+
+def _card(served: Served) -> ModelCard:
+    card = served.model.card(served.ready)
+    stats = served.running.snapshot()
+    if stats.count:
+        card = card.model_copy(update={"running": RunningStats(count=stats.count, mean=stats.mean, std=stats.std)})
+    return card
 
 
 @open_routes.get("/health", response_model=Health)
@@ -178,7 +189,12 @@ async def ready(request: Request) -> Response:
 @open_routes.get("/metrics")
 async def metrics(request: Request) -> Response:
     """Prometheus metrics; without model names (summed over them) unless names_models."""
-    rendered = request.app.state.svc.metrics.render(by_model=names_models(request))
+    svc = request.app.state.svc
+    for served in svc.registry:
+        stats = served.running.snapshot()
+        if stats.count:
+            svc.health.running_stats(served.model.name, stats.count, stats.mean, stats.std)
+    rendered = svc.metrics.render(by_model=names_models(request))
     return Response(rendered, media_type=CONTENT_TYPE)
 
 

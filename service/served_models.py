@@ -16,11 +16,13 @@ import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from rewardserve.models.cache import LRUCache
 from rewardserve.models.checkpoints import go_offline_if_unreachable
+from rewardserve.models.planning import Peer, RequestError
+from rewardserve.models.plans.running import RunningScore
 from rewardserve.models.phases import log as startup_log
 from rewardserve.models.phases import timed_phase
 from rewardserve.models.reward_model import ModelContext, RewardModel
@@ -48,6 +50,8 @@ class Served:
     error: str | None = None
     # Finished results by job key, lent to the model's plans.
     score_cache: LRUCache = field(default_factory=lambda: LRUCache(0))
+    # Its scores' running mean and variance, for plans that normalise against them.
+    running: RunningScore = field(default_factory=RunningScore)
 
 
 class ModelRegistry:
@@ -64,6 +68,8 @@ class ModelRegistry:
         # Building a model reads only its preset and config.json; weights come in load().
         self._served: dict[str, Served] = {}
         problems = []
+        # Models that mix others' scores (an ensemble) reach them through the context.
+        context = replace(context or ModelContext(), peers=self.peer)
         for spec in specs:
             try:
                 model = build_checked(spec, context)
@@ -71,6 +77,13 @@ class ModelRegistry:
                 problems.append(str(exc))
                 continue
             self._served[spec.name] = _served(model)
+        for served in list(self._served.values()):
+            missing = [name for name in served.model.depends_on if name not in self._served]
+            if missing:
+                problems.append(f"model {served.model.name!r} needs {', '.join(map(repr, missing))}, which "
+                                f"{'is' if len(missing) == 1 else 'are'} not served here; models: "
+                                f"{', '.join(sorted(self._served))}")
+                del self._served[served.model.name]
         if problems and not keep_going:
             raise StartupError(problems)
         for problem in problems:
@@ -115,11 +128,36 @@ class ModelRegistry:
     async def load_all(self) -> None:
         """Load, probe with one real forward, then start batching: model by model."""
         try:
-            # Models without weights first: they are ready in seconds.
-            for served in sorted(self._served.values(), key=lambda s: s.model.runs_torch):
+            # Models without weights first: they are ready in seconds; a model that needs
+            # others once they have loaded.
+            for served in self._load_order():
+                failed = [f"{name} ({self._served[name].error})" for name in served.model.depends_on
+                          if not self._served[name].ready]
+                if failed:
+                    self._failed(served, f"needs {', '.join(failed)}, which did not load")
+                    continue
                 await self._load(served)
         finally:
             self.loaded.set()
+
+    def _load_order(self) -> list[Served]:
+        order: list[Served] = []
+        placed: set[str] = set()
+        waiting = sorted(self._served.values(), key=lambda s: s.model.runs_torch)
+        while waiting:
+            ready = [s for s in waiting if set(s.model.depends_on) <= placed]
+            if not ready:  # a cycle: loaded last, each finding the other not ready
+                ready = waiting
+            order += ready
+            placed |= {s.model.name for s in ready}
+            waiting = [s for s in waiting if s.model.name not in placed]
+        return order
+
+    def _failed(self, served: Served, error: str) -> None:
+        served.error = error
+        log.error("model %s failed to load: %s", served.model.name, error)
+        if not self.keep_going and self.on_failure is not None:
+            self.on_failure(f"model {served.model.name!r} failed to load: {error}")
 
     async def _load(self, served: Served) -> None:
         model = served.model
@@ -135,11 +173,8 @@ class ModelRegistry:
             with timed_phase(model.name, "probe"):
                 await self._call(model, model.probe)
         except Exception as exc:
-            served.error = " ".join(f"{type(exc).__name__}: {exc}".split())
             log.debug("model %s failed to load", model.name, exc_info=True)
-            log.error("model %s failed to load: %s", model.name, served.error)
-            if not self.keep_going and self.on_failure is not None:
-                self.on_failure(f"model {model.name!r} failed to load: {served.error}")
+            self._failed(served, " ".join(f"{type(exc).__name__}: {exc}".split()))
             return
         served.batcher = Batcher(model.name, model.run, model.policy(), self._metrics, self._after_batch,
                                  executor=self._executor(model))
@@ -159,6 +194,15 @@ class ModelRegistry:
             state = f"failed to load ({served.error})" if served.error else "is still loading"
             raise NotReady(f"model {name!r} {state}")
         return served
+
+    def peer(self, name: str, param: str | None = None) -> Peer:
+        """The served model ``name`` as another model's plan uses it: a 422 naming
+        ``param`` when no such model is served, 503 while it is not ready."""
+        if name not in self._served:
+            known = ", ".join(sorted(self._served)) or "none"
+            raise RequestError(f"model {name!r} is not served here; models: {known}", param=param)
+        served = self.get(name)
+        return Peer(served.model, served.score_cache, served.running)
 
     async def close(self) -> None:
         for served in self._served.values():

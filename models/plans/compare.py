@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from rewardserve.client.protocol import CompareItem, CompareOptions, CompareResult, Item, ItemResult, ScoreOptions
 from rewardserve.models.cache import LRUCache
-from rewardserve.models.planning import ItemError, Plan, Unit, UnitOutput
+from rewardserve.models.planning import ItemError, Plan, Unit, UnitOutput, then
 
 if TYPE_CHECKING:
     from rewardserve.models.kinds.verifier import VerifierModel
@@ -34,9 +34,7 @@ def compare_by_scores(model: RewardModel, items: list[CompareItem], cache: LRUCa
     flat = [Item(prompt=it.prompt, response=r, reference=it.reference) for it in items for r in it.responses]
     scoring = model.plan_score(flat, ScoreOptions(), cache)
 
-    def finish(outputs: list[UnitOutput], values: list[Any]) -> list[CompareResult]:
-        scored = scoring.finish(outputs, values)
-        assert isinstance(scored, list)
+    def preferences(scored: list[ItemResult]) -> list[CompareResult]:
         results, at = [], 0
         for item in items:
             chunk: list[ItemResult] = scored[at: at + len(item.responses)]
@@ -49,9 +47,13 @@ def compare_by_scores(model: RewardModel, items: list[CompareItem], cache: LRUCa
             results.append(_preference_result(item.id, scores, bradley_terry(scores)))
         return results
 
+    def finish(outputs: list[UnitOutput], values: list[Any]) -> list[CompareResult] | Plan[CompareResult]:
+        return then(scoring.finish(outputs, values), preferences)
+
     return Plan(units=scoring.units, finish=finish, calls=scoring.calls, prompt_tokens=scoring.prompt_tokens,
                 cached_tokens=scoring.cached_tokens, cache_hits=scoring.cache_hits,
-                cache_misses=scoring.cache_misses, deduplicated=scoring.deduplicated, scored_items=len(flat))
+                cache_misses=scoring.cache_misses, deduplicated=scoring.deduplicated, scored_items=len(flat),
+                parts=scoring.parts)
 
 
 def compare_by_judge(judge: VerifierModel, items: list[CompareItem], options: CompareOptions) -> Plan[CompareResult]:

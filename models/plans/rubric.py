@@ -16,7 +16,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from rewardserve.client.protocol import Aggregation, Criterion, CriterionResult, Item, RubricRequest, RubricResult
-from rewardserve.models.planning import ItemError, Plan, RequestError, Unit, UnitOutput
+from rewardserve.models.planning import ItemError, PeerLookup, Plan, RequestError, Unit, UnitOutput
+from rewardserve.models.plans.composite import Scaled, escalate, plan_model_criteria, scale_outcomes
 from rewardserve.models.plans.formula import FormulaError, compile_formula, evaluate
 from rewardserve.models.text.judge_templates import item_variables
 from rewardserve.models.rules import get_rule, with_named_reference
@@ -69,6 +70,8 @@ def check_criteria(criteria: list[Criterion], aggregation: Aggregation, param: s
                 raise RequestError(str(exc.args[0]), param=f"{param}[{index}].fn") from exc
         if criterion.choices is not None and len(set(criterion.choices)) != len(criterion.choices):
             raise RequestError("a criterion's choices must differ", param=f"{param}[{index}].choices")
+        if criterion.model is not None:
+            continue
         where = "args" if criterion.fn is not None else "text"
         try:
             check_syntax(criterion.args if criterion.fn is not None else criterion.text)
@@ -108,6 +111,8 @@ def plan_criteria(items: list[Item], criteria: list[list[Criterion]], params: li
         response = response_with_tool_calls(item)
         variables: dict[str, Any] | None = None
         for k, criterion in enumerate(own):
+            if criterion.model is not None:  # scored by the model (models/plans/composite.py)
+                continue
             key, source = (i, k), criterion.args if criterion.fn is not None else criterion.text
             where = f"{param}[{k}].{'args' if criterion.fn is not None else 'text'}"
             if has_template(source) and variables is None:
@@ -166,11 +171,12 @@ def call_outcome(key: Key, value: Any, rule: str | None, where: str) -> Any:
     return ItemError(f"{subject} failed: {value.message}")
 
 
-def criterion_result(criterion: Criterion, outcome: float | ItemError, reason: str | None = None) -> CriterionResult:
-    if isinstance(outcome, ItemError):
-        return CriterionResult(name=criterion.name, valid=False, error=str(outcome), weight=criterion.weight)
-    score = 1.0 - outcome if criterion.polarity == "negative" else outcome
-    return CriterionResult(name=criterion.name, score=score, reason=reason, weight=criterion.weight)
+def criterion_result(criterion: Criterion, scaled: Scaled) -> CriterionResult:
+    if isinstance(scaled.score, ItemError):
+        return CriterionResult(name=criterion.name, valid=False, error=str(scaled.score), reason=scaled.reason,
+                               weight=criterion.weight)
+    return CriterionResult(name=criterion.name, score=scaled.score, reason=scaled.reason, weight=criterion.weight,
+                           raw=scaled.raw, running_count=scaled.running_count)
 
 
 def aggregate(criteria: list[Criterion], results: list[CriterionResult], aggregation: Aggregation) -> float:
@@ -230,11 +236,14 @@ def check_rubric(body: RubricRequest) -> CheckedRubric:
     return CheckedRubric(criteria, params)
 
 
-def plan_rubric(body: RubricRequest, checked: CheckedRubric, model: RewardModel | None) -> Plan[RubricResult]:
-    """Rule calls and pool-rendered texts first; then the judge units (with the rule
-    calls, when nothing had to be rendered); then each item's aggregate."""
+def plan_rubric(body: RubricRequest, checked: CheckedRubric, model: RewardModel | None,
+                peers: PeerLookup | None = None) -> Plan[RubricResult]:
+    """Rule calls, pool-rendered texts and model criteria (parts on their models) first;
+    then the judge units (with the rule calls, when nothing had to be rendered); then each
+    item's aggregate, and the escalation stage when one is asked for."""
     judge = model if isinstance(model, Judge) else None
     work = plan_criteria(body.items, checked.criteria, checked.params)
+    models = plan_model_criteria(body.items, checked.criteria, checked.params, peers)
     outcomes: dict[Key, Outcome] = {key: (error, None) for key, error in work.failed.items()}
 
     def take_rules(values: list[Any]) -> None:
@@ -250,17 +259,22 @@ def plan_rubric(body: RubricRequest, checked: CheckedRubric, model: RewardModel 
         else:
             units, judged, prompt_tokens = [], (lambda _outputs: {}), 0
 
-        def finish(outputs: list[UnitOutput], values: list[Any]) -> list[RubricResult]:
+        def finish(outputs: list[UnitOutput], values: list[Any]) -> list[RubricResult] | Plan[RubricResult]:
             take_rules(values)
             outcomes.update(judged(outputs))
-            return [_item_result(item, own, [criterion_result(c, *outcomes[(i, k)]) for k, c in enumerate(own)],
-                                 body.aggregation)
-                    for i, (item, own) in enumerate(zip(body.items, checked.criteria))]
+            outcomes.update({key: (value, None) for key, value in models.outcomes().items()})
+            scaled = scale_outcomes(body.items, checked.criteria, outcomes, models.running)
+            results = [_item_result(item, own, [criterion_result(c, scaled[(i, k)]) for k, c in enumerate(own)],
+                                    body.aggregation)
+                       for i, (item, own) in enumerate(zip(body.items, checked.criteria))]
+            return escalate(body.escalate, list(body.items), results, peers)
 
         return Plan(units=units, finish=finish, calls=rule_calls, prompt_tokens=prompt_tokens)
 
     if not work.render_calls:
-        return judging(dict(work.texts), list(work.rule_calls))
+        first = judging(dict(work.texts), list(work.rule_calls))
+        first.parts = list(models.parts)
+        return first
     n_rules = len(work.rule_calls)
 
     def rendered(_outputs: list[UnitOutput], values: list[Any]) -> Plan[RubricResult]:
@@ -270,17 +284,18 @@ def plan_rubric(body: RubricRequest, checked: CheckedRubric, model: RewardModel 
             texts[key] = call_outcome(key, value, None, f"{checked.params[key[0]]}[{key[1]}].text")
         return judging(texts, [])
 
-    return Plan(units=[], finish=rendered, calls=[*work.rule_calls, *work.render_calls])
+    return Plan(units=[], finish=rendered, calls=[*work.rule_calls, *work.render_calls], parts=list(models.parts))
 
 
 def _item_result(item: Item, criteria: list[Criterion], per: list[CriterionResult],
                  aggregation: Aggregation) -> RubricResult:
+    components = {r.name: r.score for r in per}
     bad = [r.name for r in per if not r.valid]
     if bad:
-        return RubricResult(id=item.id, valid=False, score=None, criteria=per,
+        return RubricResult(id=item.id, valid=False, score=None, criteria=per, components=components,
                             error=f"criteria could not be scored: {', '.join(bad)}")
     try:
         score = aggregate(criteria, per, aggregation)
     except ValueError as exc:
-        return RubricResult(id=item.id, valid=False, score=None, criteria=per, error=str(exc))
-    return RubricResult(id=item.id, score=score, criteria=per)
+        return RubricResult(id=item.id, valid=False, score=None, criteria=per, components=components, error=str(exc))
+    return RubricResult(id=item.id, score=score, criteria=per, components=components)

@@ -137,6 +137,8 @@ async def test_rule_models_beside_weights(service):
 
 async def test_models_health_ready_metrics(service):
     _, http = service
+    # Its own request: with tests handed out one by one, this module's others may run elsewhere.
+    await post_score(http, "qwen", [{"prompt": "Hi", "response": "Hello"}])
     listed = (await http.get("/v1/models")).json()
     cards = listed["data"]
     by_name = {c["name"]: c for c in cards}
