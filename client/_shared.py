@@ -201,10 +201,12 @@ def verify_call(model: str, items: Given, options: dict[str, Any]) -> ListCall[V
                     lambda chunk: VerifyRequest(model=model, items=chunk, options=verify_options))
 
 
-def rubric_call(items: Given, criteria: Any, judge: str | None, aggregation: Any) -> ListCall[RubricResponse]:
+def rubric_call(items: Given, criteria: Any, judge: str | None, aggregation: Any,
+                escalate: Any = None) -> ListCall[RubricResponse]:
     base = RubricRequest.model_validate({
         "items": [{"response": ""}], "criteria": criteria, "judge": judge,
         **({"aggregation": aggregation} if aggregation is not None else {}),
+        **({"escalate": escalate} if escalate is not None else {}),
     })
     return ListCall("/v1/rubric", RubricResponse, as_items(items, RubricItem),
                     lambda chunk: base.model_copy(update={"items": chunk}))

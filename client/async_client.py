@@ -26,6 +26,7 @@ from rewardserve.client.protocol import (
     CompareItem,
     CompareResponse,
     Criterion,
+    Escalation,
     Health,
     Item,
     ModelList,
@@ -78,14 +79,15 @@ class AsyncRewardClient(BaseClient):
 
     async def rubric(
         self,
-        items: Iterable[RubricItem | Mapping[str, Any]],
+        items: Iterable[RubricItem | Item | Mapping[str, Any]],
         *,
         criteria: Sequence[Criterion | Mapping[str, Any]] | None = None,
         judge: str | None = None,
         aggregation: Aggregation | Mapping[str, Any] | None = None,
+        escalate: Escalation | Mapping[str, Any] | None = None,
     ) -> RubricResponse:
-        """Weighted criteria per item (``POST /v1/rubric``)."""
-        return await self._list_call(rubric_call(items, criteria, judge, aggregation))
+        """Weighted criteria per item (``POST /v1/rubric``); see ``RewardClient.rubric``."""
+        return await self._list_call(rubric_call(items, criteria, judge, aggregation, escalate))
 
     async def compare(self, model: str, items: Iterable[CompareItem | Mapping[str, Any]], **options: Any) -> CompareResponse:
         """Preference between responses (``POST /v1/compare``)."""

@@ -276,10 +276,20 @@ class ScoreRequest(_Request):
     options: ScoreOptions = Field(default_factory=ScoreOptions)
 
 
+def components_by_name(results: list[ItemResult]) -> dict[str, list[float | None]]:
+    """Each component's scores in item order (None: invalid, or not part of that item)."""
+    names = list(dict.fromkeys(name for r in results for name in (r.components or {})))
+    return {name: [(r.components or {}).get(name) for r in results] for name in names}
+
+
 class ScoreResponse(_Response):
     model: str
     results: list[ItemResult]
     usage: Usage = Field(default_factory=Usage)
+
+    def components(self) -> dict[str, list[float | None]]:
+        """An ensemble's members' scores, by member, in item order."""
+        return components_by_name(list(self.results))
 
 
 # --------------------------------------------------------------------------- /v1/score/steps
@@ -500,6 +510,10 @@ class RubricResponse(_Response):
     judge: str | None = None
     results: list[RubricResult]
     usage: Usage = Field(default_factory=Usage)
+
+    def components(self) -> dict[str, list[float | None]]:
+        """Each criterion's scores as aggregated, by name, in item order."""
+        return components_by_name(list(self.results))
 
 
 # --------------------------------------------------------------------------- /v1/compare

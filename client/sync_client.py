@@ -27,6 +27,7 @@ from rewardserve.client.protocol import (
     CompareItem,
     CompareResponse,
     Criterion,
+    Escalation,
     Health,
     Item,
     ModelList,
@@ -90,14 +91,16 @@ class RewardClient(BaseClient):
 
     def rubric(
         self,
-        items: Iterable[RubricItem | Mapping[str, Any]],
+        items: Iterable[RubricItem | Item | Mapping[str, Any]],
         *,
         criteria: Sequence[Criterion | Mapping[str, Any]] | None = None,
         judge: str | None = None,
         aggregation: Aggregation | Mapping[str, Any] | None = None,
+        escalate: Escalation | Mapping[str, Any] | None = None,
     ) -> RubricResponse:
-        """Weighted criteria per item, rules and judge questions (``POST /v1/rubric``)."""
-        return self._list_call(rubric_call(items, criteria, judge, aggregation))
+        """Weighted criteria per item: rules, judge questions, served models (``POST /v1/rubric``);
+        ``response.components()`` gives each criterion's scores by name."""
+        return self._list_call(rubric_call(items, criteria, judge, aggregation, escalate))
 
     def compare(self, model: str, items: Iterable[CompareItem | Mapping[str, Any]], **options: Any) -> CompareResponse:
         """Preference between responses (``POST /v1/compare``)."""

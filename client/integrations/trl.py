@@ -12,16 +12,26 @@ Each takes TRL's ``(prompts, completions, **columns)`` and returns one float per
 completion; a result the service could not compute is ``None``, which TRL leaves out of
 its reward sums, never a made-up 0. ``async_reward_function`` is the async twin (TRL
 runs async reward functions concurrently).
+
+``rubric_reward_functions`` hands a rubric's criteria to TRL as reward functions of
+their own, so TRL logs each (``rewards/<name>/mean``), from ONE service call per batch:
+
+    rewards = rubric_reward_functions(criteria=[...], judge="judge")
+    GRPOTrainer(..., reward_funcs=rewards.functions,
+                args=GRPOConfig(..., reward_weights=rewards.weights))
 """
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import re
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
 
 from rewardserve.client.async_client import AsyncRewardClient
 from rewardserve.client.items import column_rows, make_item
-from rewardserve.client.protocol import Item
+from rewardserve.client.protocol import Aggregation, Criterion, Item, RubricResponse
 from rewardserve.client.sync_client import RewardClient
 
 ENDPOINTS = ("score", "steps", "verify", "rubric")
@@ -97,3 +107,88 @@ def async_reward_function(
 
     reward.__name__ = reward.__qualname__ = _name(model or "rubric", endpoint, name)
     return reward
+
+
+@dataclass
+class RubricRewards:
+    """TRL reward functions for a rubric and the ``reward_weights`` that make TRL's
+    weighted sum the rubric's reward: with a weighted mean (and no escalation), one
+    function per criterion weighted by its share; otherwise the rubric's reward first
+    (weight 1) and each criterion beside it, logged only (weight 0)."""
+
+    functions: list[Callable[..., Any]]
+    weights: list[float]
+
+
+def _fingerprint(prompts: list[Any], completions: list[Any], items: list[Item]) -> bytes:
+    return hashlib.blake2b(repr((prompts, completions, [i.reference for i in items])).encode(),
+                           digest_size=16).digest()
+
+
+def _columns(response: RubricResponse, names: list[str]) -> dict[str, list[float | None]]:
+    """Per criterion, the scores of the items whose reward is valid; an invalid item is
+    None in every column, as the single rubric function gives it."""
+    columns: dict[str, list[float | None]] = {name: [] for name in ["", *names]}
+    for result in response.results:
+        components = result.components or {}
+        for name in names:
+            columns[name].append(components.get(name) if result.valid else None)
+        columns[""].append(result.score if result.valid else None)
+    return columns
+
+
+def rubric_reward_functions(
+    *,
+    criteria: Sequence[Criterion | Mapping[str, Any]],
+    judge: str | None = None,
+    aggregation: Aggregation | Mapping[str, Any] | None = None,
+    escalate: Mapping[str, Any] | None = None,
+    client: RewardClient | AsyncRewardClient | None = None,
+    base_url: str | list[str] | None = None,
+    reference_column: str | None = "reference",
+    prefix: str = "",
+) -> RubricRewards:
+    """One TRL reward function per criterion (named ``prefix + name``), sharing one
+    ``/v1/rubric`` call per batch. With an ``AsyncRewardClient`` the functions are
+    coroutines (TRL gathers them; they still make one call)."""
+    checked = [c if isinstance(c, Criterion) else Criterion.model_validate(c) for c in criteria]
+    names = [c.name for c in checked]
+    mode = (aggregation.mode if isinstance(aggregation, Aggregation) else (aggregation or {}).get("mode")) \
+        or "weighted_mean"
+    split = mode == "weighted_mean" and escalate is None
+    client = client or RewardClient(base_url)
+    last: dict[str, Any] = {}  # the batch's fingerprint and what its call gave
+
+    def make(column: str, name: str) -> Callable[..., Any]:
+        if isinstance(client, AsyncRewardClient):
+            async def reward_async(prompts: list[Any], completions: list[Any], **columns: Any) -> list[float | None]:
+                items = _items(prompts, completions, columns, reference_column)
+                key = _fingerprint(prompts, completions, items)
+                if last.get("key") != key:
+                    last.update(key=key, call=asyncio.ensure_future(client.rubric(
+                        items, criteria=checked, judge=judge, aggregation=aggregation, escalate=escalate)))
+                response = await last["call"]
+                return _columns(response, names)[column]
+
+            fn: Callable[..., Any] = reward_async
+        else:
+            sync_client = client
+
+            def reward(prompts: list[Any], completions: list[Any], **columns: Any) -> list[float | None]:
+                items = _items(prompts, completions, columns, reference_column)
+                key = _fingerprint(prompts, completions, items)
+                if last.get("key") != key:
+                    last.update(key=key, call=sync_client.rubric(
+                        items, criteria=checked, judge=judge, aggregation=aggregation, escalate=escalate))
+                response: RubricResponse = last["call"]
+                return _columns(response, names)[column]
+
+            fn = reward
+        fn.__name__ = fn.__qualname__ = re.sub(r"\W", "_", prefix + name)
+        return fn
+
+    components = [make(name, name) for name in names]
+    if split:
+        total = sum(c.weight for c in checked)
+        return RubricRewards(components, [c.weight / total for c in checked])
+    return RubricRewards([make("", "rubric"), *components], [1.0] + [0.0] * len(names))

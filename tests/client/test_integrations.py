@@ -16,7 +16,7 @@ import pytest
 from rewardserve.client import RewardClient
 from rewardserve.client.integrations import openrlhf, verl
 from rewardserve.client.integrations.trajectory import step_ends, token_rewards, trajectory_rewards
-from rewardserve.client.integrations.trl import async_reward_function, reward_function
+from rewardserve.client.integrations.trl import async_reward_function, reward_function, rubric_reward_functions
 from tests.harness import serve_subprocess
 
 
@@ -43,6 +43,20 @@ def test_trl_grpo_trainer_logs_the_service_rewards(service, tmp_path):
     dataset = Dataset.from_list([{"prompt": f"Say yes {k}.", "reference": "yes yes yes"} for k in range(8)])
     client = RewardClient(service)
     inner = reward_function("fuzzy", client=client, reference_column="reference")
+
+    class CountingClient(RewardClient):
+        rubric_calls = 0
+
+        def rubric(self, *args, **kwargs):
+            type(self).rubric_calls += 1
+            return super().rubric(*args, **kwargs)
+
+    # A rubric's criteria as reward functions of their own, from one service call per step.
+    rubric = rubric_reward_functions(criteria=[{"name": "fuzz", "fn": "fuzzy", "weight": 3.0},
+                                               {"name": "rm", "model": "rm"}],
+                                     client=CountingClient(service), prefix="rubric_")
+    assert [f.__name__ for f in rubric.functions] == ["rubric_fuzz", "rubric_rm"]
+    assert rubric.weights == [0.75, 0.25]
     seen: list[tuple[list, list, list]] = []
 
     def fuzzy_reward(prompts, completions, **columns):
@@ -53,10 +67,16 @@ def test_trl_grpo_trainer_logs_the_service_rewards(service, tmp_path):
     args = GRPOConfig(
         output_dir=str(tmp_path / "out"), per_device_train_batch_size=4, num_generations=4,
         max_completion_length=6, max_steps=3, logging_steps=1, learning_rate=1e-4,
-        report_to=[], use_cpu=True, bf16=False, save_strategy="no", seed=0,
+        report_to=[], use_cpu=True, bf16=False, save_strategy="no", seed=0, reward_weights=[1.0, *rubric.weights],
     )
-    trainer = GRPOTrainer(model=str(policy), reward_funcs=[fuzzy_reward], args=args, train_dataset=dataset)
+    trainer = GRPOTrainer(model=str(policy), reward_funcs=[fuzzy_reward, *rubric.functions], args=args,
+                          train_dataset=dataset)
     trainer.train()
+    assert CountingClient.rubric_calls == 3
+    history = trainer.state.log_history
+    fuzz_logged = [h["rewards/rubric_fuzz/mean"] for h in history if "rewards/rubric_fuzz/mean" in h]
+    rm_logged = [h["rewards/rubric_rm/mean"] for h in history if "rewards/rubric_rm/mean" in h]
+    assert len(fuzz_logged) == len(rm_logged) == 3
 
     logged = [h["rewards/fuzzy_reward/mean"] for h in trainer.state.log_history if "rewards/fuzzy_reward/mean" in h]
     assert len(logged) == 3 and len(seen) == 3
@@ -65,6 +85,11 @@ def test_trl_grpo_trainer_logs_the_service_rewards(service, tmp_path):
                                        for p, c in zip(prompts, completions)])
         assert [r.score for r in again.results] == pytest.approx(rewards)
         assert mean == pytest.approx(sum(rewards) / len(rewards), abs=1e-5)
+    for (prompts, completions, rewards), fuzz_mean, rm_mean in zip(seen, fuzz_logged, rm_logged):
+        # The criterion is the same rule: TRL logs the same mean for it.
+        assert fuzz_mean == pytest.approx(sum(rewards) / len(rewards), abs=1e-5)
+        alone = client.score("rm", [{"prompt": p, "response": c} for p, c in zip(prompts, completions)])
+        assert rm_mean == pytest.approx(sum(r.score for r in alone.results) / len(completions), abs=1e-4)
 
 
 async def test_trl_reward_functions_all_endpoints(service):
@@ -139,6 +164,12 @@ async def _verl_run_single(compute_score, sample: dict, reward_router_address=No
     return result["score"] if isinstance(result, dict) else result
 
 
+def _verl_extra_info(result) -> dict:
+    """naive.py run_single (0.9.1, lines 89-95): a dict result's every key goes to
+    reward_extra_info; a bare score is logged as "acc"."""
+    return dict(result) if isinstance(result, dict) else {"acc": result}
+
+
 async def test_verl_reward_loop_managers_call_the_adapter(service):
     samples = [{"data_source": "openai/gsm8k", "response": f"so \\boxed{{{k}}}", "ground_truth": "2",
                 "extra_info": {"question": "1+1?", "index": k}} for k in range(4)]
@@ -149,6 +180,25 @@ async def test_verl_reward_loop_managers_call_the_adapter(service):
         for router in (None, "10.0.0.1:9000"):  # verl also serving a reward model adds its keywords
             scores = await asyncio.gather(*(_verl_run_single(fn, s, router, object()) for s in samples))
             assert scores == [0.0, 0.0, 1.0, 0.0]
+
+
+async def test_verl_gets_a_rubric_s_components_in_its_extra_info(service):
+    criteria = [{"name": "fuzz", "fn": "fuzzy"}, {"name": "rm", "model": "rm", "normalize": "sigmoid"}]
+    reward_kwargs = {"model": "rubric", "endpoint": "rubric", "base_url": service, "components": True,
+                     "criteria": criteria}
+    sample = {"data_source": "d", "response": "yes yes", "ground_truth": "yes yes yes", "extra_info": {"question": "q"}}
+    expected = RewardClient(service).rubric([{"prompt": "q", "response": "yes yes", "reference": "yes yes yes"}],
+                                            criteria=criteria).results[0]
+    for raw_fn in (verl.compute_score_async, verl.compute_score):
+        fn = _verl_custom_reward_fn(raw_fn, reward_kwargs)
+        call = dict(data_source="d", solution_str=sample["response"], ground_truth=sample["ground_truth"],
+                    extra_info=sample["extra_info"])
+        result = await fn(**call) if inspect.iscoroutinefunction(fn) else fn(**call)
+        extra = _verl_extra_info(result)
+        assert extra["score"] == pytest.approx(expected.score)
+        assert extra["fuzz"] == pytest.approx(expected.components["fuzz"])
+        assert extra["rm"] == pytest.approx(expected.components["rm"])
+        assert await _verl_run_single(fn, sample) == pytest.approx(expected.score)
 
 
 def test_openrlhf_get_reward_route_and_python_mode(service, monkeypatch):

@@ -164,6 +164,7 @@ async def test_models_health_ready_metrics(service):
         assert name in text
     assert metric(text, "rewardserve_requests_total", route="/v1/score", model="qwen", status="200") > 0
     assert metric(text, "rewardserve_items_scored_total", model="qwen", valid="true") > 0
+    assert metric(text, "rewardserve_reward_score_count", model="qwen") > 0  # reward health
 
 
 async def test_openai_sdk_lists_the_models(service):
