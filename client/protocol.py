@@ -714,6 +714,23 @@ class ModelCard(_Response):
     running: RunningStats | None = None
 
 
+class ShadowReport(_Response):
+    """GET /v1/models/{name}/shadow: how the shadow candidate's scores compare with the
+    served model's, over the last items it scored (None: too few to tell)."""
+
+    model: str
+    candidate: str
+    fraction: float
+    requests: int = 0  # shadowed requests scored
+    skipped: int = 0  # picked, but the candidate was busy
+    failed: int = 0
+    items: int = 0
+    groups: int = 0
+    spearman: float | None = None
+    best_changed: float | None = None  # share of GRPO groups whose best completion changes
+    sign_flips: float | None = None  # share of group advantages whose sign flips
+
+
 class RunningStats(_Response):
     count: int
     mean: float

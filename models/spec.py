@@ -10,6 +10,16 @@ Backend = Literal["auto", "transformers", "vllm", "none"]
 DType = Literal["auto", "float32", "bfloat16", "float16"]
 
 
+class ShadowSpec(BaseModel):
+    """A candidate served model that scores ``fraction`` of this model's /v1/score
+    requests off the response path (service/shadow.py)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str
+    fraction: float = Field(gt=0, le=1)
+
+
 class ModelSpec(BaseModel):
     """One model to serve. ``kind`` picks the file in ``models/`` that computes it;
     ``options`` holds what only that kind understands (a rule's ``fn``, a template)."""
@@ -30,3 +40,4 @@ class ModelSpec(BaseModel):
     # Close a batch before padding passes this share of it (the CPU default is 0.05).
     max_padding_ratio: float | None = Field(default=None, ge=0, le=1)
     options: dict[str, Any] = Field(default_factory=dict)
+    shadow: ShadowSpec | None = None

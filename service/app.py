@@ -33,6 +33,7 @@ from rewardserve.service.served_models import ModelRegistry
 from rewardserve.service.routes import open_routes, scoring_routes
 from rewardserve.service.dispatch import ClientGone
 from rewardserve.service.reward_health import RewardHealth
+from rewardserve.service.shadow import Shadowing
 from rewardserve.service.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -46,6 +47,7 @@ class ServiceState:
     api_keys: list[str]
     rule_runner: RuleRunner
     health: RewardHealth
+    shadowing: Shadowing
     draining: bool = False
     in_flight: InFlightRequests = field(default_factory=InFlightRequests)
 
@@ -65,6 +67,7 @@ def create_app(settings: Settings | None = None, url: str | None = None) -> Fast
         api_keys=settings.accepted_keys(),
         rule_runner=rule_runner,
         health=RewardHealth(metrics),
+        shadowing=Shadowing(metrics),
     )
 
     async def load_and_announce(app: FastAPI) -> None:
@@ -84,6 +87,7 @@ def create_app(settings: Settings | None = None, url: str | None = None) -> Fast
             state.draining = True
             loading.cancel()
             await asyncio.gather(loading, return_exceptions=True)
+            await state.shadowing.close()
             await state.registry.close()
             await asyncio.to_thread(rule_runner.close)
 

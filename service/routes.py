@@ -20,12 +20,13 @@ from rewardserve.client.protocol import (
     PoolingUsage,
     ScoreRequest,
     ScoreResponse,
+    ShadowReport,
     StepsRequest,
     StepsResponse,
 )
 from rewardserve.service.auth import has_valid_key
 from rewardserve.service.body import BoundedRoute
-from rewardserve.service.errors import InvalidRequest, PayloadTooLarge
+from rewardserve.service.errors import InvalidRequest, NotFound, PayloadTooLarge
 from rewardserve.service.metrics import CONTENT_TYPE
 from rewardserve.service.served_models import Served
 from rewardserve.service.dispatch import run_plan, score_items
@@ -88,7 +89,9 @@ async def score(body: ScoreRequest, request: Request) -> Response:
     """Outcome reward per item, in request order (for a PRM, its trajectory aggregate)."""
     served = serving(request, body.model, len(body.items), "score")
     done = await score_items(request, served, body.items, body.options)
-    request.app.state.svc.health.observe(body.model, body.items, done.results)
+    svc = request.app.state.svc
+    svc.health.observe(body.model, body.items, done.results)
+    svc.shadowing.maybe_shadow(request, body.model, body.items, body.options, done.results)
     response = ScoreResponse(model=body.model, results=done.results, usage=done.usage)
     return json_response(response, headers=done.timing_headers())
 
@@ -147,6 +150,17 @@ def _only_model_with(registry, endpoint: str) -> str:
 async def models(request: Request) -> Response:
     registry = request.app.state.svc.registry
     return json_response(ModelList(data=[_card(s) for s in registry]))
+
+
+@scoring_routes.get("/v1/models/{name}/shadow", response_model=ShadowReport)
+async def shadow(name: str, request: Request) -> Response:
+    """How the model's shadow candidate compares with it (service/shadow.py)."""
+    svc = request.app.state.svc
+    served = svc.registry.get(name)
+    spec = served.model.spec.shadow
+    if spec is None:
+        raise NotFound(f"model {name!r} has no shadow candidate", param="name")
+    return json_response(svc.shadowing.window(name).report(name, spec.model, spec.fraction))
 
 
 def _card(served: Served) -> ModelCard:

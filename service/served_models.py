@@ -27,7 +27,7 @@ from rewardserve.models.phases import log as startup_log
 from rewardserve.models.phases import timed_phase
 from rewardserve.models.reward_model import ModelContext, RewardModel
 from rewardserve.models.kinds import build_checked
-from rewardserve.models.spec import ModelSpec
+from rewardserve.models.spec import ModelSpec, ShadowSpec
 from rewardserve.service.batcher import Batcher
 from rewardserve.service.errors import NotFound, NotReady
 from rewardserve.service.metrics import Metrics
@@ -78,6 +78,10 @@ class ModelRegistry:
                 continue
             self._served[spec.name] = _served(model)
         for served in list(self._served.values()):
+            shadow = served.model.spec.shadow
+            if shadow is not None and (shadow.model not in self._served or shadow.model == served.model.name):
+                problems.append(f"model {served.model.name!r}: its shadow {shadow.model!r} must be another "
+                                f"served model; models: {', '.join(sorted(self._served))}")
             missing = [name for name in served.model.depends_on if name not in self._served]
             if missing:
                 problems.append(f"model {served.model.name!r} needs {', '.join(map(repr, missing))}, which "
@@ -194,6 +198,14 @@ class ModelRegistry:
             state = f"failed to load ({served.error})" if served.error else "is still loading"
             raise NotReady(f"model {name!r} {state}")
         return served
+
+    def shadow_of(self, name: str) -> ShadowSpec | None:
+        """The model's shadow candidate, when it names one that is ready."""
+        served = self._served.get(name)
+        shadow = served.model.spec.shadow if served is not None else None
+        if shadow is None or shadow.model not in self._served:
+            return None
+        return shadow
 
     def peer(self, name: str, param: str | None = None) -> Peer:
         """The served model ``name`` as another model's plan uses it: a 422 naming

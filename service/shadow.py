@@ -1,0 +1,185 @@
+"""Shadow scoring: a candidate model scores a share of a served model's requests off the
+response path, and the service reports how far the candidate would change training.
+
+A model spec's ``shadow: {model: CANDIDATE, fraction: F}`` picks every request whose
+running count crosses a multiple of 1/F (an exact share, no randomness), after its
+answer is computed: the same items, the candidate's own plan, its own batcher, under a
+scope of its own (the caller may hang up; the shadow goes on, within SHADOW_DEADLINE_S).
+The answer never waits for it. At most MAX_IN_FLIGHT shadow requests run per model; one
+arriving beyond that, or refused by the candidate's full queue, is skipped and counted.
+
+Over the last WINDOW items (and their GRPO groups, items sharing a group_id):
+  spearman           rank correlation of the candidate's scores with the served model's
+  best_changed       share of groups whose best completion is another one
+  sign_flips         share of items whose group advantage changes sign
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from typing import Any
+
+from prometheus_client import Counter, Gauge
+from starlette.requests import Request
+
+from rewardserve.client.protocol import Item, ItemResult, ScoreOptions, ShadowReport
+from rewardserve.models.plans.groups import normalized
+from rewardserve.models.request_scope import RequestScope
+from rewardserve.service.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+WINDOW = 2000
+GROUP_WINDOW = 500
+MAX_IN_FLIGHT = 4
+SHADOW_DEADLINE_S = 120.0
+
+
+def ranks(values: Sequence[float]) -> list[float]:
+    """1-based ranks, ties given their average rank."""
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    out = [0.0] * len(values)
+    at = 0
+    while at < len(order):
+        end = at
+        while end + 1 < len(order) and values[order[end + 1]] == values[order[at]]:
+            end += 1
+        for k in range(at, end + 1):
+            out[order[k]] = (at + end) / 2 + 1
+        at = end + 1
+    return out
+
+
+def spearman(a: Sequence[float], b: Sequence[float]) -> float | None:
+    if len(a) < 3:
+        return None
+    ra, rb = ranks(a), ranks(b)
+    ma, mb = sum(ra) / len(ra), sum(rb) / len(rb)
+    cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb))
+    va, vb = sum((x - ma) ** 2 for x in ra), sum((y - mb) ** 2 for y in rb)
+    return cov / math.sqrt(va * vb) if va > 0 and vb > 0 else None
+
+
+class ShadowWindow:
+    """What one served model's shadow has shown, over the last WINDOW items."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.pairs: deque[tuple[float, float]] = deque(maxlen=WINDOW)
+        self.best_changed: deque[bool] = deque(maxlen=GROUP_WINDOW)
+        self.flips: deque[bool] = deque(maxlen=WINDOW)
+        self.requests = 0
+        self.skipped = 0
+        self.failed = 0
+
+    def add(self, items: Sequence[Item], served: Sequence[ItemResult], candidate: Sequence[ItemResult]) -> None:
+        groups: dict[str, list[tuple[float, float]]] = {}
+        with self._lock:
+            self.requests += 1
+            for item, s, c in zip(items, served, candidate):
+                if s.valid and c.valid and s.score is not None and c.score is not None:
+                    self.pairs.append((s.score, c.score))
+                    if item.group_id is not None:
+                        groups.setdefault(item.group_id, []).append((s.score, c.score))
+            for members in groups.values():
+                if len(members) < 2:
+                    continue
+                ours, theirs = [m[0] for m in members], [m[1] for m in members]
+                self.best_changed.append(ours.index(max(ours)) != theirs.index(max(theirs)))
+                for x, y in zip(normalized(ours), normalized(theirs)):
+                    self.flips.append((x > 0) != (y > 0) and abs(x) > 1e-9 and abs(y) > 1e-9)
+
+    def report(self, model: str, candidate: str, fraction: float) -> ShadowReport:
+        with self._lock:
+            pairs = list(self.pairs)
+            best = list(self.best_changed)
+            flips = list(self.flips)
+            counts = (self.requests, self.skipped, self.failed)
+        return ShadowReport(
+            model=model, candidate=candidate, fraction=fraction, requests=counts[0], skipped=counts[1],
+            failed=counts[2], items=len(pairs), groups=len(best),
+            spearman=spearman([p[0] for p in pairs], [p[1] for p in pairs]),
+            best_changed=sum(best) / len(best) if best else None,
+            sign_flips=sum(flips) / len(flips) if flips else None,
+        )
+
+
+class Shadowing:
+    """Every served model's shadow: which requests it takes, and what it has shown."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        r = metrics.registry
+        self.windows: dict[str, ShadowWindow] = {}
+        self._seen: dict[str, int] = {}
+        self._in_flight: dict[str, int] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.items = Counter("rewardserve_shadow_items", "Items a shadow candidate scored", ["model", "candidate"],
+                             registry=r)
+        self.skipped = Counter("rewardserve_shadow_skipped", "Shadow requests skipped (busy, failed)",
+                               ["model", "candidate", "reason"], registry=r)
+        self.gauges = {name: Gauge(f"rewardserve_shadow_{name}", f"Shadow candidate vs served model: {what}",
+                                   ["model", "candidate"], registry=r)
+                       for name, what in (("spearman", "rank correlation of scores"),
+                                          ("best_changed_ratio", "share of groups whose best completion changes"),
+                                          ("sign_flip_ratio", "share of group advantages that change sign"))}
+
+    def window(self, model: str) -> ShadowWindow:
+        return self.windows.setdefault(model, ShadowWindow())
+
+    def picked(self, model: str, fraction: float) -> bool:
+        seen = self._seen.get(model, 0)
+        self._seen[model] = seen + 1
+        return math.floor((seen + 1) * fraction) > math.floor(seen * fraction)
+
+    def maybe_shadow(self, request: Request, model: str, items: list[Item], options: ScoreOptions,
+                     results: list[ItemResult]) -> None:
+        """Start the candidate on these items when this request is picked; never waits."""
+        spec = request.app.state.svc.registry.shadow_of(model)
+        if spec is None or not self.picked(model, spec.fraction):
+            return
+        window = self.window(model)
+        if self._in_flight.get(model, 0) >= MAX_IN_FLIGHT:
+            window.skipped += 1
+            self.skipped.labels(model, spec.model, "busy").inc()
+            return
+        self._in_flight[model] = self._in_flight.get(model, 0) + 1
+        task = asyncio.ensure_future(self._run(request.app, model, spec.model, items, options, results))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _run(self, app: Any, model: str, candidate: str, items: list[Item], options: ScoreOptions,
+                   results: list[ItemResult]) -> None:
+        from rewardserve.service.dispatch import score_items
+
+        window = self.window(model)
+        scope = RequestScope(deadline=time.monotonic() + SHADOW_DEADLINE_S, name=f"shadow-{model}")
+        detached = Request({"type": "http", "app": app, "headers": [], "state": {"request_scope": scope}})
+        try:
+            served = app.state.svc.registry.get(candidate)
+            done = await score_items(detached, served, items, options)
+        except Exception as exc:  # the shadow's failure is the shadow's alone
+            window.failed += 1
+            self.skipped.labels(model, candidate, "failed").inc()
+            log.debug("shadow %s of %s failed: %s", candidate, model, exc)
+            return
+        finally:
+            self._in_flight[model] -= 1
+            scope.cancel("shadow done")
+        window.add(items, results, done.results)
+        self.items.labels(model, candidate).inc(len(items))
+        report = window.report(model, candidate, 0.0)
+        for name, value in (("spearman", report.spearman), ("best_changed_ratio", report.best_changed),
+                            ("sign_flip_ratio", report.sign_flips)):
+            if value is not None:
+                self.gauges[name].labels(model, candidate).set(value)
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
