@@ -23,9 +23,12 @@ class RequestScope:
     ``time.monotonic()`` value). Thread-safe: cancelled from the event loop, watched from
     pool threads."""
 
-    def __init__(self, deadline: float | None = None, name: str | None = None):
+    def __init__(self, deadline: float | None = None, name: str | None = None, tenant: str | None = None):
         self.id = next(_ids)
         self.name = name or f"r{self.id}"
+        # Whose work it is (service/tenants.py): batchers share a model fairly between
+        # tenants. None: no tenants configured, or a key of none.
+        self.tenant = tenant
         self.deadline = deadline
         self.reason: str | None = None
         self._lock = threading.Lock()

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from rewardserve.models.request_scope import RequestScope
-from rewardserve.service.auth import AuthError, check_bearer
+from rewardserve.service.auth import AuthError, bearer_token, check_bearer
 
 OPEN_PATHS = frozenset({"/health", "/ready", "/metrics", "/"})
 DEADLINE_HEADER = "x-deadline-ms"
@@ -111,6 +111,8 @@ class Admission:
                 await send_error(send, 401, "authentication_error", str(exc),
                                  headers={"www-authenticate": "Bearer", **unread})
                 return
+        tenant = self.state.tenants.of_key(bearer_token(headers.get("authorization"))) \
+            if self.state.tenants.enabled else None
         if method == "POST" and self.state.draining:
             await send_error(send, 503, "not_ready", "this replica is shutting down; send the request to another one",
                              headers={"retry-after": "1", **unread})
@@ -127,7 +129,7 @@ class Admission:
                                  param=DEADLINE_HEADER, headers=unread)
                 return
             deadline = time.monotonic() + ms / 1000.0
-        request_scope = RequestScope(deadline)
+        request_scope = RequestScope(deadline, tenant=tenant)
         scope.setdefault("state", {})["request_scope"] = request_scope
         await self._run(scope, receive, send, request_scope)
 

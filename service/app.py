@@ -34,6 +34,7 @@ from rewardserve.service.routes import open_routes, scoring_routes
 from rewardserve.service.dispatch import ClientGone
 from rewardserve.service.reward_health import RewardHealth
 from rewardserve.service.shadow import Shadowing
+from rewardserve.service.tenants import Tenants
 from rewardserve.service.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -46,6 +47,7 @@ class ServiceState:
     registry: ModelRegistry
     api_keys: list[str]
     rule_runner: RuleRunner
+    tenants: Tenants
     health: RewardHealth
     shadowing: Shadowing
     draining: bool = False
@@ -58,14 +60,16 @@ def create_app(settings: Settings | None = None, url: str | None = None) -> Fast
     metrics = Metrics()
     rule_runner = RuleRunner(settings.rule_limits())
     context = ModelContext(image_policy=settings.image_policy(), rules=rule_runner, compile=settings.compile)
+    tenants = Tenants(settings.tenant_specs(), metrics)
     state = ServiceState(
         settings=settings,
         metrics=metrics,
         registry=ModelRegistry(settings.model_specs(), metrics, context,
                                after_batch=MallocTrim(settings.malloc_trim_seconds),
-                               keep_going=settings.keep_going),
+                               keep_going=settings.keep_going, tenants=tenants),
         api_keys=settings.accepted_keys(),
         rule_runner=rule_runner,
+        tenants=tenants,
         health=RewardHealth(metrics),
         shadowing=Shadowing(metrics),
     )

@@ -36,3 +36,11 @@ def has_valid_key(header: str | None, keys: list[str]) -> bool:
     except AuthError:
         return False
     return True
+
+
+def bearer_token(header: str | None) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header, if it is one."""
+    if not header:
+        return None
+    scheme, _, token = header.partition(" ")
+    return token.strip() or None if scheme.lower() == "bearer" else None

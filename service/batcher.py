@@ -11,6 +11,13 @@ results go back to each item's future.
 The queue is bounded in tokens: work that does not fit is refused at once (429), so a
 burst never turns into unbounded memory or latency. Work whose request has gone away
 (client disconnected) is dropped right before compute.
+
+With tenants (service/tenants.py), the oldest item is taken from the tenant furthest
+behind its share: weighted fair queueing, each tenant's virtual time advancing by the
+tokens it was served over its weight (a tenant that falls idle and comes back starts at
+the current virtual time, not with credit). A batch is that tenant's items; room left is
+filled with other tenants' work. A tenant over its queued-token limit gets 429 while the
+others are still taken.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from rewardserve.models.planning import ItemError, Unit, UnitOutput
 from rewardserve.models.reward_model import BatchPolicy
 from rewardserve.service.errors import DeadlineExceeded, NotReady
 from rewardserve.service.metrics import Metrics
+from rewardserve.service.tenants import DEFAULT, Tenants
 
 log = logging.getLogger(__name__)
 
@@ -61,16 +69,30 @@ class QueueFull(Exception):
         self.retry_after_s = retry_after_s
 
 
+class TenantQueueFull(QueueFull):
+    """The tenant's own queued-token limit on this model is reached."""
+
+    def __init__(self, tenant: str, limit: int, retry_after_s: int):
+        super().__init__(retry_after_s)
+        self.tenant = tenant
+        self.limit = limit
+
+
 class QueueTooSmall(Exception):
     """The request alone is bigger than the whole queue: retrying cannot help."""
 
 
 class Batcher:
     def __init__(self, name: str, run: Run, policy: BatchPolicy, metrics: Metrics,
-                 after_batch: Callable[[], None] | None = None, executor: Executor | None = None):
+                 after_batch: Callable[[], None] | None = None, executor: Executor | None = None,
+                 tenants: Tenants | None = None):
         """``executor``: where batches run (shared with other models, not shut down
         here); by default a pool of ``policy.concurrency`` threads of this batcher's own."""
         self.name = name
+        self._tenants = tenants if tenants is not None and tenants.enabled else None
+        self._tenant_tokens: dict[str | None, int] = {}
+        self._virtual: dict[str | None, float] = {}  # tenant -> tokens served / weight
+        self._clock = 0.0  # the virtual time of the last tenant served
         self._after_batch = after_batch  # runs on the worker thread (memory trimming)
         self.policy = policy
         self._run = run
@@ -101,6 +123,16 @@ class Batcher:
             )
         if self._queued_tokens + tokens > self.policy.max_queue_tokens:
             raise QueueFull(self._retry_after(tokens))
+        tenant = _tenant(units[0]) if units else None
+        if self._tenants is not None:
+            limit = self._tenants.queued_limit(tenant)
+            queued = self._tenant_tokens.get(tenant, 0)
+            if limit is not None and queued + tokens > limit:
+                self._tenants.rejected.labels(tenant or DEFAULT, "queued_tokens").inc()
+                raise TenantQueueFull(tenant or DEFAULT, limit, self._retry_after(queued + tokens - limit))
+            if not queued:  # back from idle: no credit for the time away
+                self._virtual[tenant] = max(self._virtual.get(tenant, 0.0), self._clock)
+            self._tenants.tokens.labels(tenant or DEFAULT).inc(tokens)
         loop = asyncio.get_running_loop()
         now = time.monotonic()
         futures = []
@@ -109,6 +141,7 @@ class Batcher:
             self._queue.append(_Pending(unit, future, now, deadline))
             futures.append(future)
         self._queued_tokens += tokens
+        self._tenant_tokens[tenant] = self._tenant_tokens.get(tenant, 0) + tokens
         self._update_gauges()
         self._wakeup.set()
         return futures
@@ -171,11 +204,49 @@ class Batcher:
                 return
 
     def _take_batch(self) -> list[_Pending]:
-        """The oldest item plus the queued items nearest it in length, as many as the
-        budget, the item cap and the padding cap allow. Oldest-first keeps it fair;
-        picking length neighbours from the whole queue keeps padding low."""
+        """The oldest item (of the tenant furthest behind) plus the queued items nearest
+        it in length, as many as the budget, the item cap and the padding cap allow.
+        Oldest-first keeps it fair; picking length neighbours keeps padding low."""
+        if self._tenants is None:
+            window = list(itertools.islice(self._queue, _WINDOW_ITEMS))
+            return self._taken(self._grow(window))
+        tenant = min({_tenant(p.unit) for p in self._queue},
+                     key=lambda t: (self._virtual.get(t, self._clock), t or ""))
+        window = list(itertools.islice((p for p in self._queue if _tenant(p.unit) == tenant), _WINDOW_ITEMS))
+        batch = self._grow(window)
+        lengths = [p.unit.length for p in batch]
+        chosen = {id(p) for p in batch}
+        for pending in itertools.islice(self._queue, _WINDOW_ITEMS):  # room left: others' work
+            if id(pending) not in chosen and self.policy.fits(lengths + [pending.unit.length]):
+                batch.append(pending)
+                chosen.add(id(pending))
+                lengths.append(pending.unit.length)
+        self._clock = self._virtual.get(tenant, self._clock)
+        served: dict[str | None, int] = {}
+        for pending in batch:
+            served[_tenant(pending.unit)] = served.get(_tenant(pending.unit), 0) + pending.unit.length
+        for who, tokens in served.items():
+            start = max(self._virtual.get(who, 0.0), self._clock) if who != tenant else self._clock
+            self._virtual[who] = start + tokens / self._tenants.weight(who)
+        return self._taken(sorted(batch, key=lambda p: p.unit.length))
+
+    def _taken(self, batch: list[_Pending]) -> list[_Pending]:
+        """``batch`` out of the queue and its counts."""
+        chosen = {id(p) for p in batch}
+        self._queue = deque(p for p in self._queue if id(p) not in chosen)
+        self._forget(batch)
+        return batch
+
+    def _forget(self, pendings: list[_Pending]) -> None:
+        for pending in pendings:
+            tenant = _tenant(pending.unit)
+            self._queued_tokens -= pending.unit.length
+            self._tenant_tokens[tenant] = self._tenant_tokens.get(tenant, 0) - pending.unit.length
+        self._update_gauges()
+
+    def _grow(self, window: list[_Pending]) -> list[_Pending]:
+        """window[0] and the items of ``window`` nearest it in length that fit."""
         policy = self.policy
-        window = list(itertools.islice(self._queue, _WINDOW_ITEMS))
         by_length = sorted(range(len(window)), key=lambda i: (window[i].unit.length, i))
         at = by_length.index(0)
         lo, hi = at, at  # the batch is by_length[lo : hi + 1]
@@ -199,11 +270,7 @@ class Batcher:
             _, lo, hi, added = best
             lengths.append(added)
         chosen = {by_length[i] for i in range(lo, hi + 1)}
-        batch = [window[i] for i in sorted(chosen, key=lambda i: window[i].unit.length)]
-        self._queue = deque(p for i, p in enumerate(self._queue) if i not in chosen)
-        self._queued_tokens -= sum(lengths)
-        self._update_gauges()
-        return batch
+        return [window[i] for i in sorted(chosen, key=lambda i: window[i].unit.length)]
 
     def _drop_gone(self) -> None:
         """Forget queued items whose client went away or whose deadline passed."""
@@ -211,9 +278,8 @@ class Batcher:
         gone = [p for p in self._queue if p.future.done()]
         if gone:
             self._queue = deque(p for p in self._queue if not p.future.done())
-            self._queued_tokens -= sum(p.unit.length for p in gone)
+            self._forget(gone)
             self._count_dropped(gone)
-            self._update_gauges()
 
     def _expire(self, pendings) -> None:
         now = time.monotonic()
@@ -294,6 +360,9 @@ class Batcher:
         now = time.monotonic()
         for pending in batch:
             m.queue_seconds.labels(name).observe(now - elapsed - pending.enqueued)
+            if self._tenants is not None:
+                tenant = _tenant(pending.unit) or DEFAULT
+                self._tenants.queue_seconds.labels(tenant).observe(now - elapsed - pending.enqueued)
         outputs = [output for produced in results for output in produced]
         invalid = sum(isinstance(r, ItemError) for r in outputs)
         m.items.labels(name, "true").inc(len(outputs) - invalid)
@@ -313,3 +382,7 @@ class Batcher:
     def _update_gauges(self) -> None:
         self._metrics.queue_items.labels(self.name).set(self.pending_items)
         self._metrics.queue_tokens.labels(self.name).set(self._queued_tokens)
+
+
+def _tenant(unit: Unit[Any]) -> str | None:
+    return unit.scope.tenant if unit.scope is not None else None

@@ -21,7 +21,7 @@ from rewardserve.models.planning import Part, Plan, Unit
 from rewardserve.models.request_scope import RequestScope
 from rewardserve.models.rules.isolation import PoolBusy
 from rewardserve.service.admission import scope_of
-from rewardserve.service.batcher import Outcome, QueueFull, QueueTooSmall
+from rewardserve.service.batcher import Outcome, QueueFull, QueueTooSmall, TenantQueueFull
 from rewardserve.service.errors import DeadlineExceeded, NotReady, Overloaded, PayloadTooLarge
 from rewardserve.service.served_models import Served
 
@@ -144,6 +144,11 @@ async def compute(request: Request, served: Served | None, units: list[Unit[Any]
         unit.scope = scope
     try:
         futures = served.batcher.submit(units, scope.deadline)
+    except TenantQueueFull as exc:
+        raise Overloaded(
+            f"tenant {exc.tenant!r} has {exc.limit} tokens queued on model {model.name!r}, its limit; retry "
+            f"after {exc.retry_after_s}s", retry_after_s=exc.retry_after_s,
+        ) from exc
     except QueueFull as exc:
         request.app.state.svc.metrics.rejected.labels(model.name, "queue_full").inc()
         raise Overloaded(

@@ -99,10 +99,29 @@ class Metrics:
             "rewardserve_model_ready", "1 when the model is loaded and probed", ["model"], registry=r
         )
 
-    def render(self, by_model: bool = True) -> bytes:
+    def render(self, by_model: bool = True, tenant: str | None = None) -> bytes:
         """The exposition text; ``by_model=False`` sums every series over its ``model``
-        label, so the served models' names do not show."""
-        return generate_latest(self.registry if by_model else _WithoutModel(self.registry))
+        label, so the served models' names do not show; ``tenant``: only that tenant's
+        series of those labelled by tenant ("" none of them)."""
+        source = self.registry if by_model else _WithoutModel(self.registry)
+        return generate_latest(source if tenant is None else _OneTenant(source, tenant))
+
+
+class _OneTenant:
+    """A view of a registry without other tenants' series."""
+
+    def __init__(self, source, tenant: str):
+        self.source = source
+        self.tenant = tenant
+
+    def collect(self):
+        for family in self.source.collect():
+            samples = [s for s in family.samples if s.labels.get("tenant", self.tenant) == self.tenant]
+            if len(samples) != len(family.samples):
+                out = Metric(family.name, family.documentation, family.type, family.unit)
+                out.samples = samples
+                family = out
+            yield family
 
 
 class _WithoutModel:

@@ -123,7 +123,9 @@ class RequestLog:
             await self.app(scope, receive, send_logged)
         finally:
             state = scope.get("state", {})
-            fields = {"request_id": request_id, "method": scope.get("method"),
+            request_scope = state.get("request_scope")
+            fields = {"request_id": request_id, "tenant": getattr(request_scope, "tenant", None),
+                      "method": scope.get("method"),
                       "route": getattr(scope.get("route"), "path", scope.get("path", "")),
                       "model": state.get("model"), **state.get("work", {}), "status": status,
                       "ms": round((time.perf_counter() - start) * 1000, 1)}

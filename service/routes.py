@@ -26,7 +26,9 @@ from rewardserve.client.protocol import (
 )
 from rewardserve.service.auth import has_valid_key
 from rewardserve.service.body import BoundedRoute
-from rewardserve.service.errors import InvalidRequest, NotFound, PayloadTooLarge
+from rewardserve.service.errors import InvalidRequest, NotFound, Overloaded, PayloadTooLarge
+from rewardserve.service.admission import scope_of
+from rewardserve.service.tenants import DEFAULT
 from rewardserve.service.metrics import CONTENT_TYPE
 from rewardserve.service.served_models import Served
 from rewardserve.service.dispatch import run_plan, score_items
@@ -49,14 +51,22 @@ def json_response(body, status: int = 200, headers: dict[str, str] | None = None
 
 
 def admit(request: Request, n_items: int) -> None:
-    """The per-request item limit, for every scoring route (rubric included)."""
-    limit = request.app.state.svc.settings.max_items_per_request
+    """The per-request item limit, for every scoring route (rubric included), and the
+    tenant's items per second."""
+    svc = request.app.state.svc
+    limit = svc.settings.max_items_per_request
     if n_items > limit:
         raise PayloadTooLarge(
             f"{n_items} items is over the limit of {limit} per request; split the list "
             "(the client does this for you)",
             param="items",
         )
+    if svc.tenants.enabled:
+        tenant = scope_of(request).tenant
+        wait = svc.tenants.admit_items(tenant, n_items)
+        if wait is not None:
+            raise Overloaded(f"tenant {tenant or DEFAULT!r} is over its items per second; retry after {wait}s",
+                             retry_after_s=wait)
 
 
 def serving(request: Request, model: str, n_items: int, endpoint: str) -> Served:
@@ -208,8 +218,19 @@ async def metrics(request: Request) -> Response:
         stats = served.running.snapshot()
         if stats.count:
             svc.health.running_stats(served.model.name, stats.count, stats.mean, stats.std)
-    rendered = svc.metrics.render(by_model=names_models(request))
+    rendered = svc.metrics.render(by_model=names_models(request), tenant=_tenant_view(request))
     return Response(rendered, media_type=CONTENT_TYPE)
+
+
+def _tenant_view(request: Request) -> str | None:
+    """Whose tenant series /metrics shows: a tenant's key its own; a key of no tenant
+    all; no key all when model names are public, else none ("")."""
+    svc = request.app.state.svc
+    if not svc.tenants.enabled:
+        return None
+    if bool(svc.api_keys) and has_valid_key(request.headers.get("authorization"), svc.api_keys):
+        return scope_of(request).tenant
+    return None if svc.settings.public_model_names else ""
 
 
 @open_routes.get("/", include_in_schema=False)

@@ -32,6 +32,7 @@ from rewardserve.service.batcher import Batcher
 from rewardserve.service.errors import NotFound, NotReady
 from rewardserve.service.metrics import Metrics
 from rewardserve.service.settings import StartupError
+from rewardserve.service.tenants import Tenants
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -60,8 +61,9 @@ class ModelRegistry:
     be built raises StartupError here and one that fails to load calls ``on_failure``."""
 
     def __init__(self, specs: list[ModelSpec], metrics: Metrics, context: ModelContext | None = None,
-                 after_batch=None, keep_going: bool = True):
+                 after_batch=None, keep_going: bool = True, tenants: Tenants | None = None):
         self._metrics = metrics
+        self._tenants = tenants
         self._after_batch = after_batch
         self.keep_going = keep_going
         self.on_failure: Callable[[str], None] | None = None
@@ -181,7 +183,7 @@ class ModelRegistry:
             self._failed(served, " ".join(f"{type(exc).__name__}: {exc}".split()))
             return
         served.batcher = Batcher(model.name, model.run, model.policy(), self._metrics, self._after_batch,
-                                 executor=self._executor(model))
+                                 executor=self._executor(model), tenants=self._tenants)
         served.batcher.start()
         served.ready = True
         self._metrics.model_ready.labels(model.name).set(1)

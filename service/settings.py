@@ -41,6 +41,9 @@ class Settings(BaseSettings):
     default_model: str | None = None  # for routes that name no model (OpenRLHF /get_reward)
     api_keys: Annotated[list[str], NoDecode] = Field(default_factory=list)
     api_keys_file: Path | None = None
+    # Tenants (service/tenants.py): a YAML file with a `tenants:` list; the config file
+    # may hold one too.
+    tenants_file: Path | None = None
     max_body_bytes: int = Field(default=32 * 1024 * 1024, gt=0)
     max_items_per_request: int = Field(default=4096, gt=0)
     # JSON values (objects, lists, strings, numbers) in one body, counted before parsing.
@@ -116,11 +119,22 @@ class Settings(BaseSettings):
                           memory_mb=self.rule_memory_mb, max_queued=self.rule_queue_max)
 
     def accepted_keys(self) -> list[str]:
+        """The keys of no tenant (api_keys, api_keys_file) and every tenant's."""
         keys = list(self.api_keys)
         if self.api_keys_file is not None:
             lines = self.api_keys_file.read_text(encoding="utf-8").splitlines()
             keys += [line.strip() for line in lines if line.strip() and not line.startswith("#")]
-        return keys
+        return keys + [key for tenant in self.tenant_specs() for key in tenant.keys]
+
+    def tenant_specs(self):
+        """The config file's tenants, then the tenants file's (ValueError naming the file
+        and the entry when one is wrong)."""
+        from rewardserve.service.tenants import load_tenants
+
+        specs = load_tenants(self.config, only_tenants=False) if self.config is not None else []
+        if self.tenants_file is not None:
+            specs += load_tenants(self.tenants_file)
+        return specs
 
     def model_specs(self) -> list[ModelSpec]:
         """The config file's models, then the settings' own, then the built-in rules

@@ -1,0 +1,157 @@
+"""Tenants: the training jobs that share one reward service, each by its API keys.
+
+A tenant has a ``weight`` (its share of each model when several want more than the
+model gives: the batchers take work across tenants by weighted fair queueing) and
+optional limits: ``max_queued_tokens`` (its work waiting for one model; over it, 429 with
+``retry-after``) and ``items_per_second`` (a token bucket over the items it sends; over
+it, 429). Keys come from the config file's ``tenants:`` section or a tenants file
+(``REWARDSERVE_TENANTS_FILE``), checked at start: a repeated key or name, a weight that
+is not positive or an unknown field stops the service naming it. A key of ``api_keys``
+belongs to no tenant: it is served as tenant ``default`` (weight 1) and sees every
+tenant's metrics; a tenant's key sees only its own. Without tenants nothing changes.
+"""
+
+from __future__ import annotations
+
+import hmac
+import math
+import threading
+import time
+from pathlib import Path
+
+import yaml
+from prometheus_client import Counter, Histogram
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from rewardserve.service.metrics import Metrics
+
+DEFAULT = "default"
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+
+
+class TenantSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", max_length=64)
+    keys: list[str] = Field(min_length=1)
+    weight: float = Field(1.0, gt=0)
+    max_queued_tokens: int | None = Field(None, gt=0)
+    items_per_second: float | None = Field(None, gt=0)
+
+
+class _TenantsFile(BaseModel):
+    model_config = ConfigDict(extra="ignore")  # a config file also holds `models:`
+
+    tenants: list[TenantSpec] = Field(default_factory=list)
+
+
+def load_tenants(path: Path, only_tenants: bool = True) -> list[TenantSpec]:
+    """The ``tenants:`` of a YAML file; ValueError naming the file and the entry."""
+    with open(path, encoding="utf-8") as f:
+        data = yaml.safe_load(f) or {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a mapping with a 'tenants:' list")
+    if only_tenants and set(data) - {"tenants"}:
+        raise ValueError(f"{path}: unknown field(s) {', '.join(sorted(set(data) - {'tenants'}))}; "
+                         "a tenants file holds 'tenants:' only")
+    try:
+        return _TenantsFile.model_validate(data).tenants
+    except ValidationError as exc:
+        problems = [f"tenants[{e['loc'][1]}].{'.'.join(map(str, e['loc'][2:]))}: {e['msg']}"
+                    if len(e["loc"]) > 2 else f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()]
+        raise ValueError(f"{path}: " + "; ".join(problems)) from None
+
+
+def check_tenants(specs: list[TenantSpec]) -> None:
+    names = [t.name for t in specs]
+    repeated_names = sorted({n for n in names if names.count(n) > 1} | ({DEFAULT} & set(names)))
+    if repeated_names:
+        raise ValueError(f"tenant names must be unique (and not {DEFAULT!r}): {', '.join(repeated_names)}")
+    owners: dict[str, str] = {}
+    for spec in specs:
+        for key in spec.keys:
+            if key in owners:
+                where = f"twice in tenant {spec.name!r}" if owners[key] == spec.name else \
+                    f"to two tenants: {owners[key]!r} and {spec.name!r}"
+                raise ValueError(f"an API key is given {where}")
+            owners[key] = spec.name
+
+
+class _Bucket:
+    def __init__(self, rate: float) -> None:
+        self.rate = rate
+        self.capacity = max(rate, 1.0)  # a second's worth may come at once
+        self.level = self.capacity
+        self.at = time.monotonic()
+
+    def take(self, n: int) -> float | None:
+        """None when ``n`` items may go now; else the seconds until they may."""
+        now = time.monotonic()
+        self.level = min(self.capacity, self.level + (now - self.at) * self.rate)
+        self.at = now
+        if n <= self.level or (self.level >= self.capacity and n > self.capacity):
+            self.level -= n  # a request bigger than a second's worth waits for a full bucket
+            return None
+        return (min(n, self.capacity) - self.level) / self.rate
+
+
+class Tenants:
+    """Which tenant a key is, and each tenant's weight, limits and metrics."""
+
+    def __init__(self, specs: list[TenantSpec], metrics: Metrics) -> None:
+        check_tenants(specs)
+        self.specs = {spec.name: spec for spec in specs}
+        self._keys = [(key.encode(), spec.name) for spec in specs for key in spec.keys]
+        self._buckets = {s.name: _Bucket(s.items_per_second) for s in specs if s.items_per_second is not None}
+        self._lock = threading.Lock()
+        r = metrics.registry
+        self.requests = Counter("rewardserve_tenant_requests", "Scoring requests admitted", ["tenant"], registry=r)
+        self.items = Counter("rewardserve_tenant_items", "Items sent", ["tenant"], registry=r)
+        self.tokens = Counter("rewardserve_tenant_tokens", "Tokens queued", ["tenant"], registry=r)
+        self.queue_seconds = Histogram("rewardserve_tenant_queue_duration_seconds", "Time waiting for a batch",
+                                       ["tenant"], buckets=_LATENCY_BUCKETS, registry=r)
+        self.rejected = Counter("rewardserve_tenant_rejections", "Requests refused", ["tenant", "reason"],
+                                registry=r)
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.specs)
+
+    def keys(self) -> list[str]:
+        return [key.decode() for key, _ in self._keys]
+
+    def of_key(self, token: str | None) -> str | None:
+        """The tenant a bearer token belongs to (every key compared, in constant time);
+        None for a key of no tenant."""
+        if token is None:
+            return None
+        given = token.encode()
+        found = None
+        for key, name in self._keys:
+            if hmac.compare_digest(given, key):
+                found = name
+        return found
+
+    def weight(self, tenant: str | None) -> float:
+        spec = self.specs.get(tenant or "")
+        return spec.weight if spec is not None else 1.0
+
+    def queued_limit(self, tenant: str | None) -> int | None:
+        spec = self.specs.get(tenant or "")
+        return spec.max_queued_tokens if spec is not None else None
+
+    def admit_items(self, tenant: str | None, n: int) -> int | None:
+        """Count a request's items against its tenant's rate: None, or the whole seconds
+        to wait (retry-after)."""
+        name = tenant or DEFAULT
+        self.requests.labels(name).inc()
+        self.items.labels(name).inc(n)
+        bucket = self._buckets.get(name)
+        if bucket is None:
+            return None
+        with self._lock:
+            wait = bucket.take(n)
+        if wait is None:
+            return None
+        self.rejected.labels(name, "items_per_second").inc()
+        return max(1, math.ceil(wait))

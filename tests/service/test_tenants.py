@@ -1,0 +1,144 @@
+"""Tenants: keys to tenants checked at start, weighted fair queueing in the batcher
+(shares by weight, a light tenant's work ahead of a flood), per-tenant limits and
+metrics a tenant's key cannot see past, through the real service in process."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+import pytest
+
+from rewardserve.models.planning import Unit
+from rewardserve.models.request_scope import RequestScope
+from rewardserve.models.reward_model import BatchPolicy
+from rewardserve.models.spec import ModelSpec
+from rewardserve.service.batcher import Batcher, TenantQueueFull
+from rewardserve.service.metrics import Metrics
+from rewardserve.service.settings import Settings
+from rewardserve.service.tenants import TenantSpec, Tenants, load_tenants
+from tests.harness import metric
+
+
+def tenants(**weights) -> Tenants:
+    return Tenants([TenantSpec(name=n, keys=[f"key-{n}"], weight=w) for n, w in weights.items()], Metrics())
+
+
+def units(tenant: str, n: int, length: int = 10) -> list[Unit]:
+    scope = RequestScope(tenant=tenant)
+    return [Unit(length, (tenant, k), scope=scope) for k in range(n)]
+
+
+async def test_saturating_tenants_are_served_by_weight():
+    served: list[str] = []
+
+    def run(batch):
+        served.extend(u.payload[0] for u in batch)
+        time.sleep(0.002)
+        return [[None] for _ in batch]
+
+    policy = BatchPolicy(max_batch_tokens=40, max_wait_ms=0, max_queue_tokens=10**6, pads=False)
+    batcher = Batcher("m", run, policy, Metrics(), tenants=tenants(a=3.0, b=1.0))
+    batcher.start()
+    futures = batcher.submit(units("a", 1200), None) + batcher.submit(units("b", 1200), None)
+    await asyncio.sleep(0.5)
+    while len(served) < 800:  # both still saturating: neither queue runs dry before this
+        await asyncio.sleep(0.01)
+    first = served[:800]
+    share = first.count("a") / first.count("b")
+    assert share == pytest.approx(3.0, rel=0.1)
+    await asyncio.gather(*futures)
+    await batcher.stop()
+
+
+async def test_a_light_tenant_goes_ahead_of_a_flood():
+    order: list[str] = []
+
+    def run(batch):
+        order.extend(u.payload[0] for u in batch)
+        return [[None] for _ in batch]
+
+    policy = BatchPolicy(max_batch_tokens=40, max_wait_ms=0, max_queue_tokens=10**6, pads=False)
+    batcher = Batcher("m", run, policy, Metrics(), tenants=tenants(a=1.0, b=1.0))
+    flood = batcher.submit(units("a", 400), None)
+    light = batcher.submit(units("b", 2), None)
+    batcher.start()
+    await asyncio.gather(*light)
+    # b's two items went out with the first batches, not after a's 400.
+    assert max(i for i, t in enumerate(order) if t == "b") < 12
+    await asyncio.gather(*flood)
+    await batcher.stop()
+
+
+async def test_a_tenant_over_its_queue_limit_is_refused_alone():
+    table = Tenants([TenantSpec(name="a", keys=["ka"], max_queued_tokens=100), TenantSpec(name="b", keys=["kb"])],
+                    Metrics())
+    policy = BatchPolicy(max_batch_tokens=40, max_wait_ms=0, max_queue_tokens=10**6, pads=False)
+    batcher = Batcher("m", lambda batch: [[None] for _ in batch], policy, Metrics(), tenants=table)
+    batcher.submit(units("a", 10), None)  # 100 tokens: at the limit
+    with pytest.raises(TenantQueueFull) as refused:
+        batcher.submit(units("a", 1), None)
+    assert refused.value.tenant == "a" and refused.value.retry_after_s >= 1
+    batcher.submit(units("b", 50), None)  # the other tenant is still taken
+    await batcher.stop()
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("tenants:\n  - {name: a, keys: [k1]}\n  - {name: b, keys: [k1]}\n", "two tenants: 'a' and 'b'"),
+    ("tenants:\n  - {name: a, keys: [k1], weight: -1}\n", "tenants[0].weight: Input should be greater than 0"),
+    ("tenants:\n  - {name: a, keys: [k1], wieght: 2}\n", "tenants[0].wieght: Extra inputs are not permitted"),
+    ("tenants:\n  - {name: a, keys: [k1]}\nmodels: []\n", "a tenants file holds 'tenants:' only"),
+])
+def test_a_bad_tenants_file_stops_the_start_saying_why(tmp_path, monkeypatch, capsys, text, message):
+    path = tmp_path / "tenants.yaml"
+    path.write_text(text)
+    from rewardserve.service.cli import main
+
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        Tenants(load_tenants(path), Metrics())
+    monkeypatch.setenv("REWARDSERVE_TENANTS_FILE", str(path))
+    with pytest.raises(SystemExit) as exited:
+        main(["serve", "--no-builtin-rules", "--model", "r=exact_match:rule", "--port", "0"])
+    assert exited.value.code == 2 and message in capsys.readouterr().err
+
+
+@pytest.fixture
+async def service(tmp_path):
+    from tests.harness import serve_in_process
+
+    path = tmp_path / "tenants.yaml"
+    path.write_text("tenants:\n"
+                    "  - {name: team-a, keys: [key-a], items_per_second: 5}\n"
+                    "  - {name: team-b, keys: [key-b], weight: 2}\n")
+    settings = Settings(tenants_file=path, api_keys=["admin"], models=[
+        ModelSpec(name="echo", kind="rule", source="exact_match")], builtin_rules=False)
+    async with serve_in_process(settings) as (app, http):
+        yield http
+
+
+def body(n: int) -> dict:
+    return {"model": "echo", "items": [{"response": "x", "reference": "x"}] * n}
+
+
+async def test_items_per_second_refuses_one_tenant_and_serves_the_other(service):
+    http: httpx.AsyncClient = service
+    a, b = {"authorization": "Bearer key-a"}, {"authorization": "Bearer key-b"}
+    assert (await http.post("/v1/score", json=body(5), headers=a)).status_code == 200
+    over = await http.post("/v1/score", json=body(5), headers=a)
+    assert over.status_code == 429 and int(over.headers["retry-after"]) >= 1
+    assert "team-a" in over.json()["error"]["message"]
+    for _ in range(5):  # in the same second, the other tenant is served every time
+        assert (await http.post("/v1/score", json=body(5), headers=b)).status_code == 200
+    assert (await http.post("/v1/score", json=body(1))).status_code == 401
+
+
+async def test_a_tenant_sees_its_own_metrics_only(service):
+    http: httpx.AsyncClient = service
+    for key in ("key-a", "key-b"):
+        await http.post("/v1/score", json=body(1), headers={"authorization": f"Bearer {key}"})
+    as_a = (await http.get("/metrics", headers={"authorization": "Bearer key-a"})).text
+    assert metric(as_a, "rewardserve_tenant_items_total", tenant="team-a") >= 1
+    assert 'tenant="team-b"' not in as_a
+    as_admin = (await http.get("/metrics", headers={"authorization": "Bearer admin"})).text
+    assert 'tenant="team-a"' in as_admin and 'tenant="team-b"' in as_admin
