@@ -67,8 +67,12 @@ class TransformersBackend(Backend):
             self.base, self.head, config, self._whole = self._load(spec.source, task)
         # Packed rows are rounded up to a multiple of this many tokens (packing.pack).
         self._pack_multiple = 1
-        if self.device.type == "cpu" and self.dtype == torch.bfloat16:
-            _warn_without_bf16_kernels(spec.name)
+        if self.device.type == "cpu" and self.dtype in (torch.float32, torch.bfloat16):
+            from rewardserve.models.backends.dtype_probe import advise
+
+            with timed_phase(spec.name, "dtype probe"):  # before the linears are packed
+                advise(spec.name, self.base if self._whole is None else self._whole, self.dtype,
+                       explicit=spec.dtype != "auto")
         if self.device.type == "cpu" and self.dtype in (torch.float32, torch.bfloat16) and self.options.cpu_linear == "onednn":
             from rewardserve.models.backends.kernels.cpu_linear import ROW_MULTIPLE, build_kernels, pack_linears
 
@@ -328,16 +332,6 @@ class TransformersBackend(Backend):
         else:
             out = self.head(picked)
         return [chunk.numpy() for chunk in torch.split(out.float().cpu(), counts)]
-
-
-def _warn_without_bf16_kernels(name: str) -> None:
-    from rewardserve.models.backends.kernels.cpu_linear import onednn_available
-
-    # Measured on an AVX2-only Zen 3 (bench model, ~960-token packed batch): 7.2 s in bf16
-    # against 1.1 s in fp32; bf16 pays off only with avx512_bf16 / AMX kernels.
-    if not onednn_available(torch.bfloat16):
-        log.warning("%s: dtype bfloat16 on a CPU without bf16 kernels (avx512 / AMX) runs ~6x slower "
-                    "than float32 here; dtype float32 (the CPU default) is faster", name)
 
 
 def context_limit(name: str, asked: int | None, config, tokenizer) -> int:

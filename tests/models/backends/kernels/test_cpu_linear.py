@@ -106,11 +106,10 @@ def test_bf16_packed_scores_follow_transformers(qwen3_rm, caplog):
 
     from rewardserve.models.backends import Sequence
 
-    with caplog.at_level("WARNING", logger="rewardserve.models.backends.transformers_backend"):
+    with caplog.at_level("INFO", logger="rewardserve.models.backends.dtype_probe"):
         backend = make_backend(ModelSpec(name="m", source=str(qwen3_rm), dtype="bfloat16"), "classify")
     assert backend.packs and (backend._pack_multiple > 1) == BF16_ONEDNN
-    # Without bf16 kernels the load says so: bf16 runs slower than fp32 there.
-    assert ("without bf16 kernels" in caplog.text) == (not BF16_ONEDNN)
+    assert "float32" in caplog.text and "bfloat16" in caplog.text  # the load timed both (dtype_probe.py)
     assert backend.compiled_layers == 1  # of 2: the last runs at the read rows
     assert backend.compiled_norms == 4 + 1  # the last layer's 2 norms, q_norm, k_norm; the final norm
     sequences = [[5 + (i * 7 + j) % 400 for j in range(n)] for i, n in enumerate((9, 23, 40))]
