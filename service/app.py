@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
@@ -34,7 +35,7 @@ from rewardserve.service.routes import open_routes, scoring_routes
 from rewardserve.service.dispatch import ClientGone
 from rewardserve.service.reward_health import RewardHealth
 from rewardserve.service.shadow import Shadowing
-from rewardserve.service.tenants import Tenants
+from rewardserve.service.tenants import FairGate, Tenants
 from rewardserve.service.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -48,6 +49,7 @@ class ServiceState:
     api_keys: list[str]
     rule_runner: RuleRunner
     tenants: Tenants
+    gate: FairGate
     health: RewardHealth
     shadowing: Shadowing
     draining: bool = False
@@ -70,6 +72,7 @@ def create_app(settings: Settings | None = None, url: str | None = None) -> Fast
         api_keys=settings.accepted_keys(),
         rule_runner=rule_runner,
         tenants=tenants,
+        gate=FairGate(tenants, slots=max(2, os.cpu_count() or 2)),
         health=RewardHealth(metrics),
         shadowing=Shadowing(metrics),
     )

@@ -28,6 +28,8 @@ from typing import Any, Callable
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, ValidationError
 from starlette.concurrency import run_in_threadpool
+
+from rewardserve.service.admission import scope_of
 from starlette.requests import Request
 
 from rewardserve.service.errors import BodyError
@@ -192,9 +194,11 @@ class _BoundedRequest(Request):
     async def json(self) -> Any:
         if not hasattr(self, "_json"):
             body = await self.body()
-            settings = self.app.state.svc.settings
-            self._json = await run_in_threadpool(self._parse, body, settings.max_json_values,
-                                                 settings.max_items_per_request)
+            svc = self.app.state.svc
+            settings = svc.settings
+            async with svc.gate.slot(scope_of(self).tenant):
+                self._json = await run_in_threadpool(self._parse, body, settings.max_json_values,
+                                                     settings.max_items_per_request)
         return self._json
 
     def _parse(self, body: bytes, max_values: int, max_items: int) -> Any:

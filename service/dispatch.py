@@ -50,7 +50,8 @@ class Executed(Generic[R]):
 async def run_plan(request: Request, served: Served | None, n_items: int,
                    planner: Callable[..., Plan[R]], *args: Any) -> Executed[R]:
     """``planner(*args)`` off the event loop (it tokenizes), then the plan executed."""
-    plan = await run_in_threadpool(planner, *args)
+    async with request.app.state.svc.gate.slot(scope_of(request).tenant):
+        plan = await run_in_threadpool(planner, *args)
     return await execute(request, served, plan, n_items)
 
 

@@ -13,10 +13,14 @@ tenant's metrics; a tenant's key sees only its own. Without tenants nothing chan
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import math
 import threading
 import time
+from collections import deque
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import yaml
@@ -155,3 +159,57 @@ class Tenants:
             return None
         self.rejected.labels(name, "items_per_second").inc()
         return max(1, math.ceil(wait))
+
+
+class FairGate:
+    """At most ``slots`` requests' CPU steps off the event loop (parsing a body, planning
+    its work) at once, waiting ones let in tenant by tenant, weighted fair (a tenant's
+    virtual time grows by 1/weight per step): a flood of one tenant's requests queues
+    here, not in the shared thread pool ahead of everyone's. Open without tenants."""
+
+    def __init__(self, tenants: Tenants, slots: int) -> None:
+        self.tenants = tenants
+        self._free = slots
+        self._waiting: dict[str | None, deque[asyncio.Future[None]]] = {}
+        self._virtual: dict[str | None, float] = {}
+        self._clock = 0.0
+
+    @asynccontextmanager
+    async def slot(self, tenant: str | None) -> AsyncIterator[None]:
+        if not self.tenants.enabled:
+            yield
+            return
+        if self._free > 0 and not any(self._waiting.values()):
+            self._free -= 1
+            self._charge(tenant)
+        else:
+            if not self._waiting.get(tenant):
+                self._virtual[tenant] = max(self._virtual.get(tenant, 0.0), self._clock)
+            future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._waiting.setdefault(tenant, deque()).append(future)
+            try:
+                await future
+            except asyncio.CancelledError:
+                if future.done() and not future.cancelled():
+                    self._release()  # handed a slot just as it was cancelled: pass it on
+                else:
+                    self._waiting[tenant].remove(future)
+                raise
+        try:
+            yield
+        finally:
+            self._release()
+
+    def _charge(self, tenant: str | None) -> None:
+        start = max(self._virtual.get(tenant, 0.0), self._clock)
+        self._clock = start
+        self._virtual[tenant] = start + 1.0 / self.tenants.weight(tenant)
+
+    def _release(self) -> None:
+        ready = [t for t, q in self._waiting.items() if q]
+        if not ready:
+            self._free += 1
+            return
+        tenant = min(ready, key=lambda t: (self._virtual.get(t, self._clock), t or ""))
+        self._charge(tenant)
+        self._waiting[tenant].popleft().set_result(None)

@@ -142,3 +142,33 @@ async def test_a_tenant_sees_its_own_metrics_only(service):
     assert 'tenant="team-b"' not in as_a
     as_admin = (await http.get("/metrics", headers={"authorization": "Bearer admin"})).text
     assert 'tenant="team-a"' in as_admin and 'tenant="team-b"' in as_admin
+
+
+async def test_the_gate_lets_a_light_tenant_in_ahead_of_a_flood_and_loses_no_slot():
+    from rewardserve.service.tenants import FairGate
+
+    gate = FairGate(tenants(a=1.0, b=1.0), slots=1)
+    order: list[str] = []
+    release = asyncio.Event()
+
+    async def step(tenant: str, hold: bool = False):
+        async with gate.slot(tenant):
+            order.append(tenant)
+            if hold:
+                await release.wait()
+            await asyncio.sleep(0)
+
+    holder = asyncio.ensure_future(step("a", hold=True))
+    await asyncio.sleep(0)
+    flood = [asyncio.ensure_future(step("a")) for _ in range(10)]
+    await asyncio.sleep(0)
+    cancelled = asyncio.ensure_future(step("b"))
+    light = asyncio.ensure_future(step("b"))
+    await asyncio.sleep(0)
+    cancelled.cancel()  # a waiter that gives up takes no slot with it
+    release.set()
+    await asyncio.gather(holder, light, *flood)
+    assert order.index("b") <= 2  # right after the holder (and at most one of a's)
+    assert len(order) == 12
+    async with gate.slot("a"):  # the slot came back
+        pass
