@@ -31,7 +31,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from rewardserve.client.async_client import AsyncRewardClient
 from rewardserve.client.items import column_rows, make_item
-from rewardserve.client.protocol import Aggregation, Criterion, Item, RubricResponse
+from rewardserve.client.protocol import Aggregation, Criterion, Item, RubricResponse, ScoreResponse
 from rewardserve.client.sync_client import RewardClient
 
 ENDPOINTS = ("score", "steps", "verify", "rubric")
@@ -125,9 +125,9 @@ def _fingerprint(prompts: list[Any], completions: list[Any], items: list[Item]) 
                            digest_size=16).digest()
 
 
-def _columns(response: RubricResponse, names: list[str]) -> dict[str, list[float | None]]:
-    """Per criterion, the scores of the items whose reward is valid; an invalid item is
-    None in every column, as the single rubric function gives it."""
+def _columns(response: RubricResponse | ScoreResponse, names: list[str]) -> dict[str, list[float | None]]:
+    """Per component, the scores of the items whose reward is valid; an invalid item is
+    None in every column, as the single reward function gives it ("": the reward)."""
     columns: dict[str, list[float | None]] = {name: [] for name in ["", *names]}
     for result in response.results:
         components = result.components or {}
@@ -135,6 +135,37 @@ def _columns(response: RubricResponse, names: list[str]) -> dict[str, list[float
             columns[name].append(components.get(name) if result.valid else None)
         columns[""].append(result.score if result.valid else None)
     return columns
+
+
+def _shared_calls(client: RewardClient | AsyncRewardClient, call: Callable[[Any, list[Item]], Any],
+                  names: list[str], reference_column: str | None, prefix: str) -> Callable[[str, str], Callable[..., Any]]:
+    """A maker of reward functions that read one column each of ONE service call per
+    batch (``call(client, items)``), made by whichever function TRL calls first."""
+    last: dict[str, Any] = {}  # the batch's fingerprint and what its call gave
+
+    def make(column: str, name: str) -> Callable[..., Any]:
+        if isinstance(client, AsyncRewardClient):
+            async def reward_async(prompts: list[Any], completions: list[Any], **columns: Any) -> list[float | None]:
+                items = _items(prompts, completions, columns, reference_column)
+                key = _fingerprint(prompts, completions, items)
+                if last.get("key") != key:
+                    last.update(key=key, call=asyncio.ensure_future(call(client, items)))
+                return _columns(await last["call"], names)[column]
+
+            fn: Callable[..., Any] = reward_async
+        else:
+            def reward(prompts: list[Any], completions: list[Any], **columns: Any) -> list[float | None]:
+                items = _items(prompts, completions, columns, reference_column)
+                key = _fingerprint(prompts, completions, items)
+                if last.get("key") != key:
+                    last.update(key=key, call=call(client, items))
+                return _columns(last["call"], names)[column]
+
+            fn = reward
+        fn.__name__ = fn.__qualname__ = re.sub(r"\W", "_", prefix + name)
+        return fn
+
+    return make
 
 
 def rubric_reward_functions(
@@ -156,39 +187,33 @@ def rubric_reward_functions(
     mode = (aggregation.mode if isinstance(aggregation, Aggregation) else (aggregation or {}).get("mode")) \
         or "weighted_mean"
     split = mode == "weighted_mean" and escalate is None
-    client = client or RewardClient(base_url)
-    last: dict[str, Any] = {}  # the batch's fingerprint and what its call gave
 
-    def make(column: str, name: str) -> Callable[..., Any]:
-        if isinstance(client, AsyncRewardClient):
-            async def reward_async(prompts: list[Any], completions: list[Any], **columns: Any) -> list[float | None]:
-                items = _items(prompts, completions, columns, reference_column)
-                key = _fingerprint(prompts, completions, items)
-                if last.get("key") != key:
-                    last.update(key=key, call=asyncio.ensure_future(client.rubric(
-                        items, criteria=checked, judge=judge, aggregation=aggregation, escalate=escalate)))
-                response = await last["call"]
-                return _columns(response, names)[column]
+    def call(on: Any, items: list[Item]) -> Any:
+        return on.rubric(items, criteria=checked, judge=judge, aggregation=aggregation, escalate=escalate)
 
-            fn: Callable[..., Any] = reward_async
-        else:
-            sync_client = client
-
-            def reward(prompts: list[Any], completions: list[Any], **columns: Any) -> list[float | None]:
-                items = _items(prompts, completions, columns, reference_column)
-                key = _fingerprint(prompts, completions, items)
-                if last.get("key") != key:
-                    last.update(key=key, call=sync_client.rubric(
-                        items, criteria=checked, judge=judge, aggregation=aggregation, escalate=escalate))
-                response: RubricResponse = last["call"]
-                return _columns(response, names)[column]
-
-            fn = reward
-        fn.__name__ = fn.__qualname__ = re.sub(r"\W", "_", prefix + name)
-        return fn
-
+    make = _shared_calls(client or RewardClient(base_url), call, names, reference_column, prefix)
     components = [make(name, name) for name in names]
     if split:
         total = sum(c.weight for c in checked)
         return RubricRewards(components, [c.weight / total for c in checked])
     return RubricRewards([make("", "rubric"), *components], [1.0] + [0.0] * len(names))
+
+
+def ensemble_reward_functions(
+    model: str,
+    *,
+    members: Sequence[str],
+    client: RewardClient | AsyncRewardClient | None = None,
+    base_url: str | list[str] | None = None,
+    reference_column: str | None = "reference",
+    prefix: str = "",
+) -> RubricRewards:
+    """An ensemble's reward (named ``prefix + model``, weight 1) and each member's score
+    beside it (weight 0: logged only), from ONE ``/v1/score`` call per batch."""
+    names = list(members)
+
+    def call(on: Any, items: list[Item]) -> Any:
+        return on.score(model, items)
+
+    make = _shared_calls(client or RewardClient(base_url), call, names, reference_column, prefix)
+    return RubricRewards([make("", model), *(make(name, name) for name in names)], [1.0] + [0.0] * len(names))

@@ -16,7 +16,12 @@ import pytest
 from rewardserve.client import RewardClient
 from rewardserve.client.integrations import openrlhf, verl
 from rewardserve.client.integrations.trajectory import step_ends, token_rewards, trajectory_rewards
-from rewardserve.client.integrations.trl import async_reward_function, reward_function, rubric_reward_functions
+from rewardserve.client.integrations.trl import (
+    async_reward_function,
+    ensemble_reward_functions,
+    reward_function,
+    rubric_reward_functions,
+)
 from tests.harness import serve_subprocess
 
 
@@ -28,6 +33,7 @@ def service(tmp_path_factory, qwen2_prm, qwen3_rm):
         "  - {name: fuzzy, kind: rule, source: fuzzy}\n"
         f"  - {{name: prm, source: {qwen2_prm}}}\n"
         f"  - {{name: rm, source: {qwen3_rm}}}\n"
+        "  - {name: mix, kind: ensemble, source: ensemble, options: {members: [rm, fuzzy]}}\n"
     )
     with serve_subprocess("--config", str(config)) as url:
         yield url
@@ -90,6 +96,32 @@ def test_trl_grpo_trainer_logs_the_service_rewards(service, tmp_path):
         assert fuzz_mean == pytest.approx(sum(rewards) / len(rewards), abs=1e-5)
         alone = client.score("rm", [{"prompt": p, "response": c} for p, c in zip(prompts, completions)])
         assert rm_mean == pytest.approx(sum(r.score for r in alone.results) / len(completions), abs=1e-4)
+
+
+async def test_an_ensemble_s_members_reach_trl_from_one_call_per_batch(service):
+    from rewardserve.client import AsyncRewardClient
+
+    class Counting(RewardClient):
+        calls = 0
+
+        def score(self, *args, **kwargs):
+            type(self).calls += 1
+            return super().score(*args, **kwargs)
+
+    prompts, completions = ["Say yes.", "Say no."], ["yes yes", "no"]
+    reference = ["yes yes yes", "no"]
+    rewards = ensemble_reward_functions("mix", members=["rm", "fuzzy"], client=Counting(service))
+    assert [f.__name__ for f in rewards.functions] == ["mix", "rm", "fuzzy"] and rewards.weights == [1.0, 0.0, 0.0]
+    columns = [fn(prompts, completions, reference=reference) for fn in rewards.functions]
+    assert Counting.calls == 1
+    direct = RewardClient(service).score("mix", [{"prompt": p, "response": c, "reference": r}
+                                                  for p, c, r in zip(prompts, completions, reference)])
+    assert columns[0] == pytest.approx([r.score for r in direct.results])
+    assert columns[1] == pytest.approx(direct.components()["rm"]) and columns[2] == pytest.approx(
+        direct.components()["fuzzy"])
+    async_rewards = ensemble_reward_functions("mix", members=["rm", "fuzzy"], client=AsyncRewardClient(service))
+    gathered = await asyncio.gather(*(fn(prompts, completions, reference=reference) for fn in async_rewards.functions))
+    assert gathered[0] == pytest.approx(columns[0]) and gathered[2] == pytest.approx(columns[2])
 
 
 async def test_trl_reward_functions_all_endpoints(service):
