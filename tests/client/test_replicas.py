@@ -66,21 +66,28 @@ def test_failover_when_a_replica_is_killed_mid_run():
         items = [{"response": f"\\boxed{{{k}}}", "reference": str(k if k % 3 else k + 1)} for k in range(24)]
         expected = [0.0 if k % 3 == 0 else 1.0 for k in range(24)]
         results, errors, finished = [], [], []
-        stop = time.monotonic() + 6.0
+        done = threading.Event()
 
         def run():
-            while time.monotonic() < stop:
+            while not done.is_set():
                 try:
                     results.append([r.score for r in client.score("math", items).results])
                     finished.append(time.monotonic())
                 except Exception as exc:  # noqa: BLE001 - the test counts them
                     errors.append(exc)
 
+        def wait_for(calls: int, deadline: float) -> None:
+            while len(finished) < calls and time.monotonic() < deadline and not errors:
+                time.sleep(0.05)
+
         worker = threading.Thread(target=run)
         worker.start()
-        time.sleep(2.0)
+        # Counted in calls, not seconds: a loaded machine makes each call slower.
+        wait_for(3, time.monotonic() + 60)
         killed_at = time.monotonic()
         procs[0].send_signal(signal.SIGKILL)
+        wait_for(len(finished) + 4, time.monotonic() + 60)
+        done.set()
         worker.join(timeout=120)
         assert not errors, errors
         assert all(r == expected for r in results)
