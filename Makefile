@@ -19,7 +19,7 @@ PYTEST_ARGS ?= -n 2 --dist load
 # docker-compose 1.29.2 wheel (not installed, only unpacked; its dependencies clash).
 COMPOSE_SCHEMA := $(VENV)/share/compose_spec.json
 
-.PHONY: serve test typecheck install install-dev system-deps bench vllm-venv rewardbench-venv clean
+.PHONY: serve test typecheck install install-dev system-deps bench vllm-venv rewardbench-venv ray-venv clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -117,3 +117,12 @@ $(RB_VENV)/.installed:
 	$(RB_VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(RB_VENV)/bin/python -m pip install --quiet "$(TORCH)" rewardbench==0.1.4 "setuptools<80"  # it imports pkg_resources
 	touch $@
+
+# Ray Serve for tests/deploy/test_ray_serve.py, in a venv of its own: ray[serve] brings
+# uvloop and httptools, which uvicorn would pick up in .venv. Not part of `make test`
+# (about two minutes of installing and a Ray cluster start on top of its budget).
+ray-venv:
+	$(PYTHON) -m venv .venv-ray
+	.venv-ray/bin/python -m pip install --quiet --upgrade pip
+	.venv-ray/bin/python -m pip install --quiet "$(TORCH)"
+	.venv-ray/bin/python -m pip install --quiet -e '.[serve,ray]'

@@ -228,8 +228,20 @@ def attempt_error(response: httpx.Response | None, exc: Exception | None,
         return APIConnectionError(f"{what} failed: {exc}"), True, None
     if response.is_success:
         return None, False, None
-    retryable = response.status_code in RETRY_STATUSES
+    retryable = response.status_code in RETRY_STATUSES or (response.status_code == 500 and not from_service(response))
     return status_error(response), retryable, response.headers.get("retry-after")
+
+
+def from_service(response: httpx.Response) -> bool:
+    """Whether an error response is the service's own (``{"error": {...}}``). A 500
+    without that body came from something in front of it (Ray Serve's proxy when a
+    replica dies mid-request, a load balancer): another attempt may reach a live replica.
+    The service's own 500 is a bug that another attempt would only repeat."""
+    try:
+        body = response.json()
+    except ValueError:
+        return False
+    return isinstance(body, dict) and isinstance(body.get("error"), dict)
 
 
 class BaseClient:

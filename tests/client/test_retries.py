@@ -34,6 +34,8 @@ def scripted(*steps):
         status, headers = step if isinstance(step, tuple) else (step, {})
         if status == 200:
             return httpx.Response(200, json=OK)
+        if headers == "plain":  # an intermediary's error page, not the service's JSON
+            return httpx.Response(status, text="Internal Server Error")
         body = {"error": {"type": "x", "message": f"status {status}", "param": "items"}}
         return httpx.Response(status, json=body, headers=headers)
 
@@ -72,6 +74,17 @@ def test_gives_up_after_max_retries_with_typed_errors(sleeps):
     client = RewardClient("http://rs", max_retries=1, http_client=httpx.Client(transport=transport))
     with pytest.raises(APIConnectionError):
         client.health()
+
+
+def test_a_proxy_s_500_is_retried_the_service_s_own_is_not(sleeps):
+    transport, calls = scripted((500, "plain"), 200)
+    client = RewardClient("http://x", http_client=httpx.Client(transport=transport), max_retries=2)
+    assert client.score("m", [{"response": "r"}]).results[0].score == 1.0 and len(calls) == 2
+    transport, calls = scripted(500, 200)
+    client = RewardClient("http://x", http_client=httpx.Client(transport=transport), max_retries=2)
+    with pytest.raises(Exception, match="status 500"):
+        client.score("m", [{"response": "r"}])
+    assert len(calls) == 1
 
 
 def test_422_is_not_retried(sleeps):
