@@ -5,6 +5,8 @@ metrics a tenant's key cannot see past, through the real service in process."""
 from __future__ import annotations
 
 import asyncio
+import json
+import random
 import time
 
 import httpx
@@ -172,3 +174,50 @@ async def test_the_gate_lets_a_light_tenant_in_ahead_of_a_flood_and_loses_no_slo
     assert len(order) == 12
     async with gate.slot("a"):  # the slot came back
         pass
+
+
+@pytest.mark.alone  # it saturates the CPU on purpose: beside other tests, both would crawl
+def test_weights_split_a_saturated_model_3_to_1_in_a_real_process(tmp_path):
+    """Two tenants, weights 3:1, both keeping 8 requests in flight against one model in a
+    real service process: the items its batches serve split 3:1 (within 10%)."""
+    import threading
+
+    from tests.builders import build_sequence_classifier, random_text
+    from tests.harness import serve_subprocess
+
+    rm = build_sequence_classifier(tmp_path / "rm", hidden=256, layers=4, heads=4, head_dim=64, max_positions=1024)
+    tenants_file = tmp_path / "tenants.yaml"
+    tenants_file.write_text("tenants:\n  - {name: a, keys: [key-a], weight: 3}\n  - {name: b, keys: [key-b]}\n")
+    spec = [{"name": "rm", "source": str(rm), "options": {"score_cache_size": 0}}]
+    env = {"REWARDSERVE_MODELS": json.dumps(spec), "REWARDSERVE_TENANTS_FILE": str(tenants_file),
+           "REWARDSERVE_COMPILE": "false", "REWARDSERVE_LOG_LEVEL": "warning"}
+    with serve_subprocess("--no-builtin-rules", env=env) as url:
+        stop = threading.Event()
+
+        def caller(key: str, seed: int) -> None:
+            rng = random.Random(seed)
+            with httpx.Client(timeout=60, headers={"authorization": f"Bearer {key}"}) as http:
+                while not stop.is_set():
+                    items = [{"prompt": random_text(rng, 20), "response": random_text(rng, 120)} for _ in range(2)]
+                    assert http.post(url + "/v1/score", json={"model": "rm", "items": items}).status_code == 200
+
+        def served() -> dict[str, float]:
+            text = httpx.get(url + "/metrics", headers={"authorization": "Bearer key-a"}, timeout=10).text
+            admin = httpx.get(url + "/metrics", timeout=10).text  # names are public: every tenant
+            return {t: metric(admin if t == "b" else text, "rewardserve_tenant_queue_duration_seconds_count", tenant=t)
+                    for t in ("a", "b")}
+
+        threads = [threading.Thread(target=caller, args=(key, 10 * k + i), daemon=True)
+                   for k, key in enumerate(("key-a", "key-b")) for i in range(8)]
+        for thread in threads:
+            thread.start()
+        time.sleep(3.0)  # both queues fill
+        before = served()
+        time.sleep(6.0)
+        after = served()
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=60)
+    a, b = after["a"] - before["a"], after["b"] - before["b"]
+    assert b > 20, (a, b)
+    assert a / b == pytest.approx(3.0, rel=0.1), (a, b)
