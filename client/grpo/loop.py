@@ -2,7 +2,9 @@
 
 Each step:
   1. take a few prompts and sample G completions of each from the policy;
-  2. score every completion on the service (a weighted mix of endpoints);
+  2. score every completion on the service (a weighted mix of endpoints), the calls
+     made as soon as the completions are decoded, while the policy (and the reference)
+     compute the log-probs of what was sampled: the reward phase hides behind them;
   3. turn rewards into advantages: normalise within each prompt's group (or within
      strata of a prompt field, Stratified GRPO); completions without a reward get none;
   4. update the policy with the clipped policy-gradient loss, plus KL to the frozen
@@ -17,7 +19,8 @@ import logging
 import math
 import random
 import time
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,37 +67,43 @@ def train(config: GRPOConfig) -> list[dict[str, Any]]:
     order = list(range(len(prompts)))
     bar = progress(config, start)
 
-    for step in range(start, config.steps):
-        began = time.monotonic()
-        batch = [prompts[order[(step * config.prompts_per_step + k) % len(order)]]
-                 for k in range(config.prompts_per_step)]
-        rollout = sample(config, policy, reference, tokenizer, batch)             # 1
-        reward, per_source, valid = rewards.score(rollout.rows, rollout.texts)    # 2
-        keys = groups(config, rollout.rows)
-        advantages = group_advantages(reward, valid, keys)                        # 3
-        loss, kl = update(config, policy, optimizer, rollout, advantages)         # 4
-        flat = zero_variance_share(reward, valid, keys)
-        if flat is not None and flat > config.warn_zero_variance:
-            log.warning("step %d: %.0f%% of the groups have equal rewards (no learning signal); the "
-                        "reward may be too coarse or the task too easy / hard", step + 1, 100 * flat)
-        completion = rollout.completion_mask.sum(1).float()  # tokens, the EOS included
-        row = {
-            "step": step + 1, "loss": loss, "kl": kl,
-            "reward_mean": float(reward[valid].mean()) if valid.any() else None,
-            "reward_std": float(reward[valid].std()) if valid.sum() > 1 else None,
-            "invalid": int((~valid).sum()), "zero_variance_groups": flat,
-            "completion_length": float(completion.mean()), "seconds": round(time.monotonic() - began, 3),
-            **{f"reward/{k}": v for k, v in per_source.items()},
-        }
-        history.append(row)                                                       # 5
-        with open(out / "metrics.jsonl", "a", encoding="utf-8") as f:
-            f.write(json.dumps(row) + "\n")
-        plot_metrics(history, out / "metrics.png")
-        if (step + 1) % config.save_every == 0 or step + 1 == config.steps:
-            save_checkpoint(out, step + 1, policy, tokenizer, optimizer)
-        if bar is not None:
-            bar.update(1)
-            bar.set_postfix(reward=f"{row['reward_mean'] or 0:.3f}", kl=f"{kl:.4f}")
+    scorer = ThreadPoolExecutor(1, thread_name_prefix="rs-rewards")
+    try:
+        for step in range(start, config.steps):
+            began = time.monotonic()
+            batch = [prompts[order[(step * config.prompts_per_step + k) % len(order)]]
+                     for k in range(config.prompts_per_step)]
+            scoring: list[Future[tuple[torch.Tensor, dict[str, float | None], torch.Tensor]]] = []
+            rollout = sample(config, policy, reference, tokenizer, batch,             # 1
+                             lambda rows, texts: scoring.append(scorer.submit(rewards.score, rows, texts)))
+            reward, per_source, valid = scoring[0].result()                          # 2
+            keys = groups(config, rollout.rows)
+            advantages = group_advantages(reward, valid, keys)                        # 3
+            loss, kl = update(config, policy, optimizer, rollout, advantages)         # 4
+            flat = zero_variance_share(reward, valid, keys)
+            if flat is not None and flat > config.warn_zero_variance:
+                log.warning("step %d: %.0f%% of the groups have equal rewards (no learning signal); the "
+                            "reward may be too coarse or the task too easy / hard", step + 1, 100 * flat)
+            completion = rollout.completion_mask.sum(1).float()  # tokens, the EOS included
+            row = {
+                "step": step + 1, "loss": loss, "kl": kl,
+                "reward_mean": float(reward[valid].mean()) if valid.any() else None,
+                "reward_std": float(reward[valid].std()) if valid.sum() > 1 else None,
+                "invalid": int((~valid).sum()), "zero_variance_groups": flat,
+                "completion_length": float(completion.mean()), "seconds": round(time.monotonic() - began, 3),
+                **{f"reward/{k}": v for k, v in per_source.items()},
+            }
+            history.append(row)                                                       # 5
+            with open(out / "metrics.jsonl", "a", encoding="utf-8") as f:
+                f.write(json.dumps(row) + "\n")
+            plot_metrics(history, out / "metrics.png")
+            if (step + 1) % config.save_every == 0 or step + 1 == config.steps:
+                save_checkpoint(out, step + 1, policy, tokenizer, optimizer)
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(reward=f"{row['reward_mean'] or 0:.3f}", kl=f"{kl:.4f}")
+    finally:
+        scorer.shutdown()
     if bar is not None:
         bar.close()
     return history
@@ -104,7 +113,10 @@ def train(config: GRPOConfig) -> list[dict[str, Any]]:
 
 
 @torch.no_grad()  # type: ignore[untyped-decorator]  # torch is not type-checked here
-def sample(config: GRPOConfig, policy: Any, reference: Any, tokenizer: Any, batch: list[dict[str, Any]]) -> Rollout:
+def sample(config: GRPOConfig, policy: Any, reference: Any, tokenizer: Any, batch: list[dict[str, Any]],
+           decoded_hook: Callable[[list[dict[str, Any]], list[str]], None] | None = None) -> Rollout:
+    """G completions of each prompt; ``decoded_hook(rows, texts)`` is called once they are
+    decoded, before the log-probs are computed (the loop starts scoring there)."""
     texts = [render_prompt(config, tokenizer, row["prompt"]) for row in batch]
     encoded = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
     prompt_len = encoded["input_ids"].shape[1]
@@ -122,6 +134,8 @@ def sample(config: GRPOConfig, policy: Any, reference: Any, tokenizer: Any, batc
                                  keep.long()], 1)
     rows = [row for row in batch for _ in range(config.group_size)]
     decoded = tokenizer.batch_decode(completion.masked_fill(~keep, tokenizer.pad_token_id), skip_special_tokens=True)
+    if decoded_hook is not None:
+        decoded_hook(rows, decoded)
     old = token_logps(policy, generated, mask) * completion_mask
     ref = token_logps(reference, generated, mask) * completion_mask if reference is not None else None
     return Rollout(rows, decoded, generated, mask, completion_mask, old, ref)

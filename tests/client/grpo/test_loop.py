@@ -118,3 +118,26 @@ def test_preflight_fails_before_the_policy_loads(tmp_path, live_service):
     assert not (tmp_path / "out" / "metrics.jsonl").exists()
     with pytest.raises(ValueError, match="appear"):
         load_config(None, {**base, "rewards": [{"model": "math"}, {"model": "math", "weight": 2}]})
+
+
+def test_the_completions_go_to_scoring_before_the_log_probs_are_computed(tmp_path, monkeypatch):
+    """The loop's reward calls start at decode time (sample's hook), so they run while the
+    policy computes the log-probs of what it sampled."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rewardserve.client.grpo import loop
+    from rewardserve.client.grpo.config import GRPOConfig
+
+    policy_dir = build_causal_lm(tmp_path / "policy", seed=0)
+    tokenizer = AutoTokenizer.from_pretrained(policy_dir)
+    policy = AutoModelForCausalLM.from_pretrained(policy_dir)
+    events: list[str] = []
+    logps = loop.token_logps
+    monkeypatch.setattr(loop, "token_logps", lambda *a: events.append("log-probs") or logps(*a))
+    config = GRPOConfig.model_validate({"policy": str(policy_dir), "prompts": str(tmp_path / "p.jsonl"),
+                                        "service": "http://127.0.0.1:1", "rewards": [{"endpoint": "score",
+                                                                                       "model": "m"}],
+                                        "group_size": 2, "max_new_tokens": 3})
+    rollout = loop.sample(config, policy, None, tokenizer, [{"prompt": "Say yes."}],
+                          lambda rows, texts: events.append(f"decoded {len(texts)}"))
+    assert events == ["decoded 2", "log-probs"] and len(rollout.texts) == 2
