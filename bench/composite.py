@@ -25,7 +25,6 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import random
 import sys
 import tempfile
@@ -38,17 +37,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
+from bench.compare import cpu_name  # noqa: E402
+
 QUESTION = "The answer is stated clearly."
-
-
-def cpu_name() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def build_models(out: Path) -> tuple[Path, Path]:

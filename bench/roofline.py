@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
-from bench.composite import cpu_name  # noqa: E402
+from bench.compare import cpu_name  # noqa: E402
 
 
 def main() -> None:
