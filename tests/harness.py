@@ -132,3 +132,11 @@ def run_jobs(model, entries: list) -> list:
     jobs = [e for e in entries if isinstance(e, Job)]
     outputs = iter(model.run([Unit(job.length, job) for job in jobs]))
     return [e if isinstance(e, ItemError) else next(outputs)[0] for e in entries]
+
+
+async def post(http, route: str, body: dict, status: int = 200):
+    """POST ``body`` in process (an httpx client on the app); the JSON answer, after
+    checking its status."""
+    response = await http.post(route, json=body)
+    assert response.status_code == status, response.text
+    return response.json()

@@ -13,6 +13,7 @@ from rewardserve.models.spec import ModelSpec
 from rewardserve.service.settings import Settings
 from tests.models.kinds.test_verifier import direct_p_yes
 from tests.models.kinds.test_rule import PATHOLOGICAL
+from tests.harness import post
 
 
 @pytest_asyncio.fixture(scope="module")
@@ -26,12 +27,6 @@ async def service(judge_lm, yes_sayer, qwen3_rm):
 
     async with serve_in_process(settings) as (app, http):
         yield app, http
-
-
-async def post(http, route, body, status=200):
-    response = await http.post(route, json=body)
-    assert response.status_code == status, response.text
-    return response.json()
 
 
 ITEM = {"prompt": "What is 2+2?", "response": "The answer is 4.", "reference": "4"}

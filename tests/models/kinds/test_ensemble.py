@@ -15,6 +15,7 @@ from rewardserve.service.metrics import Metrics
 from rewardserve.service.served_models import ModelRegistry
 from rewardserve.service.settings import Settings, StartupError
 from tests.builders import reference_outcome_scores
+from tests.harness import post
 
 
 @pytest.fixture(scope="module")
@@ -50,12 +51,6 @@ async def service(qwen3_rm, llama_rm, judge_lm, broken_rm):
     ])
     async with serve_in_process(settings) as (app, http):
         yield app, http
-
-
-async def post(http, route, body, status=200):
-    response = await http.post(route, json=body)
-    assert response.status_code == status, response.text
-    return response.json()
 
 
 ITEMS = [{"prompt": "What is 6 times 7?", "response": f"It is {40 + i}.", "reference": "42"} for i in range(4)]

@@ -15,6 +15,7 @@ from rewardserve.models.spec import ModelSpec
 from rewardserve.service.settings import Settings
 from tests.builders import reference_outcome_scores
 from tests.models.kinds.test_verifier import direct_p_yes
+from tests.harness import post
 
 
 @pytest_asyncio.fixture(scope="module")
@@ -28,12 +29,6 @@ async def service(judge_lm, qwen3_rm):
     ])
     async with serve_in_process(settings) as (app, http):
         yield app, http
-
-
-async def post(http, route, body, status=200):
-    response = await http.post(route, json=body)
-    assert response.status_code == status, response.text
-    return response.json()
 
 
 def items(n: int, group: str | None = None) -> list[dict]:
