@@ -69,7 +69,7 @@ def create_app(settings: Settings | None = None, url: str | None = None) -> Fast
         registry=ModelRegistry(settings.model_specs(), metrics, context,
                                after_batch=MallocTrim(settings.malloc_trim_seconds),
                                keep_going=settings.keep_going, tenants=tenants),
-        api_keys=settings.accepted_keys(),
+        api_keys=settings.accepted_keys() + tenants.keys(),
         rule_runner=rule_runner,
         tenants=tenants,
         gate=FairGate(tenants, slots=max(2, os.cpu_count() or 2)),

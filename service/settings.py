@@ -119,12 +119,12 @@ class Settings(BaseSettings):
                           memory_mb=self.rule_memory_mb, max_queued=self.rule_queue_max)
 
     def accepted_keys(self) -> list[str]:
-        """The keys of no tenant (api_keys, api_keys_file) and every tenant's."""
+        """The keys of no tenant (api_keys, api_keys_file); the tenants' come with them."""
         keys = list(self.api_keys)
         if self.api_keys_file is not None:
             lines = self.api_keys_file.read_text(encoding="utf-8").splitlines()
             keys += [line.strip() for line in lines if line.strip() and not line.startswith("#")]
-        return keys + [key for tenant in self.tenant_specs() for key in tenant.keys]
+        return keys
 
     def tenant_specs(self):
         """The config file's tenants, then the tenants file's (ValueError naming the file
