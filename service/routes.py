@@ -218,6 +218,7 @@ async def metrics(request: Request) -> Response:
         stats = served.running.snapshot()
         if stats.count:
             svc.health.running_stats(served.model.name, stats.count, stats.mean, stats.std)
+    svc.shadowing.refresh_gauges(svc.registry)
     rendered = svc.metrics.render(by_model=names_models(request), tenant=_tenant_view(request))
     return Response(rendered, media_type=CONTENT_TYPE)
 

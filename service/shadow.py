@@ -173,11 +173,19 @@ class Shadowing:
             scope.cancel("shadow done")
         window.add(items, results, done.results)
         self.items.labels(model, candidate).inc(len(items))
-        report = window.report(model, candidate, 0.0)
-        for name, value in (("spearman", report.spearman), ("best_changed_ratio", report.best_changed),
-                            ("sign_flip_ratio", report.sign_flips)):
-            if value is not None:
-                self.gauges[name].labels(model, candidate).set(value)
+
+    def refresh_gauges(self, registry: Any) -> None:
+        """The windows' figures on the gauges: computed when /metrics is read (sorting a
+        window's scores), not on every shadowed request."""
+        for model, window in list(self.windows.items()):
+            spec = registry.shadow_of(model)
+            if spec is None:
+                continue
+            report = window.report(model, spec.model, spec.fraction)
+            for name, value in (("spearman", report.spearman), ("best_changed_ratio", report.best_changed),
+                                ("sign_flip_ratio", report.sign_flips)):
+                if value is not None:
+                    self.gauges[name].labels(model, spec.model).set(value)
 
     async def close(self) -> None:
         for task in list(self._tasks):
