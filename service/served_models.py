@@ -223,7 +223,9 @@ class ModelRegistry:
             served.ready = False
             if served.batcher is not None:
                 await served.batcher.stop()
-            await self._call(served.model, served.model.close)
+        # Side by side: a vLLM engine's process takes ~3 s to go, one model after another
+        # would add them up (torch-on-CPU models still close one by one on their thread).
+        await asyncio.gather(*(self._call(s.model, s.model.close) for s in self._served.values()))
         if self._cpu_thread is not None:
             self._cpu_thread.shutdown(wait=True)
             self._cpu_thread = None

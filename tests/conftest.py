@@ -24,6 +24,15 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if ADVERSARIAL in item.path.parents:
             item.add_marker(pytest.mark.alone)
+    # The longest first (`--dist loadfile` hands files out in the order of their first
+    # test): the workers take the rest as they free up and finish together, rather than
+    # one running a long test at the end while the other waits.
+    items.sort(key=lambda item: -_seconds(item))
+
+
+def _seconds(item: pytest.Item) -> float:
+    marker = item.get_closest_marker("long")
+    return float(marker.args[0]) if marker else 0.0
 
 
 @pytest.fixture(scope="session")

@@ -82,6 +82,7 @@ def sources(tmp_path_factory, qwen3_rm, qwen2_prm, judge_lm, vl_value, clip_mode
     }
 
 
+@pytest.mark.long(80)
 def test_every_readme_example_runs(tmp_path, sources):
     port = free_port()
     env = {**os.environ, "PATH": f"{ROOT / '.venv' / 'bin'}:{os.environ['PATH']}", "REWARDSERVE_DRAIN_SECONDS": "0",

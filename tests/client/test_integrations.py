@@ -39,6 +39,7 @@ def service(tmp_path_factory, qwen2_prm, qwen3_rm):
         yield url
 
 
+@pytest.mark.long(25)
 def test_trl_grpo_trainer_logs_the_service_rewards(service, tmp_path):
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer

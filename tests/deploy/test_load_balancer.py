@@ -21,6 +21,8 @@ from tests.harness import free_port, wait_ready
 REQUESTS = 1000
 CALLERS = 16
 
+pytestmark = pytest.mark.long(30)
+
 
 class Stack:
     """Replicas and nginx, as processes; everything is stopped on exit."""

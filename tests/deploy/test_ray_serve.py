@@ -58,6 +58,7 @@ def replica_pids(driver: subprocess.Popen) -> list[int]:
 
 
 @pytest.mark.skipif(not RAY_PYTHON.exists(), reason="Ray Serve runs from .venv-ray: make ray-venv")
+@pytest.mark.long(70)
 def test_two_ray_replicas_answer_everything_through_a_replica_kill(qwen3_rm, tmp_path):
     config = tmp_path / "models.yaml"
     config.write_text(f"models:\n  - {{name: rm, source: {qwen3_rm}}}\n")

@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 RB_PYTHON = ROOT / ".venv-rewardbench" / "bin" / "python"
 
 
+@pytest.mark.long(20)
 def test_eval_agrees_with_rewardbench_pair_by_pair(qwen3_rm, tmp_path, capsys):
     if not RB_PYTHON.exists():
         pytest.skip(f"{RB_PYTHON} is missing: `make rewardbench-venv` builds it")

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.harness import serve_subprocess
 
@@ -21,6 +22,7 @@ OPERATION_GROUPS = ["^/v1/rubric$|^/classify$|^/get_reward$", "^/v1/score/steps$
                     "^/v1/score$|^/v1/embeddings$|^/health$|^/ready$|^/metrics$", "^/v1/verify$|^/v1/compare$"]
 
 
+@pytest.mark.long(90)
 def test_schemathesis_finds_no_server_errors(qwen3_rm, qwen2_prm, tmp_path):
     config = tmp_path / "models.yaml"
     config.write_text(f"models:\n  - {{name: rm, source: {qwen3_rm}}}\n  - {{name: prm, source: {qwen2_prm}}}\n")

@@ -14,6 +14,7 @@ import sys
 import time
 
 import httpx
+import pytest
 
 from rewardserve.service.settings import parse_model_arg
 from tests.harness import free_port, wait_ready
@@ -104,6 +105,7 @@ def test_a_model_that_fails_to_load_stops_the_service(tmp_path):
     assert any("stopping" in line and "--keep-going" in line for line in failures)
 
 
+@pytest.mark.long(25)
 def test_start_up_says_what_it_chose_and_keep_going_serves_the_rest(tmp_path, qwen3_rm):
     port = free_port()
     url = f"http://127.0.0.1:{port}"

@@ -26,6 +26,8 @@ from tests.harness import free_port, serve_in_process
 
 ROOT = Path(__file__).resolve().parents[2]
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
+
+pytestmark = pytest.mark.long(60)
 TOLERANCE = 1e-4
 
 if os.environ.get("REWARDSERVE_SKIP_VLLM") == "1":

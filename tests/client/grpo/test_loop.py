@@ -19,6 +19,7 @@ from tests.harness import serve_subprocess
 MARGIN = 0.3  # on a 0..1 reward: mean of the last 10 steps over the first 10
 
 
+@pytest.mark.long(70)
 def test_grpo_learns_to_say_yes_and_resumes(tmp_path):
     """Toy task: the reward is the fuzzy similarity of the completion to "yes" (served by
     a `fuzzy` rule model). A random tiny policy starts near 0.15."""
@@ -95,6 +96,7 @@ def test_zero_variance_share_counts_flat_groups():
     assert zero_variance_share(reward, valid, [0, 1, 2, 3, 4, 5, 6, 7]) is None
 
 
+@pytest.mark.long(20)
 def test_preflight_fails_before_the_policy_loads(tmp_path, live_service):
     """A service that is down, or a reward model it does not serve: one clear error,
     before any policy is read (the policy path here does not even exist)."""

@@ -23,6 +23,8 @@ from tests.harness import serve_in_process, serve_subprocess
 ROOT = Path(__file__).resolve().parents[3]
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 
+pytestmark = pytest.mark.long(150)
+
 if os.environ.get("REWARDSERVE_SKIP_VLLM") == "1":
     pytest.skip("REWARDSERVE_SKIP_VLLM=1", allow_module_level=True)
 
