@@ -1,7 +1,7 @@
 """One run, one model, the same items: rewardserve against its peers.
 
     .venv/bin/python bench/compare.py [--callers 8] [--vllm-python .venv-vllm/bin/python]
-                                      [--only grpo,pairs,prm,rubric] [--rounds 2]
+                                      [--only grpo,pairs,prm,rubric,burst,stream] [--rounds 2]
                                       [--dtype float32|bfloat16] [--systems abcd]
 
 Model: a Qwen3 sequence classifier (hidden 1024, 8 layers, head_dim 128, random weights,
@@ -29,7 +29,13 @@ scores a small warm-up set of other texts):
           (process kind, format classifier_tags); 2 per request;
   rubric  16 responses x 4 criteria, each criterion a follow-up user turn after the same
           prompt and response, scored by the classifier; one request per response.
-The callers (8) send requests from a shared queue. (c), (d), (e) get the token ids
+  burst   a GRPO step's rewards at once: 32 groups x 8 as grpo, 20% of the completions
+          exact repeats of another in their group (a converging policy repeats itself);
+          measured from the first request to the last reward;
+  stream  the same shape (fresh texts), one group sent every 0.625 s (32 groups over
+          20 s, as a rollout finishes them, each sent at its time whatever is pending);
+          measured from the last group sent to its reward.
+The callers (8) send requests from a shared queue (stream: one sender per group). (c), (d), (e) get the token ids
 rewardserve itself built; every system's scores are checked against (e).
 """
 
@@ -67,6 +73,7 @@ class Workload:
     model: str  # rewardserve's model name
     requests: list[list[dict]]  # items per request
     seqs: list[list[tuple[list[int], list[int]]]] | None = None  # (ids, positions) per item
+    every: float = 0.0  # > 0: request k is sent at k * every seconds (open loop), timed from the last
 
     @property
     def items(self) -> int:
@@ -99,12 +106,32 @@ def build_workloads(seed: int, scale: float = 1.0) -> list[Workload]:
         context = [{"role": "user", "content": words(rng, 60, 120)},
                    {"role": "assistant", "content": words(rng, 60, 120)}]
         rubric.append([{"messages": context + [{"role": "user", "content": c}]} for c in CRITERIA])
+    burst = groups_with_repeats(rng, n(32), 8, REPEAT_SHARE, "b")
+    stream = groups_with_repeats(rng, n(32), 8, REPEAT_SHARE, "s")
     return [
         Workload("grpo", "/v1/score", "rm", grpo),
         Workload("pairs", "/v1/score", "rm", [pairs[k:k + 4] for k in range(0, len(pairs), 4)]),
         Workload("prm", "/v1/score/steps", "rm_steps", [prm[k:k + 2] for k in range(0, len(prm), 2)]),
         Workload("rubric", "/v1/score", "rm", rubric),
+        Workload("burst", "/v1/score", "rm", burst),
+        Workload("stream", "/v1/score", "rm", stream, every=STREAM_SECONDS / len(stream)),
     ]
+
+
+REPEAT_SHARE = 0.2
+STREAM_SECONDS = 20.0
+
+
+def groups_with_repeats(rng: random.Random, groups: int, size: int, share: float, tag: str) -> list[list[dict]]:
+    """GRPO groups where ``share`` of all completions repeat an earlier one of their group."""
+    out = []
+    for g in range(groups):
+        prompt = words(rng, 270, 290)
+        out.append([{"group_id": f"{tag}{g}", "prompt": prompt, "response": words(rng, 37, 93)} for _ in range(size)])
+    slots = [(g, k) for g in range(groups) for k in range(1, size)]
+    for g, k in rng.sample(slots, round(share * groups * size)):
+        out[g][k] = {**out[g][k], "response": out[g][rng.randrange(k)]["response"]}
+    return out
 
 
 def attach_token_ids(model_dir: Path, workloads: list[Workload]) -> None:
@@ -140,9 +167,14 @@ def model_spec(name: str, model_dir: Path, backend: str, dtype: str = "float32")
 # --------------------------------------------------------------------------- driving
 
 
-async def drive(send, requests: list, callers: int) -> tuple[float, list[float], list]:
-    """``send(http, i)`` -> that request's scores (one list of floats per item)."""
+async def drive(send, requests: list, callers: int, every: float = 0.0) -> tuple[float, list[float], list]:
+    """``send(http, i)`` -> that request's scores (one list of floats per item). Returns
+    the seconds from the first request to the last answer (with ``every``: from the last
+    request sent), each request's latency, and the scores."""
     import httpx
+
+    if every > 0:
+        return await drive_open_loop(send, len(requests), every)
 
     queue: asyncio.Queue = asyncio.Queue()
     for i in range(len(requests)):
@@ -161,6 +193,26 @@ async def drive(send, requests: list, callers: int) -> tuple[float, list[float],
         start = time.perf_counter()
         await asyncio.gather(*(caller(http) for _ in range(callers)))
         return time.perf_counter() - start, latencies, scores
+
+
+async def drive_open_loop(send, count: int, every: float) -> tuple[float, list[float], list]:
+    import httpx
+
+    latencies: list[float] = []
+    scores: list = [None] * count
+
+    async def one(http, i: int, at: float) -> float:
+        await asyncio.sleep(max(0.0, at - time.perf_counter()))
+        sent = time.perf_counter()
+        scores[i] = await send(http, i)
+        done = time.perf_counter()
+        latencies.append(done - sent)
+        return done
+
+    async with httpx.AsyncClient(timeout=900, limits=httpx.Limits(max_connections=count)) as http:
+        start = time.perf_counter()
+        ends = await asyncio.gather(*(one(http, i, start + i * every) for i in range(count)))
+    return max(ends) - (start + (count - 1) * every), latencies, scores
 
 
 def rewardserve_sender(url: str, w: Workload):
@@ -274,9 +326,9 @@ def run_http(label: str, cmd, log, env, health, url, sender, workloads, warmup, 
     try:
         for w, warm in zip(workloads, warmup):
             asyncio.run(drive(sender(url, warm), warm.requests, callers))
-            seconds, latencies, scores = asyncio.run(drive(sender(url, w), w.requests, callers))
+            seconds, latencies, scores = asyncio.run(drive(sender(url, w), w.requests, callers, w.every))
             keep_best(table, (label, w.name), (seconds, latencies, scores))
-            print(f"  {w.name}: {w.items / seconds:.2f} items/s", flush=True)
+            print(f"  {w.name}: {seconds:.2f} s" + ("" if w.every else f", {w.items / seconds:.2f} items/s"), flush=True)
     finally:
         stop(proc)
 
@@ -285,7 +337,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--callers", type=int, default=8)
     parser.add_argument("--vllm-python", default=str(ROOT / ".venv-vllm" / "bin" / "python"))
-    parser.add_argument("--only", default="grpo,pairs,prm,rubric")
+    parser.add_argument("--only", default="grpo,pairs,prm,rubric,burst,stream")
     # (e) always runs: every score is checked against it.
     parser.add_argument("--systems", default="abcd", help="which of a-d run besides (e)")
     parser.add_argument("--scale", type=float, default=1.0, help="shrink the workloads (smoke runs)")
@@ -376,22 +428,34 @@ def report(workloads: list[Workload], table: dict, args) -> None:
           f"best of {args.rounds} rounds")
     for w in workloads:
         print(f"\n{w.name}: {len(w.requests)} requests, {w.items} items, {w.tokens} tokens")
-        print(f"  {'system':<28}{'items/s':>9}{'tokens/s':>10}{'p50 ms':>9}{'p99 ms':>9}{'max |diff| vs e':>17}")
-        rate = {}
+        # burst: seconds from the first request to the last reward; stream: from the last
+        # group sent to its reward (rates mean nothing there).
+        print(f"  {'system':<28}{'items/s':>9}{'tokens/s':>10}{'seconds':>9}{'p50 ms':>9}{'p99 ms':>9}"
+              f"{'max |diff| vs e':>17}")
+        rate, took = {}, {}
         ref = [x for r in table[("e", w.name)][2] for item in r for x in item]
         for label in "abcde":
             if (label, w.name) not in table:
                 continue
             seconds, latencies, scores = table[(label, w.name)]
-            rate[label] = w.items / seconds
             flat = [x for r in scores for item in r for x in item]
             diff = max(abs(x - y) for x, y in zip(flat, ref)) if len(flat) == len(ref) else float("nan")
             lat = sorted(latencies)
             p50 = f"{statistics.median(lat) * 1000:.0f}" if lat else "-"
             p99 = f"{lat[min(len(lat) - 1, int(0.99 * len(lat)))] * 1000:.0f}" if lat else "-"
-            print(f"  {names[label]:<28}{rate[label]:>9.2f}{w.tokens / seconds:>10.0f}{p50:>9}{p99:>9}{diff:>17.2e}")
-        ratios = [(x, y) for x, y in [("a", "c"), ("a", "e"), ("a", "d"), ("b", "c")] if x in rate and y in rate]
-        print("  " + ",  ".join(f"{x}/{y} = {rate[x] / rate[y]:.2f}" for x, y in ratios))
+            if w.every and label == "e":
+                print(f"  {names[label]:<28}{'-':>9}{'-':>10}{'-':>9}{p50:>9}{p99:>9}{diff:>17.2e}")
+                continue
+            took[label] = seconds
+            rates = ("-", "-") if w.every else (f"{w.items / seconds:.2f}", f"{w.tokens / seconds:.0f}")
+            if not w.every:
+                rate[label] = w.items / seconds
+            print(f"  {names[label]:<28}{rates[0]:>9}{rates[1]:>10}{seconds:>9.2f}{p50:>9}{p99:>9}{diff:>17.2e}")
+        pairs = [("a", "c"), ("a", "e"), ("a", "d"), ("b", "c")]
+        if w.every or w.name == "burst":
+            print("  time: " + ",  ".join(f"{x}/{y} = {took[x] / took[y]:.2f}" for x, y in pairs if x in took and y in took))
+        else:
+            print("  " + ",  ".join(f"{x}/{y} = {rate[x] / rate[y]:.2f}" for x, y in pairs if x in rate and y in rate))
 
 
 def cpu_name() -> str:
