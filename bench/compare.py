@@ -32,9 +32,9 @@ scores a small warm-up set of other texts):
   burst   a GRPO step's rewards at once: 32 groups x 8 as grpo, 20% of the completions
           exact repeats of another in their group (a converging policy repeats itself);
           measured from the first request to the last reward;
-  stream  the same shape (fresh texts), one group sent every 0.625 s (32 groups over
-          20 s, as a rollout finishes them, each sent at its time whatever is pending);
-          measured from the last group sent to its reward.
+  stream  the same shape (fresh texts), the 32 groups sent at a steady rate over
+          --stream-seconds (20: one every 0.625 s), as a rollout finishes them, each at its
+          time whatever is pending; measured from the last group sent to its reward.
 The callers (8) send requests from a shared queue (stream: one sender per group). (c), (d), (e) get the token ids
 rewardserve itself built; every system's scores are checked against (e).
 """
@@ -90,7 +90,7 @@ def words(rng: random.Random, lo: int, hi: int) -> str:
     return random_text(rng, rng.randint(lo, hi))
 
 
-def build_workloads(seed: int, scale: float = 1.0) -> list[Workload]:
+def build_workloads(seed: int, scale: float = 1.0, stream_seconds: float = 20.0) -> list[Workload]:
     """Word counts are chosen for the token lengths in the docstring above (the bench
     tokenizer makes ~1.07 tokens of a word)."""
     rng = random.Random(seed)
@@ -114,12 +114,11 @@ def build_workloads(seed: int, scale: float = 1.0) -> list[Workload]:
         Workload("prm", "/v1/score/steps", "rm_steps", [prm[k:k + 2] for k in range(0, len(prm), 2)]),
         Workload("rubric", "/v1/score", "rm", rubric),
         Workload("burst", "/v1/score", "rm", burst),
-        Workload("stream", "/v1/score", "rm", stream, every=STREAM_SECONDS / len(stream)),
+        Workload("stream", "/v1/score", "rm", stream, every=stream_seconds / len(stream)),
     ]
 
 
 REPEAT_SHARE = 0.2
-STREAM_SECONDS = 20.0
 
 
 def groups_with_repeats(rng: random.Random, groups: int, size: int, share: float, tag: str) -> list[list[dict]]:
@@ -342,6 +341,8 @@ def main() -> None:
     parser.add_argument("--systems", default="abcd", help="which of a-d run besides (e)")
     parser.add_argument("--scale", type=float, default=1.0, help="shrink the workloads (smoke runs)")
     parser.add_argument("--rounds", type=int, default=2, help="run every system this many times; best kept")
+    parser.add_argument("--stream-seconds", type=float, default=20.0,
+                        help="the stream workload's groups arrive over this long (the rate: 256 items over it)")
     # vLLM on CPU keeps a core for its scheduler by default; on 2 cores that halves its
     # compute. 0 gives it both (measured faster here); the value is printed with the table.
     parser.add_argument("--vllm-reserved-cpus", default="0")
@@ -353,8 +354,10 @@ def main() -> None:
     from tests.harness import free_port
 
     chosen = args.only.split(",")
-    workloads = [w for w in build_workloads(seed=1, scale=args.scale) if w.name in chosen]
-    warmup = [w for w in build_workloads(seed=2, scale=0.25) if w.name in chosen]
+    workloads = [w for w in build_workloads(seed=1, scale=args.scale, stream_seconds=args.stream_seconds)
+                 if w.name in chosen]
+    warmup = [w for w in build_workloads(seed=2, scale=0.25, stream_seconds=args.stream_seconds / 4)
+              if w.name in chosen]
     vllm_env = {"VLLM_CPU_KVCACHE_SPACE": "4", "VLLM_CPU_NUM_OF_RESERVED_CPU": args.vllm_reserved_cpus,
                 "VLLM_LOGGING_LEVEL": "WARNING", "REWARDSERVE_BUILTIN_RULES": "false",
                 "REWARDSERVE_LOG_LEVEL": "warning"}
@@ -425,7 +428,7 @@ def report(workloads: list[Workload], table: dict, args) -> None:
     print(f"\n{cpu_name()}, {os.cpu_count()} CPUs; torch {torch.__version__} ({capability}); "
           f"Python {platform.python_version()}")
     print(f"dtype {args.dtype}; vLLM reserved CPUs: {args.vllm_reserved_cpus}; callers: {args.callers}; "
-          f"best of {args.rounds} rounds")
+          f"best of {args.rounds} rounds; stream over {args.stream_seconds:g} s")
     for w in workloads:
         print(f"\n{w.name}: {len(w.requests)} requests, {w.items} items, {w.tokens} tokens")
         # burst: seconds from the first request to the last reward; stream: from the last
