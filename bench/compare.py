@@ -461,6 +461,11 @@ def report(workloads: list[Workload], table: dict, args) -> None:
             print("  " + ",  ".join(f"{x}/{y} = {rate[x] / rate[y]:.2f}" for x, y in pairs if x in rate and y in rate))
 
 
+def fresh_seed(seed: int | None) -> int:
+    """The seed asked for, or a new one each run (no cache of any system has seen its texts)."""
+    return seed if seed is not None else random.SystemRandom().randint(0, 2**31)
+
+
 def cpu_name() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():

@@ -37,7 +37,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
-from bench.compare import cpu_name  # noqa: E402
+from bench.compare import cpu_name, fresh_seed  # noqa: E402
 
 QUESTION = "The answer is stated clearly."
 
@@ -118,7 +118,7 @@ def main() -> None:
     parser.add_argument("--alike", type=float, default=0.3, help="share of groups all right or all wrong")
     parser.add_argument("--seed", type=int, default=None)
     args = parser.parse_args()
-    seed = args.seed if args.seed is not None else random.SystemRandom().randint(0, 2**31)
+    seed = fresh_seed(args.seed)
 
     from tests.harness import serve_subprocess
 

@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
-from bench.compare import cpu_name  # noqa: E402
+from bench.compare import cpu_name, fresh_seed  # noqa: E402
 
 
 def rss_mb(pid: int) -> float:
@@ -63,7 +63,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=64)
     parser.add_argument("--seed", type=int, default=None)
     args = parser.parse_args()
-    seed = args.seed if args.seed is not None else random.SystemRandom().randint(0, 2**31)
+    seed = fresh_seed(args.seed)
     rng = random.Random(seed)
 
     from tests.builders import build_sequence_classifier

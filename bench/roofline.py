@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
-from bench.compare import cpu_name  # noqa: E402
+from bench.compare import cpu_name, fresh_seed  # noqa: E402
 
 
 def main() -> None:
@@ -39,11 +39,10 @@ def main() -> None:
     parser.add_argument("--batch-tokens", type=int, default=1024, help="tokens per forward batch")
     parser.add_argument("--seed", type=int, default=None)
     args = parser.parse_args()
-    seed = args.seed if args.seed is not None else random.SystemRandom().randint(0, 2**31)
+    seed = fresh_seed(args.seed)
     rng = random.Random(seed)
 
     import torch
-    from torch import nn
 
     from rewardserve.models.backends import Sequence, make_backend
     from rewardserve.models.spec import ModelSpec
@@ -71,7 +70,7 @@ def main() -> None:
 
         linears = [m for m in backend.base.modules() if hasattr(m, "in_features") and hasattr(m, "out_features")]
         weights = sum(m.in_features * m.out_features for m in linears)
-        hidden, layers = config.hidden_size, config.num_hidden_layers
+        layers = config.num_hidden_layers
         heads_dim = config.num_attention_heads * config.head_dim
         tokens = args.items * args.tokens
         # Causal attention over a sequence of n: per token on average n/2 keys, QK and AV.
