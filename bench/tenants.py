@@ -2,10 +2,13 @@
 tenant A floods the model open-loop with 10x B's load, with tenants configured (weighted
 fair queueing) and without (one queue, oldest first).
 
-    .venv/bin/python bench/tenants.py [--seconds 8] [--b-rate 4] [--seed N]
+    .venv/bin/python bench/tenants.py [--seconds 8] [--b-rate 4] [--a-items 10] [--batch-ms MS] [--seed N]
 
-B sends one item every 1/b-rate seconds; A sends ten times as many, each request fired
-on schedule whatever became of the last (open loop; A's refusals, 429, are counted).
+B sends one item every 1/b-rate seconds; A sends ten times as many items (``--a-items``
+per request, 10 by default: a trainer's batch; 1 makes it a flood of small requests), each
+request fired on schedule whatever became of the last (open loop; A's refusals, 429, are
+counted), over raw sockets (tests/open_loop.py) so the load costs the 2 cores little.
+A alone: A's flood with B idle, the machine's capacity for A.
 The model is a Qwen3 classifier (hidden 256, 4 layers, random weights), items ~300
 tokens of fresh words per run.
 """
@@ -36,49 +39,21 @@ def item(rng: random.Random) -> dict:
     return {"prompt": random_text(rng, 40), "response": random_text(rng, 160)}
 
 
-async def traffic(url: str, rate: float, seconds: float, key: str, rng: random.Random) -> dict:
-    """Open loop: a request every 1/rate s for ``seconds``; latencies of the answered."""
-    import httpx
+def traffic(url: str, rate: float, seconds: float, key: str, rng: random.Random, items: int = 1):
+    """Open loop: a request of ``items`` items every 1/rate s for ``seconds``."""
+    from tests.open_loop import open_loop
 
-    latencies: list[float] = []
-    refused = failed = 0
-
-    async def one(http: httpx.AsyncClient) -> None:
-        nonlocal refused, failed
-        start = time.perf_counter()
-        try:
-            response = await http.post(url + "/v1/score", json={"model": "rm", "items": [item(rng)]},
-                                       headers={"authorization": f"Bearer {key}"})
-        except httpx.HTTPError:
-            failed += 1
-            return
-        if response.status_code == 429:
-            refused += 1
-        elif response.status_code == 200:
-            latencies.append(time.perf_counter() - start)
-        else:
-            failed += 1
-
-    async with httpx.AsyncClient(timeout=120, limits=httpx.Limits(max_connections=400)) as http:
-        tasks = []
-        begin = time.perf_counter()
-        k = 0
-        while time.perf_counter() - begin < seconds:
-            tasks.append(asyncio.ensure_future(one(http)))
-            k += 1
-            await asyncio.sleep(max(0.0, begin + k / rate - time.perf_counter()))
-        await asyncio.gather(*tasks)
-        elapsed = time.perf_counter() - begin
-    latencies.sort()
-    p = lambda q: latencies[min(len(latencies) - 1, int(q * len(latencies)))] if latencies else float("nan")  # noqa: E731
-    return {"sent": k, "answered": len(latencies), "refused": refused, "failed": failed,
-            "p50": p(0.5), "p99": p(0.99), "items_per_s": len(latencies) / elapsed}
+    return open_loop(url, "/v1/score", lambda: {"model": "rm", "items": [item(rng) for _ in range(items)]},
+                     rate, seconds, key)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--b-rate", type=float, default=4.0)
+    parser.add_argument("--a-items", type=int, default=10,
+                        help="items per request of A (A sends 10x B's items at rate 10 x b-rate / a-items)")
+    parser.add_argument("--batch-ms", type=float, default=None, help="REWARDSERVE_TENANT_BATCH_MS")
     parser.add_argument("--seed", type=int, default=None)
     args = parser.parse_args()
     seed = fresh_seed(args.seed)
@@ -98,25 +73,33 @@ def main() -> None:
                              ("no tenants (one queue)", {"REWARDSERVE_API_KEYS": "key-a,key-b"})):
             env = {"REWARDSERVE_MODELS": json.dumps(spec), "REWARDSERVE_LOG_LEVEL": "warning",
                    "REWARDSERVE_COMPILE": "false", **extra}
+            if args.batch_ms is not None:
+                env["REWARDSERVE_TENANT_BATCH_MS"] = str(args.batch_ms)
             with serve_subprocess("--no-builtin-rules", env=env) as url:
                 asyncio.run(traffic(url, 20, 1.0, "key-b", rng))  # warm
                 alone = asyncio.run(traffic(url, args.b_rate, args.seconds, "key-b", rng))
+                time.sleep(6)  # B counts as idle again (service/batcher.py _ACTIVE_S)
+                a_rate = args.b_rate * 10 / args.a_items
+                capacity = asyncio.run(traffic(url, a_rate, args.seconds, "key-a", rng, args.a_items))
 
                 async def both():
-                    return await asyncio.gather(traffic(url, args.b_rate * 10, args.seconds, "key-a", rng),
+                    return await asyncio.gather(traffic(url, a_rate, args.seconds, "key-a", rng, args.a_items),
                                                 traffic(url, args.b_rate, args.seconds, "key-b", rng))
 
                 flood, b = asyncio.run(both())
-            rows.append((label, alone, b, flood))
+            rows.append((label, alone, b, flood, capacity))
 
     print()
-    print(f"CPU: {cpu_name()}, {os.cpu_count()} cores; seed {seed}; B {args.b_rate:g} req/s, A {args.b_rate * 10:g} "
-          f"req/s open loop, {args.seconds:g} s, 1 item (~300 tokens) per request")
-    print(f"{'':26}{'B alone p50/p99 s':>20}{'B with A p50/p99 s':>22}{'p99 ratio':>11}{'A items/s':>11}"
-          f"{'A 429s':>8}")
-    for label, alone, b, flood in rows:
-        print(f"{label:26}{alone['p50']:>9.3f}/{alone['p99']:<10.3f}{b['p50']:>11.3f}/{b['p99']:<10.3f}"
-              f"{b['p99'] / alone['p99']:>11.2f}{flood['items_per_s']:>11.2f}{flood['refused']:>8}")
+    print(f"CPU: {cpu_name()}, {os.cpu_count()} cores; seed {seed}; B {args.b_rate:g} req/s of 1 item, A "
+          f"{args.b_rate * 10 / args.a_items:g} req/s of {args.a_items} items (10x B's items), open loop, "
+          f"{args.seconds:g} s; items ~300 tokens")
+    print(f"{'':26}{'B alone p50/p99 s':>20}{'B with A p50/p99 s':>22}{'p99 ratio':>11}{'A alone it/s':>14}"
+          f"{'A with B it/s':>15}{'B it/s':>8}{'A 429s':>8}")
+    for label, alone, b, flood, capacity in rows:
+        print(f"{label:26}{alone.quantile(.5):>9.3f}/{alone.quantile(.99):<10.3f}{b.quantile(.5):>11.3f}/"
+              f"{b.quantile(.99):<10.3f}{b.quantile(.99) / alone.quantile(.99):>11.2f}{capacity.items_per_s:>14.2f}"
+              f"{flood.items_per_s:>15.2f}{b.items_per_s:>8.2f}{flood.statuses.get(429, 0):>8}")
+    print("A alone: the machine's capacity (A's flood with B idle); A with B should reach capacity - B it/s.")
 
 
 if __name__ == "__main__":

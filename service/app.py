@@ -62,7 +62,7 @@ def create_app(settings: Settings | None = None, url: str | None = None) -> Fast
     metrics = Metrics()
     rule_runner = RuleRunner(settings.rule_limits())
     context = ModelContext(image_policy=settings.image_policy(), rules=rule_runner, compile=settings.compile)
-    tenants = Tenants(settings.tenant_specs(), metrics)
+    tenants = Tenants(settings.tenant_specs(), metrics, batch_ms=settings.tenant_batch_ms)
     state = ServiceState(
         settings=settings,
         metrics=metrics,

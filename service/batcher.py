@@ -17,12 +17,17 @@ behind its share: weighted fair queueing, each tenant's virtual time advancing b
 tokens it was served over its weight (a tenant that falls idle and comes back starts at
 the current virtual time, not with credit). A batch is that tenant's items; room left is
 filled with other tenants' work. A tenant over its queued-token limit gets 429 while the
-others are still taken.
+others are still taken. While more than one tenant is using the model, a batch is also kept
+to about ``Tenants.batch_ms`` of compute (at the model's measured tokens/s): a light
+tenant's item waits for at most one such batch of a flood's, not for a full token budget's
+worth (on a CPU a batch of a few items loses little throughput; on a GPU the cap is above
+the budget and changes nothing).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import logging
 import math
@@ -44,6 +49,8 @@ log = logging.getLogger(__name__)
 Run = Callable[[list[Unit[Any]]], list[UnitOutput]]
 # How many of the oldest queued items a batch is picked from (bounds the sorting work).
 _WINDOW_ITEMS = 4096
+# A tenant that queued work this recently counts as using the model (for the batch cap).
+_ACTIVE_S = 5.0
 
 
 @dataclass
@@ -93,6 +100,7 @@ class Batcher:
         self._tenant_tokens: dict[str | None, int] = {}
         self._virtual: dict[str | None, float] = {}  # tenant -> tokens served / weight
         self._clock = 0.0  # the virtual time of the last tenant served
+        self._last_seen: dict[str | None, float] = {}  # tenant -> time.monotonic() of its last work
         self._after_batch = after_batch  # runs on the worker thread (memory trimming)
         self.policy = policy
         self._run = run
@@ -132,6 +140,7 @@ class Batcher:
                 raise TenantQueueFull(tenant or DEFAULT, limit, self._retry_after(queued + tokens - limit))
             if not queued:  # back from idle: no credit for the time away
                 self._virtual[tenant] = max(self._virtual.get(tenant, 0.0), self._clock)
+            self._last_seen[tenant] = time.monotonic()
             self._tenants.tokens.labels(tenant or DEFAULT).inc(tokens)
         loop = asyncio.get_running_loop()
         now = time.monotonic()
@@ -213,11 +222,13 @@ class Batcher:
         tenant = min({_tenant(p.unit) for p in self._queue},
                      key=lambda t: (self._virtual.get(t, self._clock), t or ""))
         window = list(itertools.islice((p for p in self._queue if _tenant(p.unit) == tenant), _WINDOW_ITEMS))
-        batch = self._grow(window)
+        policy = self._shared_policy()
+        batch = self._grow(window, policy)
         lengths = [p.unit.length for p in batch]
         chosen = {id(p) for p in batch}
-        for pending in itertools.islice(self._queue, _WINDOW_ITEMS):  # room left: others' work
-            if id(pending) not in chosen and self.policy.fits(lengths + [pending.unit.length]):
+        # Room left goes to others' work, unless the batch is cut short for them anyway.
+        for pending in itertools.islice(self._queue, _WINDOW_ITEMS) if policy is self.policy else ():
+            if id(pending) not in chosen and policy.fits(lengths + [pending.unit.length]):
                 batch.append(pending)
                 chosen.add(id(pending))
                 lengths.append(pending.unit.length)
@@ -229,6 +240,21 @@ class Batcher:
             start = max(self._virtual.get(who, 0.0), self._clock) if who != tenant else self._clock
             self._virtual[who] = start + tokens / self._tenants.weight(who)
         return self._taken(sorted(batch, key=lambda p: p.unit.length))
+
+    def _shared_policy(self) -> BatchPolicy:
+        """The policy with its token budget cut to ``batch_ms`` of compute while another
+        tenant has work queued or queued some within the last few seconds (so will likely
+        again)."""
+        assert self._tenants is not None
+        now = time.monotonic()
+        active = sum(1 for tenant, seen in self._last_seen.items()
+                     if now - seen < _ACTIVE_S or self._tenant_tokens.get(tenant, 0) > 0)
+        if active < 2 or self._tokens_per_s <= 0:
+            return self.policy
+        budget = int(self._tokens_per_s / self.policy.concurrency * self._tenants.batch_ms / 1000.0)
+        if budget >= self.policy.max_batch_tokens:
+            return self.policy
+        return dataclasses.replace(self.policy, max_batch_tokens=budget)
 
     def _taken(self, batch: list[_Pending]) -> list[_Pending]:
         """``batch`` out of the queue and its counts."""
@@ -244,9 +270,9 @@ class Batcher:
             self._tenant_tokens[tenant] = self._tenant_tokens.get(tenant, 0) - pending.unit.length
         self._update_gauges()
 
-    def _grow(self, window: list[_Pending]) -> list[_Pending]:
+    def _grow(self, window: list[_Pending], policy: BatchPolicy | None = None) -> list[_Pending]:
         """window[0] and the items of ``window`` nearest it in length that fit."""
-        policy = self.policy
+        policy = policy or self.policy
         by_length = sorted(range(len(window)), key=lambda i: (window[i].unit.length, i))
         at = by_length.index(0)
         lo, hi = at, at  # the batch is by_length[lo : hi + 1]

@@ -44,6 +44,9 @@ class Settings(BaseSettings):
     # Tenants (service/tenants.py): a YAML file with a `tenants:` list; the config file
     # may hold one too.
     tenants_file: Path | None = None
+    # While several tenants use a model, its batches are kept to about this much compute,
+    # so that one tenant's item never waits behind a long batch of another's.
+    tenant_batch_ms: float = Field(default=50.0, gt=0)
     max_body_bytes: int = Field(default=32 * 1024 * 1024, gt=0)
     max_items_per_request: int = Field(default=4096, gt=0)
     # JSON values (objects, lists, strings, numbers) in one body, counted before parsing.

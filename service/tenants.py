@@ -102,8 +102,10 @@ class _Bucket:
 class Tenants:
     """Which tenant a key is, and each tenant's weight, limits and metrics."""
 
-    def __init__(self, specs: list[TenantSpec], metrics: Metrics) -> None:
+    def __init__(self, specs: list[TenantSpec], metrics: Metrics, batch_ms: float = 50.0) -> None:
+        """``batch_ms``: a batch's compute while several tenants use a model (batcher.py)."""
         check_tenants(specs)
+        self.batch_ms = batch_ms
         self.specs = {spec.name: spec for spec in specs}
         self._keys = [(key.encode(), spec.name) for spec in specs for key in spec.keys]
         self._buckets = {s.name: _Bucket(s.items_per_second) for s in specs if s.items_per_second is not None}

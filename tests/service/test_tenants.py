@@ -73,6 +73,43 @@ async def test_a_light_tenant_goes_ahead_of_a_flood():
     await batcher.stop()
 
 
+async def test_batches_shrink_to_batch_ms_while_two_tenants_use_the_model(monkeypatch):
+    """One tenant alone: full batches. Both: about batch_ms of compute each (at the rate
+    measured), the light tenant's batch its own work only. The other idle again: full."""
+    import rewardserve.service.batcher as batcher_module
+
+    monkeypatch.setattr(batcher_module, "_ACTIVE_S", 0.5)
+    batches: list[list[str]] = []
+
+    def run(batch):  # 10 ms per 100-token unit
+        batches.append([u.payload[0] for u in batch])
+        time.sleep(sum(u.length for u in batch) / 10_000)
+        return [[None] for _ in batch]
+
+    table = Tenants([TenantSpec(name=n, keys=[f"key-{n}"]) for n in "ab"], Metrics(), batch_ms=30)
+    policy = BatchPolicy(max_batch_tokens=2000, max_wait_ms=0, max_queue_tokens=10**6, pads=False)
+    batcher = Batcher("m", run, policy, Metrics(), tenants=table)
+    batcher.start()
+    flood = batcher.submit(units("a", 200, length=100), None)
+    while len(batches) < 3:
+        await asyncio.sleep(0.005)
+    light = batcher.submit(units("b", 1, length=100), None)
+    await asyncio.gather(*light)
+    shared_from = len(batches)
+    while len(batches) < shared_from + 4:
+        await asyncio.sleep(0.005)
+    assert batches[:2] == [["a"] * 20] * 2
+    assert ["b"] in batches
+    assert all(1 <= len(b) <= 4 for b in batches[shared_from:shared_from + 4]), batches
+    await asyncio.sleep(0.6)  # b idle past _ACTIVE_S
+    alone_from = len(batches)
+    while len(batches) < alone_from + 2:
+        await asyncio.sleep(0.005)
+    assert len(batches[alone_from + 1]) == 20, batches[alone_from:]
+    await asyncio.gather(*flood)
+    await batcher.stop()
+
+
 async def test_a_tenant_over_its_queue_limit_is_refused_alone():
     table = Tenants([TenantSpec(name="a", keys=["ka"], max_queued_tokens=100), TenantSpec(name="b", keys=["kb"])],
                     Metrics())
