@@ -2,9 +2,10 @@
 
 Each step:
   1. take a few prompts and sample G completions of each from the policy;
-  2. score every completion on the service (a weighted mix of endpoints), the calls
-     made as soon as the completions are decoded, while the policy (and the reference)
-     compute the log-probs of what was sampled: the reward phase hides behind them;
+  2. score every completion on the service (a weighted mix of endpoints), a prompt's
+     group sent as soon as all its completions have ended, while the policy goes on
+     generating the others and then computes the log-probs of what was sampled: the
+     reward phase hides behind them;
   3. turn rewards into advantages: normalise within each prompt's group (or within
      strata of a prompt field, Stratified GRPO); completions without a reward get none;
   4. update the policy with the clipped policy-gradient loss, plus KL to the frozen
@@ -26,10 +27,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from transformers import StoppingCriteria
 
 from rewardserve.client.grpo.config import GRPOConfig
 from rewardserve.client.grpo.plot import plot_metrics
-from rewardserve.client.grpo.rewards import RewardMix
+from rewardserve.client.grpo.rewards import RewardMix, Scored
 
 EPS = 1e-6
 log = logging.getLogger("rewardserve.grpo")
@@ -67,16 +69,20 @@ def train(config: GRPOConfig) -> list[dict[str, Any]]:
     order = list(range(len(prompts)))
     bar = progress(config, start)
 
-    scorer = ThreadPoolExecutor(1, thread_name_prefix="rs-rewards")
+    # Groups in flight at once: the service batches them together.
+    scorer = ThreadPoolExecutor(4, thread_name_prefix="rs-rewards")
     try:
         for step in range(start, config.steps):
             began = time.monotonic()
             batch = [prompts[order[(step * config.prompts_per_step + k) % len(order)]]
                      for k in range(config.prompts_per_step)]
-            scoring: list[Future[tuple[torch.Tensor, dict[str, float | None], torch.Tensor]]] = []
+            scoring: dict[int, Future[Scored]] = {}
             rollout = sample(config, policy, reference, tokenizer, batch,             # 1
-                             lambda rows, texts: scoring.append(scorer.submit(rewards.score, rows, texts)))
-            reward, per_source, valid = scoring[0].result()                          # 2
+                             lambda at, rows, texts: scoring.update({at: scorer.submit(rewards.score, rows, texts)}))
+            waited = time.monotonic()
+            scored = Scored.joined([scoring[at].result() for at in sorted(scoring)])  # 2
+            waited = time.monotonic() - waited
+            reward, valid, per_source = scored.reward, scored.valid, scored.means()
             keys = groups(config, rollout.rows)
             advantages = group_advantages(reward, valid, keys)                        # 3
             loss, kl = update(config, policy, optimizer, rollout, advantages)         # 4
@@ -91,6 +97,7 @@ def train(config: GRPOConfig) -> list[dict[str, Any]]:
                 "reward_std": float(reward[valid].std()) if valid.sum() > 1 else None,
                 "invalid": int((~valid).sum()), "zero_variance_groups": flat,
                 "completion_length": float(completion.mean()), "seconds": round(time.monotonic() - began, 3),
+                "reward_wait_s": round(waited, 4),
                 **{f"reward/{k}": v for k, v in per_source.items()},
             }
             history.append(row)                                                       # 5
@@ -114,31 +121,66 @@ def train(config: GRPOConfig) -> list[dict[str, Any]]:
 
 @torch.no_grad()  # type: ignore[untyped-decorator]  # torch is not type-checked here
 def sample(config: GRPOConfig, policy: Any, reference: Any, tokenizer: Any, batch: list[dict[str, Any]],
-           decoded_hook: Callable[[list[dict[str, Any]], list[str]], None] | None = None) -> Rollout:
-    """G completions of each prompt; ``decoded_hook(rows, texts)`` is called once they are
-    decoded, before the log-probs are computed (the loop starts scoring there)."""
+           decoded_hook: Callable[[int, list[dict[str, Any]], list[str]], None] | None = None) -> Rollout:
+    """G completions of each prompt, in one generate call. ``decoded_hook(at, rows, texts)``
+    gets each prompt's group (its completions from index ``at`` of the step) as soon as all
+    its completions have ended, while the others are still generated, and the rest when
+    generation stops: before the log-probs are computed (the loop starts scoring there)."""
     texts = [render_prompt(config, tokenizer, row["prompt"]) for row in batch]
     encoded = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
     prompt_len = encoded["input_ids"].shape[1]
+    rows = [row for row in batch for _ in range(config.group_size)]
+    watch = _GroupsDone(config.group_size, prompt_len, tokenizer, rows, decoded_hook)
     generated = policy.generate(
         **encoded, do_sample=True, temperature=config.temperature, top_p=config.top_p,
         max_new_tokens=config.max_new_tokens, num_return_sequences=config.group_size,
-        pad_token_id=tokenizer.pad_token_id,
+        pad_token_id=tokenizer.pad_token_id, stopping_criteria=[watch],
     )
-    completion = generated[:, prompt_len:]
-    # A completion ends at its first EOS (kept, so the policy learns to stop); after it, padding.
-    done = (completion == tokenizer.eos_token_id).int().cumsum(1)
-    keep = (done == 0) | ((done == 1) & (completion == tokenizer.eos_token_id))
-    mask = torch.cat([encoded["attention_mask"].repeat_interleave(config.group_size, 0), keep.long()], 1)
+    keep, decoded = watch.finish(generated)
+    mask = torch.cat([encoded["attention_mask"].repeat_interleave(config.group_size, 0), keep], 1)
     completion_mask = torch.cat([torch.zeros_like(encoded["input_ids"]).repeat_interleave(config.group_size, 0),
-                                 keep.long()], 1)
-    rows = [row for row in batch for _ in range(config.group_size)]
-    decoded = tokenizer.batch_decode(completion.masked_fill(~keep, tokenizer.pad_token_id), skip_special_tokens=True)
-    if decoded_hook is not None:
-        decoded_hook(rows, decoded)
+                                 keep], 1)
     old = token_logps(policy, generated, mask) * completion_mask
     ref = token_logps(reference, generated, mask) * completion_mask if reference is not None else None
     return Rollout(rows, decoded, generated, mask, completion_mask, old, ref)
+
+
+class _GroupsDone(StoppingCriteria):  # type: ignore[misc]  # transformers is not type-checked here
+    """Stops nothing: at each generation step it hands on the groups whose completions
+    have all ended (each at its first EOS, kept so the policy learns to stop)."""
+
+    def __init__(self, group_size: int, prompt_len: int, tokenizer: Any, rows: list[dict[str, Any]],
+                 hook: Callable[[int, list[dict[str, Any]], list[str]], None] | None):
+        self.g, self.prompt_len, self.tokenizer, self.rows, self.hook = group_size, prompt_len, tokenizer, rows, hook
+        self.texts: list[str | None] = [None] * len(rows)
+
+    def _ends(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Which tokens each completion keeps, and which completions have ended."""
+        completion = ids[:, self.prompt_len:]
+        eos = completion == self.tokenizer.eos_token_id
+        done = eos.int().cumsum(1)
+        return ((done == 0) | ((done == 1) & eos)).long(), eos.any(1)
+
+    def _hand_on(self, ids: torch.Tensor, keep: torch.Tensor, ended: torch.Tensor) -> None:
+        for at in range(0, len(self.rows), self.g):
+            if self.texts[at] is None and bool(ended[at:at + self.g].all()):
+                part = ids[at:at + self.g, self.prompt_len:].masked_fill(keep[at:at + self.g] == 0,
+                                                                          self.tokenizer.pad_token_id)
+                texts = self.tokenizer.batch_decode(part, skip_special_tokens=True)
+                self.texts[at:at + self.g] = texts
+                if self.hook is not None:
+                    self.hook(at, self.rows[at:at + self.g], texts)
+
+    def __call__(self, input_ids: torch.Tensor, scores: Any, **kwargs: Any) -> torch.Tensor:
+        if self.hook is not None:
+            self._hand_on(input_ids, *self._ends(input_ids))
+        return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+    def finish(self, generated: torch.Tensor) -> tuple[torch.Tensor, list[str]]:
+        """Generation stopped: every group not handed on yet goes now."""
+        keep, _ = self._ends(generated)
+        self._hand_on(generated, keep, torch.ones(len(self.rows), dtype=torch.bool))
+        return keep, [t or "" for t in self.texts]
 
 
 def render_prompt(config: GRPOConfig, tokenizer: Any, prompt: str | list[dict[str, str]]) -> str:
@@ -150,8 +192,10 @@ def render_prompt(config: GRPOConfig, tokenizer: Any, prompt: str | list[dict[st
 
 
 def token_logps(model: Any, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """log p(token t | tokens < t) for every position (0 at position 0)."""
-    logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
+    """log p(token t | tokens < t) for every position (0 at position 0). Positions count
+    from a row's first real token, as in generation, so padding changes nothing."""
+    positions = (mask.long().cumsum(1) - 1).clamp_min(0)
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits[:, :-1].float()
     picked = torch.gather(torch.log_softmax(logits, -1), 2, ids[:, 1:, None]).squeeze(-1)
     return torch.cat([torch.zeros_like(picked[:, :1]), picked], 1)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -16,6 +17,30 @@ from rewardserve.client.sync_client import RewardClient
 
 class PreflightError(ValueError):
     """The service or a reward source cannot work: found before the policy loads."""
+
+
+@dataclass
+class Scored:
+    """The rewards of some completions: the weighted sum, which have one (every source
+    scored them), and each source's scores."""
+
+    reward: torch.Tensor
+    valid: torch.Tensor
+    by_source: dict[str, list[float | None]]
+
+    @classmethod
+    def joined(cls, parts: list[Scored]) -> Scored:
+        """Parts scored one after another (the groups of a step), in order."""
+        return cls(torch.cat([p.reward for p in parts]), torch.cat([p.valid for p in parts]),
+                   {label: [s for p in parts for s in p.by_source[label]] for label in parts[0].by_source})
+
+    def means(self) -> dict[str, float | None]:
+        """Each source's mean over the completions it scored."""
+        means: dict[str, float | None] = {}
+        for label, scores in self.by_source.items():
+            present = [s for s in scores if s is not None]
+            means[label] = sum(present) / len(present) if present else None
+        return means
 
 
 class RewardMix:
@@ -64,21 +89,18 @@ class RewardMix:
             response = self.client.score(source.model, items, **source.options)
         return [r.score if r.valid else None for r in response.results]
 
-    def score(self, rows: list[dict[str, Any]],
-              texts: list[str]) -> tuple[torch.Tensor, dict[str, float | None], torch.Tensor]:
-        """(reward per completion, mean of each source, which completions have a reward).
-        A completion is left out of training when any source could not score it."""
+    def score(self, rows: list[dict[str, Any]], texts: list[str]) -> Scored:
+        """The completions' rewards. A completion is left out of training (not valid) when
+        any source could not score it."""
         items = [make_item(row["prompt"], text, row.get("reference"), row) for row, text in zip(rows, texts)]
         total = torch.zeros(len(items))
         valid = torch.ones(len(items), dtype=torch.bool)
-        means: dict[str, float | None] = {}
+        by_source: dict[str, list[float | None]] = {}
         for source in self.sources:
-            scores = self._scores(source, items)
-            present = [s for s in scores if s is not None]
-            means[source.label] = sum(present) / len(present) if present else None
+            scores = by_source[source.label] = self._scores(source, items)
             for i, s in enumerate(scores):
                 if s is None:
                     valid[i] = False
                 else:
                     total[i] += source.weight * s
-        return total, means, valid
+        return Scored(total, valid, by_source)

@@ -68,6 +68,7 @@ def test_grpo_learns_to_say_yes_and_resumes(tmp_path):
     # Each source under its own name, the completions' length, the groups without signal.
     assert all(r["reward/score/fuzzy"] == pytest.approx(r["reward_mean"]) for r in rows)
     assert all(1 <= r["completion_length"] <= 6 and 0 <= r["zero_variance_groups"] <= 1 for r in rows)
+    assert all(r["reward_wait_s"] >= 0 for r in rows)
     from PIL import Image
 
     # Five panels, two a line: mix, fuzzy, KL, length, flat groups.
@@ -141,5 +142,64 @@ def test_the_completions_go_to_scoring_before_the_log_probs_are_computed(tmp_pat
                                                                                        "model": "m"}],
                                         "group_size": 2, "max_new_tokens": 3})
     rollout = loop.sample(config, policy, None, tokenizer, [{"prompt": "Say yes."}],
-                          lambda rows, texts: events.append(f"decoded {len(texts)}"))
+                          lambda at, rows, texts: events.append(f"decoded {len(texts)}"))
     assert events == ["decoded 2", "log-probs"] and len(rollout.texts) == 2
+
+
+def test_a_group_goes_to_scoring_when_its_completions_end_while_others_generate(tmp_path):
+    """Two prompts: one whose completions all end at once (its likeliest token made the
+    EOS, sampled nearly greedily), one that runs to max_new_tokens. The first group
+    reaches the hook during generation, the other when it stops; the rollout is the same
+    as without the hook, and each row's log-probs are those of its prompt and completion
+    alone (padding changes nothing)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rewardserve.client.grpo import loop
+    from rewardserve.client.grpo.config import GRPOConfig
+
+    policy_dir = build_causal_lm(tmp_path / "policy", seed=0)
+    tokenizer = AutoTokenizer.from_pretrained(policy_dir)
+    tokenizer.padding_side = "left"
+    tokenizer.pad_token = tokenizer.pad_token or tokenizer.eos_token
+    policy = AutoModelForCausalLM.from_pretrained(policy_dir).eval()
+    first = "Say yes, please, in one short word."
+    with torch.no_grad():
+        likeliest = int(policy(**tokenizer(first, return_tensors="pt", add_special_tokens=False)).logits[0, -1].argmax())
+
+    def meets(prompt: str) -> bool:
+        ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=False)["input_ids"]
+        with torch.no_grad():
+            greedy = policy.generate(ids, max_new_tokens=6, do_sample=False, pad_token_id=tokenizer.pad_token_id)
+        return likeliest in greedy[0, ids.shape[1]:].tolist()
+
+    second = next(p for p in ["Yes?", "Tell me more.", "Why not?", "Hello there, friend.", "No."] if not meets(p))
+    batch = [{"prompt": first}, {"prompt": second}]
+    tokenizer.eos_token = tokenizer.convert_ids_to_tokens(likeliest)
+    policy.generation_config.eos_token_id = likeliest
+    config = GRPOConfig.model_validate({"policy": str(policy_dir), "prompts": str(tmp_path / "p.jsonl"),
+                                        "service": "http://127.0.0.1:1", "rewards": [{"endpoint": "score",
+                                                                                       "model": "m"}],
+                                        "group_size": 3, "max_new_tokens": 6, "temperature": 1e-4,
+                                        "chat_template": False})
+    steps: list[int] = []
+    generate = policy.generate
+    policy.generate = lambda **kw: generate(**kw, logits_processor=[lambda i, s: steps.append(i.shape[1]) or s])
+    hooked: list[tuple[int, int, list[str]]] = []
+    torch.manual_seed(0)
+    rollout = loop.sample(config, policy, None, tokenizer, batch,
+                          lambda at, rows, texts: hooked.append((at, len(steps), texts)))
+    assert [at for at, _, _ in hooked] == [0, 3]
+    assert hooked[0][1] == 1 and hooked[1][1] == 6  # after the first generation step / at the end
+    assert rollout.texts == hooked[0][2] + hooked[1][2]
+    torch.manual_seed(0)
+    assert torch.equal(loop.sample(config, policy, None, tokenizer, batch).ids, rollout.ids)
+    for i in range(6):
+        prompt = tokenizer(batch[i // 3]["prompt"], add_special_tokens=False)["input_ids"]
+        real = rollout.ids[i][rollout.mask[i] == 1]
+        completion = rollout.ids[i][rollout.completion_mask[i] == 1]
+        assert real.tolist() == prompt + completion.tolist()
+        assert len(completion) == (1 if i < 3 else 6)
+        assert tokenizer.decode(completion, skip_special_tokens=True) == rollout.texts[i]
+        alone = loop.token_logps(policy, real[None], torch.ones_like(real)[None])[0]
+        assert torch.allclose(rollout.old_logps[i][rollout.mask[i] == 1][len(prompt):], alone[len(prompt):],
+                              atol=1e-5)
