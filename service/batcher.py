@@ -17,11 +17,11 @@ behind its share: weighted fair queueing, each tenant's virtual time advancing b
 tokens it was served over its weight (a tenant that falls idle and comes back starts at
 the current virtual time, not with credit). A batch is that tenant's items; room left is
 filled with other tenants' work. A tenant over its queued-token limit gets 429 while the
-others are still taken. While more than one tenant is using the model, a batch is also kept
-to about ``Tenants.batch_ms`` of compute (at the model's measured tokens/s): a light
-tenant's item waits for at most one such batch of a flood's, not for a full token budget's
-worth (on a CPU a batch of a few items loses little throughput; on a GPU the cap is above
-the budget and changes nothing).
+others are still taken. While more than one tenant is using a model whose policy allows
+it (``short_when_shared``: a CPU, where small batches lose some speed, not most of it), a batch
+is also kept to about ``Tenants.batch_ms`` of compute (at the model's measured tokens/s)
+and holds one tenant's work: a light tenant's item waits for at most one such batch of a
+flood's, not for a full token budget's worth. On a GPU batches keep their size.
 """
 
 from __future__ import annotations
@@ -249,7 +249,7 @@ class Batcher:
         now = time.monotonic()
         active = sum(1 for tenant, seen in self._last_seen.items()
                      if now - seen < _ACTIVE_S or self._tenant_tokens.get(tenant, 0) > 0)
-        if active < 2 or self._tokens_per_s <= 0:
+        if not self.policy.short_when_shared or active < 2 or self._tokens_per_s <= 0:
             return self.policy
         budget = int(self._tokens_per_s / self.policy.concurrency * self._tenants.batch_ms / 1000.0)
         if budget >= self.policy.max_batch_tokens:

@@ -27,14 +27,22 @@ _MAX_SANE_POSITIONS = 1 << 20
 # Measured here (Qwen3 1024x8, 2 cores, oneDNN linears): a CPU's matmuls are saturated by
 # one item of a few hundred tokens, so padding is pure loss; batches of ~1k tokens ran
 # fastest (best of 3: 13.3 s for 96 items at 1024, 14.3 s at 2048, 13.9 s at 512).
-CPU_BATCH_PREFERENCES = {"max_batch_tokens": 1024, "max_padding_ratio": 0.05}
+CPU_BATCH_PREFERENCES = {"max_batch_tokens": 1024, "max_padding_ratio": 0.05, "short_when_shared": True}
 # Packed rows have no padding: a batch costs the sum of its lengths.
-PACKED_BATCH_PREFERENCES = {"max_batch_tokens": 1024, "pads": False}
+PACKED_BATCH_PREFERENCES = {"max_batch_tokens": 1024, "pads": False, "short_when_shared": True}
 # How far compiled parts may read from eager ones on the load probe, relative to the
 # scores' scale. fp32 agrees to ~1e-6; fused bf16 kernels round intermediates at other
 # places (on bench/compare.py's model, eager and compiled bf16 are both ~2% of the score
 # spread from fp32 on average). A layer that lost the packed layout reads other numbers.
 COMPILED_TOLERANCE = {torch.float32: 1e-3, torch.bfloat16: 5e-2}
+
+
+def batch_preferences(device: torch.device, packing: bool) -> dict:
+    """What the batcher should know of this backend on ``device``: CPUs run fastest under
+    1,024 tokens a batch; a GPU keeps the kind's budget (16k tokens), packed or padded."""
+    if device.type == "cpu":
+        return PACKED_BATCH_PREFERENCES if packing else CPU_BATCH_PREFERENCES
+    return {"pads": False} if packing else {}
 
 
 def pick_device(device: str) -> torch.device:
@@ -97,10 +105,7 @@ class TransformersBackend(Backend):
         if self._packing and self.device.type == "cpu" and self.dtype in (torch.bfloat16, torch.float32):
             with timed_phase(spec.name, "compile"):
                 self._compile(self.options)
-        if self._packing:
-            self.batch_preferences = PACKED_BATCH_PREFERENCES if self.device.type == "cpu" else {"pads": False}
-        elif self.device.type == "cpu":
-            self.batch_preferences = CPU_BATCH_PREFERENCES
+        self.batch_preferences = batch_preferences(self.device, self._packing)
 
     def _load(self, source: str, task: str):
         """(backbone, head, text config, whole model for heads that pool on their own)."""

@@ -73,24 +73,27 @@ async def test_a_light_tenant_goes_ahead_of_a_flood():
     await batcher.stop()
 
 
-async def test_batches_shrink_to_batch_ms_while_two_tenants_use_the_model(monkeypatch):
+@pytest.mark.parametrize("short", [True, False], ids=["cpu", "gpu"])
+async def test_batches_shrink_to_batch_ms_while_two_tenants_use_the_model(monkeypatch, short):
     """One tenant alone: full batches. Both: about batch_ms of compute each (at the rate
-    measured), the light tenant's batch its own work only. The other idle again: full."""
+    measured), the light tenant's batch its own work only. The other idle again: full.
+    A policy without ``short_when_shared`` (a GPU's) keeps full batches throughout."""
     import rewardserve.service.batcher as batcher_module
 
     monkeypatch.setattr(batcher_module, "_ACTIVE_S", 0.5)
     batches: list[list[str]] = []
 
-    def run(batch):  # 10 ms per 100-token unit
+    def run(batch):  # 1 ms per 100-token unit
         batches.append([u.payload[0] for u in batch])
-        time.sleep(sum(u.length for u in batch) / 10_000)
+        time.sleep(sum(u.length for u in batch) / 100_000)
         return [[None] for _ in batch]
 
-    table = Tenants([TenantSpec(name=n, keys=[f"key-{n}"]) for n in "ab"], Metrics(), batch_ms=30)
-    policy = BatchPolicy(max_batch_tokens=2000, max_wait_ms=0, max_queue_tokens=10**6, pads=False)
+    table = Tenants([TenantSpec(name=n, keys=[f"key-{n}"]) for n in "ab"], Metrics(), batch_ms=3)
+    policy = BatchPolicy(max_batch_tokens=2000, max_wait_ms=0, max_queue_tokens=10**6, pads=False,
+                         short_when_shared=short)
     batcher = Batcher("m", run, policy, Metrics(), tenants=table)
     batcher.start()
-    flood = batcher.submit(units("a", 200, length=100), None)
+    flood = batcher.submit(units("a", 1500, length=100), None)
     while len(batches) < 3:
         await asyncio.sleep(0.005)
     light = batcher.submit(units("b", 1, length=100), None)
@@ -99,8 +102,12 @@ async def test_batches_shrink_to_batch_ms_while_two_tenants_use_the_model(monkey
     while len(batches) < shared_from + 4:
         await asyncio.sleep(0.005)
     assert batches[:2] == [["a"] * 20] * 2
-    assert ["b"] in batches
-    assert all(1 <= len(b) <= 4 for b in batches[shared_from:shared_from + 4]), batches
+    if short:
+        assert ["b"] in batches
+        assert all(1 <= len(b) <= 4 for b in batches[shared_from:shared_from + 4]), batches
+    else:
+        assert all(len(b) == 20 for b in batches[shared_from:shared_from + 4]), batches
+        assert any("b" in b and len(b) == 20 for b in batches)
     await asyncio.sleep(0.6)  # b idle past _ACTIVE_S
     alone_from = len(batches)
     while len(batches) < alone_from + 2:
