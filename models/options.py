@@ -33,6 +33,10 @@ class BackendOptions(BaseModel):
     packing: bool = Field(
         True, description="transformers: many sequences in one unpadded row, each prefix once (off: padded batches)."
     )
+    attention: Literal["auto", "segments", "flex"] = Field(
+        "auto", description="transformers, packed rows: an SDPA call per segment, or one FlexAttention call per row "
+        "and layer (compiled on CUDA); auto: flex on CUDA, segments on CPU."
+    )
     cpu_linear: Literal["onednn", "torch"] = Field(
         "onednn", description="transformers on CPU: the backbone's linears as prepacked oneDNN kernels, or torch's own."
     )

@@ -60,6 +60,10 @@ class Layout:
     length: int  # tokens in the row
     # Row indices the caller reads; set, the last layer runs at these rows only (readouts.py).
     reads: torch.Tensor | None = None
+    # How full rows attend: "segments" (an SDPA call per segment) or "flex" (one
+    # FlexAttention call over the row with the layout as a block mask: flex_kernel.py).
+    kernel: str = "segments"
+    block_masks: dict = field(default_factory=dict, repr=False, compare=False)  # per sliding window
 
     @functools.cached_property
     def table(self) -> torch.Tensor:
@@ -148,6 +152,10 @@ def segmented_attention(module, query, key, value, attention_mask, dropout: floa
     if packed_layout is None or query.shape[0] != 1 or query.shape[2] != packed_layout.length:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
                                       scaling=scaling, sliding_window=sliding_window, **kwargs)
+    if packed_layout.kernel == "flex":
+        from rewardserve.models.backends.kernels.flex_kernel import attend_flex
+
+        return attend_flex(query, key, value, packed_layout, scaling, sliding_window), None
     return attend_segments(query, key, value, packed_layout, scaling, sliding_window), None
 
 

@@ -100,9 +100,11 @@ class TransformersBackend(Backend):
         self._softcap = getattr(config, "final_logit_softcapping", None)
         self._pad = self.pad_token_id if self.pad_token_id is not None else 0
         self._reads_only = False
+        self.attention = self._attention_kernel(self.options.attention)
         self._packing = self._whole is None and self.options.packing and self._install_segments()
         self.compiled_layers = self.compiled_norms = 0
-        if self._packing and self.device.type == "cpu" and self.dtype in (torch.bfloat16, torch.float32):
+        if self._packing and self.attention == "segments" and self.device.type == "cpu" \
+                and self.dtype in (torch.bfloat16, torch.float32):
             with timed_phase(spec.name, "compile"):
                 self._compile(self.options)
         self.batch_preferences = batch_preferences(self.device, self._packing)
@@ -164,6 +166,7 @@ class TransformersBackend(Backend):
         from rewardserve.models.backends.packing import pack
 
         packed = pack(units, self.device, self._pack_multiple, self._pad)
+        packed.layout.kernel = self.attention
         # One row: every readout is a position of it; split per continuation after.
         spans = [r for rows in packed.readouts for r in rows]
         positions = [p for r in spans for p in r]
@@ -184,6 +187,18 @@ class TransformersBackend(Backend):
         separate forwards. ``options.packing: false`` turns it off."""
         return self._packing
 
+    def _attention_kernel(self, choice: str) -> str:
+        """How packed rows attend: ``flex`` where asked (``auto``: on CUDA) and FlexAttention
+        is importable; the packed probe falls back to ``segments`` if it reads otherwise."""
+        if choice == "segments" or (choice == "auto" and self.device.type != "cuda"):
+            return "segments"
+        import importlib.util
+
+        if importlib.util.find_spec("torch.nn.attention.flex_attention") is None:
+            log.info("attention: FlexAttention is not in this torch; one SDPA call per segment")
+            return "segments"
+        return "flex"
+
     def _install_segments(self) -> bool:
         """Switch the backbone to ``segmented_attention`` and check a packed read against
         plain ones (a model whose layers do not hand the layout down to attention would
@@ -198,6 +213,9 @@ class TransformersBackend(Backend):
         AttentionInterface.register(ATTENTION_NAME, segmented_attention)
         AttentionMaskInterface.register(ATTENTION_NAME, sdpa_mask)
         self.base.set_attn_implementation(ATTENTION_NAME)
+        if self.attention == "flex" and not self._packed_probe_agrees():
+            log.info("attention: a packed read through FlexAttention differs or fails; one SDPA call per segment")
+            self.attention = "segments"
         # Most work saved first: the last layer's queries and MLP at the read rows, its MLP
         # only, then the whole layer; the first whose reads match plain passes stays.
         for queries_at_reads in (True, False):
