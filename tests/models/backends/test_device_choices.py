@@ -57,3 +57,15 @@ def test_auto_backend_is_vllm_on_cuda_where_it_serves_the_task(cuda_present, mon
     monkeypatch.setattr(vllm_backend, "vllm_available", lambda: installed)
     spec = ModelSpec(name="m", source="/nowhere", device=device)
     assert ("vllm" if backends._vllm_fits(spec, task) else "transformers") == expected
+
+
+@pytest.mark.parametrize(("device", "choice", "expected"), [
+    ("cuda", "auto", "flex"), ("cpu", "auto", "segments"), ("cpu", "flex", "flex"), ("cuda", "segments", "segments"),
+])
+def test_packed_rows_attend_through_flex_on_cuda_by_default(device, choice, expected):
+    from types import SimpleNamespace
+
+    from rewardserve.models.backends.transformers_backend import TransformersBackend
+
+    backend = SimpleNamespace(device=torch.device(device))
+    assert TransformersBackend._attention_kernel(backend, choice) == expected
