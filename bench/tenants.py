@@ -7,7 +7,7 @@ fair queueing) and without (one queue, oldest first).
 B sends one item every 1/b-rate seconds; A sends ten times as many items (``--a-items``
 per request, 10 by default: a trainer's batch; 1 makes it a flood of small requests), each
 request fired on schedule whatever became of the last (open loop; A's refusals, 429, are
-counted), over raw sockets (tests/open_loop.py) so the load costs the 2 cores little.
+counted), over raw sockets (bench/open_loop.py) so the load costs the 2 cores little.
 A alone: A's flood with B idle, the machine's capacity for A.
 The model is a Qwen3 classifier (hidden 256, 4 layers, random weights), items ~300
 tokens of fresh words per run.
@@ -41,7 +41,7 @@ def item(rng: random.Random) -> dict:
 
 def traffic(url: str, rate: float, seconds: float, key: str, rng: random.Random, items: int = 1):
     """Open loop: a request of ``items`` items every 1/rate s for ``seconds``."""
-    from tests.open_loop import open_loop
+    from bench.open_loop import open_loop
 
     return open_loop(url, "/v1/score", lambda: {"model": "rm", "items": [item(rng) for _ in range(items)]},
                      rate, seconds, key)
