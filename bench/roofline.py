@@ -1,6 +1,6 @@
-"""How close the forward gets to this machine's GEMM, in one run (fp32).
+"""How close the forward gets to this machine's GEMM, in one run.
 
-    .venv/bin/python bench/roofline.py [--items 64] [--tokens 300] [--seed N]
+    .venv/bin/python bench/roofline.py [--items 64] [--tokens 300] [--dtype float32|bfloat16] [--seed N]
 
 The bench model of bench/compare.py (Qwen3 classifier, hidden 1024, 8 layers, head_dim
 128, intermediate 2048, random weights), loaded by the service's own backend (oneDNN
@@ -38,6 +38,9 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=300)
     parser.add_argument("--batch-tokens", type=int, default=1024, help="tokens per forward batch")
     parser.add_argument("--seed", type=int, default=None)
+    # bfloat16 where the CPU has bf16 kernels (avx512_bf16, AMX): the GEMM alone then runs
+    # in bf16 too, so the fraction compares like with like.
+    parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     args = parser.parse_args()
     seed = fresh_seed(args.seed)
     rng = random.Random(seed)
@@ -45,13 +48,14 @@ def main() -> None:
     import torch
 
     from rewardserve.models.backends import Sequence, make_backend
+    from rewardserve.models.backends.kernels.cpu_linear import ProjectionPart
     from rewardserve.models.spec import ModelSpec
     from tests.builders import build_sequence_classifier
 
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = build_sequence_classifier(Path(tmp) / "rm", "qwen3", hidden=1024, layers=8, heads=8,
                                               head_dim=128, max_positions=4096)
-        backend = make_backend(ModelSpec(name="rm", source=str(model_dir)), "classify")
+        backend = make_backend(ModelSpec(name="rm", source=str(model_dir), dtype=args.dtype), "classify")
         config = backend.base.config
         vocab = config.vocab_size
         items = [[rng.randrange(10, vocab) for _ in range(args.tokens)] for _ in range(args.items)]
@@ -68,7 +72,10 @@ def main() -> None:
             forward(batch)
         seconds = time.perf_counter() - start
 
-        linears = [m for m in backend.base.modules() if hasattr(m, "in_features") and hasattr(m, "out_features")]
+        # A fused projection's parts (bf16: q, k, v as one GEMM) name shapes whose work the
+        # fused linear does: counted once, there.
+        linears = [m for m in backend.base.modules() if hasattr(m, "in_features") and hasattr(m, "out_features")
+                   and not isinstance(m, ProjectionPart)]
         weights = sum(m.in_features * m.out_features for m in linears)
         layers = config.num_hidden_layers
         heads_dim = config.num_attention_heads * config.head_dim
@@ -80,7 +87,7 @@ def main() -> None:
 
         largest = max(linears, key=lambda m: m.in_features * m.out_features)
         rows = per_batch * args.tokens
-        x = torch.randn(rows, largest.in_features)
+        x = torch.randn(rows, largest.in_features, dtype=getattr(torch, args.dtype))
         with torch.inference_mode():
             largest(x)
             best = float("inf")
@@ -98,7 +105,8 @@ def main() -> None:
         table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12)
 
     print()
-    print(f"CPU: {cpu_name()}, {os.cpu_count()} cores, torch threads {torch.get_num_threads()}; seed {seed}")
+    print(f"CPU: {cpu_name()}, {os.cpu_count()} cores, torch threads {torch.get_num_threads()}; "
+          f"{args.dtype}; seed {seed}")
     print(f"{args.items} items x {args.tokens} tokens, {per_batch} items per batch; linear weights "
           f"{weights / 1e6:.1f} M; {flops / tokens / 1e6:.1f} MFLOP per token")
     print(f"forward (the service's backend, {kind} linears): {tokens / seconds:,.0f} tokens/s, {achieved:.1f} GFLOP/s")
