@@ -40,7 +40,7 @@ class ItemError(Exception):
 
 class RequestError(Exception):
     """The request as a whole is unacceptable: answered with the error ``type``'s status
-    (client/protocol.py ERROR_STATUS), naming ``param``."""
+    (client/protocol/errors.py ERROR_STATUS), naming ``param``."""
 
     def __init__(self, message: str, *, param: str | None = None, type: ErrorType = "invalid_request",
                  headers: dict[str, str] | None = None):

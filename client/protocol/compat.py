@@ -1,0 +1,143 @@
+"""The peers' routes this service also answers: OpenRLHF's /get_reward and vLLM's
+pooling routes (/pooling, /classify, /embeddings)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from rewardserve.client.protocol.common import JSONValue, RenderedInput, _Request, _Response
+
+# --------------------------------------------------------------------------- OpenRLHF /get_reward
+
+
+class OpenRLHFRewardRequest(BaseModel):
+    """OpenRLHF's ``--remote_rm_url`` body. Extra keys OpenRLHF versions add are ignored."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    query: list[str] = Field(min_length=1)
+    prompts: list[str] | None = None
+    labels: list[JSONValue] | None = None
+
+
+class OpenRLHFRewardResponse(_Response):
+    rewards: list[float]
+    scores: list[float]
+    extra_logs: dict[str, list[float]] = Field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------- vLLM /pooling
+
+
+class PoolingRequest(_Request):
+    """vLLM's ``/pooling`` body, for PRMs: text already templated with step tags (or its
+    token ids); each step tag yields one probability vector."""
+
+    model: str | None = None
+    input: str | list[str] | list[int] | list[list[int]]
+    encoding_format: Literal["float"] = "float"
+    # vLLM 0.32's meaning: keep the first N tokens (the last N with truncation_side
+    # "left"); -1 keeps as many as the model takes.
+    truncate_prompt_tokens: int | None = Field(None, ge=-1)
+    truncation_side: Literal["left", "right"] | None = None
+    user: str | None = None
+
+    @model_validator(mode="after")
+    def _truncation_not_zero(self) -> "PoolingRequest":
+        if self.truncate_prompt_tokens == 0:
+            raise ValueError("truncate_prompt_tokens must be -1 or at least 1")
+        return self
+
+
+class PoolingUsage(_Response):
+    """vLLM's usage block (its UsageInfo), as its pooling routes answer it."""
+
+    prompt_tokens: int = 0
+    total_tokens: int = 0
+    completion_tokens: int | None = 0
+    prompt_tokens_details: dict[str, Any] | None = None
+    completion_tokens_details: dict[str, Any] | None = None
+
+
+class ClassifyRequest(_Request):
+    """vLLM's ``/classify`` body (vllm/entrypoints/pooling/classify/protocol.py, 0.32):
+    text already templated (or its token ids), one classification per input."""
+
+    model: str | None = None
+    input: RenderedInput
+    # vLLM's default: special tokens (a BOS) are added when tokenizing.
+    add_special_tokens: bool = True
+    # None: the classifier's own activation (sigmoid for one label, softmax for more).
+    use_activation: bool | None = None
+    activation: bool | None = None  # the older name of use_activation
+    # Keep the first N tokens (the last N with truncation_side "left"); -1: as many as
+    # the model takes.
+    truncate_prompt_tokens: int | None = Field(None, ge=-1)
+    truncation_side: Literal["left", "right"] | None = None
+    user: str | None = None
+    request_id: str | None = None
+    priority: int = 0
+
+    @model_validator(mode="after")
+    def _truncation_not_zero(self) -> "ClassifyRequest":
+        if self.truncate_prompt_tokens == 0:
+            raise ValueError("truncate_prompt_tokens must be -1 or at least 1")
+        return self
+
+
+class ClassifyData(_Response):
+    index: int
+    label: str | None = None
+    probs: list[float]
+    num_classes: int
+
+
+class ClassifyResponse(_Response):
+    id: str
+    object: Literal["list"] = "list"
+    created: int
+    model: str
+    data: list[ClassifyData]
+    usage: PoolingUsage
+
+
+class EmbeddingRequest(_Request):
+    """The OpenAI / SGLang ``/v1/embeddings`` body, for reward models: SGLang answers a
+    reward model's score as the embedding (verl/experimental/reward_loop/reward_loop.py,
+    0.9.1, reads ``data[-1].embedding[-1]``)."""
+
+    model: str | None = None
+    input: RenderedInput
+    encoding_format: Literal["float"] = "float"
+    dimensions: int | None = None
+    user: str | None = None
+
+
+class EmbeddingData(_Response):
+    index: int
+    object: Literal["embedding"] = "embedding"
+    embedding: list[float]
+
+
+class EmbeddingResponse(_Response):
+    object: Literal["list"] = "list"
+    model: str
+    data: list[EmbeddingData]
+    usage: PoolingUsage
+
+
+class PoolingData(_Response):
+    index: int
+    object: Literal["pooling"] = "pooling"
+    data: list[list[float]]
+
+
+class PoolingResponse(_Response):
+    id: str
+    object: Literal["list"] = "list"
+    created: int
+    model: str
+    data: list[PoolingData]
+    usage: PoolingUsage
