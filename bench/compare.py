@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/compare.py [--callers 8] [--vllm-python .venv-vllm/bin/python]
                                       [--only grpo,pairs,prm,rubric,burst,stream] [--rounds 2]
-                                      [--dtype float32|bfloat16] [--systems abcd]
+                                      [--dtype float32|bfloat16] [--systems abcd] [--b-block-size N]
 
 Model: a Qwen3 sequence classifier (hidden 1024, 8 layers, head_dim 128, random weights,
 a step tag in its vocabulary) saved once; every system loads those files.
@@ -152,11 +152,13 @@ def attach_token_ids(model_dir: Path, workloads: list[Workload]) -> None:
         model.close()
 
 
-def model_spec(name: str, model_dir: Path, backend: str, dtype: str = "float32"):
+def model_spec(name: str, model_dir: Path, backend: str, dtype: str = "float32", block_size: int | None = None):
     from rewardserve.models.spec import ModelSpec
 
     engine = {"backend": backend, "dtype": dtype, "max_tokens": 2048}
     options = {"gpu_memory_utilization": 0.25} if backend == "vllm" else {}
+    if backend == "vllm" and block_size:
+        options["block_size"] = block_size
     if name == "rm":
         return ModelSpec(name="rm", kind="outcome", source=str(model_dir), options=options, **engine)
     return ModelSpec(name="rm_steps", kind="process", source=str(model_dir),
@@ -348,6 +350,9 @@ def main() -> None:
     parser.add_argument("--vllm-reserved-cpus", default="0")
     # Every system runs this dtype (bfloat16: on CPUs with avx512_bf16 / AMX).
     parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+    # (b)'s KV-cache block size (its prefix cache's unit); unset: the backend's (32 on a CPU;
+    # (c) runs vLLM's own, 128).
+    parser.add_argument("--b-block-size", type=int, default=None)
     args = parser.parse_args()
 
     from tests.builders import build_sequence_classifier
@@ -382,7 +387,7 @@ def main() -> None:
                     print(f"({label}) skipped: {python} missing (make vllm-venv)")
                     continue
                 config = tmp / f"{label}.yaml"
-                specs = [model_spec(n, model_dir, backend, args.dtype).model_dump(exclude_defaults=True) for n in ("rm", "rm_steps")]
+                specs = [model_spec(n, model_dir, backend, args.dtype, args.b_block_size).model_dump(exclude_defaults=True) for n in ("rm", "rm_steps")]
                 config.write_text(yaml.safe_dump({"models": specs}))
                 port = free_port()
                 url = f"http://127.0.0.1:{port}"

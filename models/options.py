@@ -45,6 +45,10 @@ class BackendOptions(BaseModel):
     gpu_memory_utilization: float = Field(0.85, gt=0, le=1, description="vllm: the share of GPU memory the engine may take.")
     seed: int = Field(0, description="vllm: the engine's sampling seed.")
     enforce_eager: bool = Field(False, description="vllm: no graph capture or compilation (starts in seconds, runs slower).")
+    block_size: int | None = Field(
+        None, gt=0, description="vllm: tokens per KV-cache block, the unit its prefix cache shares (a prompt's tail "
+        "past the last full block is computed again for every completion); unset: 32 on a CPU, vLLM's own on a GPU."
+    )
 
 
 class WeightedKindOptions(KindOptions, BackendOptions):

@@ -34,6 +34,7 @@ from rewardserve.models.spec import ModelSpec
 log = logging.getLogger("rewardserve.vllm")
 
 VLLM_TASKS = ("classify", "prm_head", "lm")
+CPU_BLOCK_SIZE = 32
 
 
 def vllm_available() -> bool:
@@ -81,9 +82,15 @@ class VllmBackend(Backend):
     async def _start_engine(self):
         from vllm import AsyncEngineArgs
         from vllm.config import PoolerConfig
+        from vllm.platforms import current_platform
         from vllm.v1.engine.async_llm import AsyncLLM
 
         options = self.options
+        # vLLM's prefix cache shares whole blocks only, so every completion of a group
+        # computes its prompt's tail past the last full block again: up to 127 tokens at
+        # vLLM's CPU default of 128 per block. The CPU kernels take multiples of 32; GPUs
+        # keep vLLM's own (16). Figures: bench/results/issue-24-burst-stream.md.
+        block_size = options.block_size or (CPU_BLOCK_SIZE if current_platform.is_cpu() else None)
         args = AsyncEngineArgs(
             model=self.spec.source,
             runner="generate" if self.task == "lm" else "pooling",
@@ -99,6 +106,7 @@ class VllmBackend(Backend):
             seed=options.seed,
             # Skips graph capture / compilation: starts in seconds, runs slower (tests).
             enforce_eager=options.enforce_eager,
+            block_size=block_size,
         )
         return AsyncLLM.from_engine_args(args)
 
