@@ -287,6 +287,21 @@ def raw_forward(model_dir: Path, w: Workload, dtype: str, batch: int = 8) -> tup
 # --------------------------------------------------------------------------- processes
 
 
+def server_env(vllm_reserved_cpus: str = "0") -> dict[str, str]:
+    """The environment every server process of a bench run starts with: vLLM's KV cache
+    space (GiB) and reserved cores, quiet logs, no built-in rule models."""
+    return {"VLLM_CPU_KVCACHE_SPACE": "4", "VLLM_CPU_NUM_OF_RESERVED_CPU": vllm_reserved_cpus,
+            "VLLM_LOGGING_LEVEL": "WARNING", "REWARDSERVE_BUILTIN_RULES": "false", "REWARDSERVE_LOG_LEVEL": "warning"}
+
+
+def vllm_server_command(python: str, model_dir: Path, port: int, dtype: str, pooler: dict | None = None) -> list[str]:
+    """(c): vLLM's own OpenAI server on the bench model, pooling runner, prefix caching on."""
+    cmd = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir), "--runner", "pooling",
+           "--served-model-name", "rm", "--port", str(port), "--host", "127.0.0.1", "--dtype", dtype,
+           "--max-model-len", "2048", "--enable-prefix-caching"]
+    return cmd + (["--pooler-config", json.dumps(pooler)] if pooler else [])
+
+
 def start(cmd: list[str], log: Path, env: dict, health: str, timeout: float = 900) -> subprocess.Popen:
     import httpx
 
@@ -363,9 +378,7 @@ def main() -> None:
                  if w.name in chosen]
     warmup = [w for w in build_workloads(seed=2, scale=0.25, stream_seconds=args.stream_seconds / 4)
               if w.name in chosen]
-    vllm_env = {"VLLM_CPU_KVCACHE_SPACE": "4", "VLLM_CPU_NUM_OF_RESERVED_CPU": args.vllm_reserved_cpus,
-                "VLLM_LOGGING_LEVEL": "WARNING", "REWARDSERVE_BUILTIN_RULES": "false",
-                "REWARDSERVE_LOG_LEVEL": "warning"}
+    vllm_env = server_env(args.vllm_reserved_cpus)
     table: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -404,10 +417,7 @@ def main() -> None:
                     port = free_port()
                     url = f"http://127.0.0.1:{port}"
                     pooler = {"task": task, "tok_pooling_type": "STEP", "step_tag_id": tag_id} if task != "classify" else {"task": task}
-                    run_http("c", [args.vllm_python, "-m", "vllm.entrypoints.openai.api_server", "--model",
-                                   str(model_dir), "--runner", "pooling", "--served-model-name", "rm", "--port", str(port),
-                                   "--host", "127.0.0.1", "--dtype", args.dtype, "--max-model-len", "2048",
-                                   "--enable-prefix-caching", "--pooler-config", json.dumps(pooler)],
+                    run_http("c", vllm_server_command(args.vllm_python, model_dir, port, args.dtype, pooler),
                              tmp / f"c-{task}.log", vllm_env, url + "/health", url, vllm_sender,
                              [w for w, _ in chosen_w], [warm for _, warm in chosen_w], args.callers, table)
             if "d" in args.systems:

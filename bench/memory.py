@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import random
 import sys
@@ -31,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
-from bench.compare import cpu_name, fresh_seed, start, stop  # noqa: E402
+from bench.compare import cpu_name, fresh_seed, server_env, start, stop, vllm_server_command  # noqa: E402
 
 NAMES = {"a": "rewardserve (transformers)", "c": "vLLM server", "d": "naive server"}
 
@@ -87,12 +86,10 @@ def command(system: str, model_dir: Path, tmp: Path, port: int, vllm_python: str
         config = tmp / "a.yaml"
         spec = {"name": "rm", "source": str(model_dir), "dtype": "float32", "options": {"score_cache_size": 0}}
         config.write_text(yaml.safe_dump({"models": [spec]}))
-        return [sys.executable, "-m", "rewardserve.service.cli", "serve", "--no-builtin-rules", "--port", str(port),
+        return [sys.executable, "-m", "rewardserve.service.cli", "serve", "--port", str(port),
                 "--config", str(config)], url + "/ready"
     if system == "c":
-        return [vllm_python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir), "--runner",
-                "pooling", "--served-model-name", "rm", "--port", str(port), "--host", "127.0.0.1", "--dtype",
-                "float32", "--max-model-len", "2048", "--enable-prefix-caching"], url + "/health"
+        return vllm_server_command(vllm_python, model_dir, port, "float32"), url + "/health"
     return [sys.executable, str(ROOT / "bench" / "naive_server.py"), str(model_dir), str(port), "float32"], url + "/health"
 
 
@@ -112,8 +109,7 @@ def main() -> None:
     from tests.builders import build_sequence_classifier
     from tests.harness import free_port
 
-    env = {"VLLM_CPU_KVCACHE_SPACE": "4", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "VLLM_LOGGING_LEVEL": "WARNING",
-           "REWARDSERVE_LOG_LEVEL": "warning"}
+    env = server_env()
     table: dict[str, list[tuple[str, float]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         tmp_dir = Path(tmp)
