@@ -188,7 +188,9 @@ def bind(host: str, port: int) -> socket.socket:
     """The listening socket, bound before any model loads: a busy port fails in a second
     with one line, not after the models have loaded."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # The protocol named: asyncio turns Nagle's algorithm off only on sockets that say
+    # they are TCP, and a response goes out as two writes (headers, body).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
