@@ -27,7 +27,7 @@ from rewardserve.service.admission import Admission, InFlightRequests
 from rewardserve.service.compat import router as compat_routes
 from rewardserve.service.errors import install_error_handlers
 from rewardserve.service.judge_routes import router as judging_routes
-from rewardserve.service.memory import MallocTrim
+from rewardserve.service.memory import MallocTrim, freeze_loaded_objects
 from rewardserve.service.metrics import Metrics
 from rewardserve.service.middleware import BodyLimit, RequestLog, RequestMetrics
 from rewardserve.service.served_models import ModelRegistry
@@ -79,6 +79,9 @@ def create_app(settings: Settings | None = None, url: str | None = None) -> Fast
 
     async def load_and_announce(app: FastAPI) -> None:
         await state.registry.load_all()
+        if settings.gc_freeze:
+            frozen = freeze_loaded_objects()
+            startup_log.info("garbage collector: %d objects of the loaded models left out of its scans", frozen)
         ready = [s.model.name for s in state.registry if s.ready]
         if ready:
             routes = sorted(app.openapi().get("paths", {}))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import gc
 import threading
 import time
 
@@ -61,3 +62,17 @@ class MallocTrim:
                 return
             self._last = now
         self._trim(0)
+
+
+def freeze_loaded_objects() -> int:
+    """Move every object alive now (the models' modules, compiled graphs, tokenizers)
+    out of the garbage collector's reach, as vLLM does after its start-up.
+
+    A full collection walks every tracked object; with compiled models loaded that was
+    100-255 ms with the process stopped, several times a minute under load (bench/tenants.py
+    saw it as a light tenant's p99 of 0.33 s against a server-side worst of 60 ms).
+    Frozen objects are still freed by reference counting; only cycles among them stay.
+    Returns how many objects are frozen."""
+    gc.collect()
+    gc.freeze()
+    return gc.get_freeze_count()

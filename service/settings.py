@@ -14,6 +14,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from rewardserve.models.spec import ModelSpec
+from rewardserve.service.tenants import BATCH_MS
 
 # Served unless turned off: they need no weights, so `rewardserve serve` is useful offline.
 BUILTIN_RULES = (
@@ -46,7 +47,10 @@ class Settings(BaseSettings):
     tenants_file: Path | None = None
     # While several tenants use a model, its batches are kept to about this much compute,
     # so that one tenant's item never waits behind a long batch of another's.
-    tenant_batch_ms: float = Field(default=50.0, gt=0)
+    tenant_batch_ms: float = Field(default=BATCH_MS, gt=0)
+    # Once the models have loaded, freeze what is alive out of the garbage collector's
+    # full scans (service/memory.py); tests in one process with many services turn it off.
+    gc_freeze: bool = True
     max_body_bytes: int = Field(default=32 * 1024 * 1024, gt=0)
     max_items_per_request: int = Field(default=4096, gt=0)
     # JSON values (objects, lists, strings, numbers) in one body, counted before parsing.

@@ -8,6 +8,9 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Services started inside this process would freeze the tests' objects out of the garbage
+# collector's reach; processes started by tests/harness.py freeze as the service does.
+os.environ.setdefault("REWARDSERVE_GC_FREEZE", "false")
 
 from pathlib import Path  # noqa: E402
 

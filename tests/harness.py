@@ -60,7 +60,8 @@ def serve_process(
         # No drain by default: tests stop their servers at once (drain tests set their own).
         # No torch.compile at load: in-process tests and tests/models/backends/kernels
         # check the compiled layers; a process started for a test saves its seconds.
-        env={**os.environ, "REWARDSERVE_DRAIN_SECONDS": "0", "REWARDSERVE_COMPILE": "false", **(env or {})},
+        env={**os.environ, "REWARDSERVE_DRAIN_SECONDS": "0", "REWARDSERVE_COMPILE": "false",
+             "REWARDSERVE_GC_FREEZE": "true", **(env or {})},
         stdout=log,
         stderr=subprocess.STDOUT,
     )

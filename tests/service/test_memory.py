@@ -1,5 +1,5 @@
 """Memory trimming after batches: at most once per interval, off at 0; activation-sized
-allocations kept mapped between uses."""
+allocations kept mapped between uses; loaded objects frozen out of the collector's scans."""
 
 from __future__ import annotations
 
@@ -60,3 +60,21 @@ def test_activation_sized_blocks_stay_mapped_between_uses():
     default, kept = faults("default"), faults("keep")
     assert default > 50 * 1_000  # 3,000 a pass here
     assert kept < default / 20  # 0 here
+
+
+def test_a_served_process_freezes_its_loaded_objects_out_of_gc_scans(qwen3_rm, tmp_path):
+    """Once the models have loaded, the objects alive are frozen out of the collector's
+    full scans (service/memory.py); the start-up log says how many."""
+    import json
+
+    from tests.harness import serve_subprocess
+
+    log = tmp_path / "server.log"
+    spec = [{"name": "rm", "source": str(qwen3_rm)}]
+    with serve_subprocess("--no-builtin-rules", env={"REWARDSERVE_MODELS": json.dumps(spec)}, log_path=log):
+        deadline = time.monotonic() + 60  # ready comes first, the freeze right after
+        while "garbage collector:" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.1)
+    frozen = [line for line in log.read_text().splitlines() if "garbage collector:" in line]
+    assert frozen, log.read_text()[-2000:]
+    assert int(frozen[0].split("garbage collector: ")[1].split()[0]) > 10_000, frozen
