@@ -3,6 +3,7 @@ tenant A floods the model open-loop with 10x B's load, with tenants configured (
 fair queueing) and without (one queue, oldest first).
 
     .venv/bin/python bench/tenants.py [--seconds 8] [--b-rate 4] [--a-items 10] [--batch-ms MS] [--seed N]
+                                      [--no-compile]
 
 B sends one item every 1/b-rate seconds; A sends ten times as many items (``--a-items``
 per request, 10 by default: a trainer's batch; 1 makes it a flood of small requests), each
@@ -55,6 +56,8 @@ def main() -> None:
                         help="items per request of A (A sends 10x B's items at rate 10 x b-rate / a-items)")
     parser.add_argument("--batch-ms", type=float, default=None, help="REWARDSERVE_TENANT_BATCH_MS")
     parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--no-compile", action="store_true",
+                        help="eager layers (REWARDSERVE_COMPILE=false); the service compiles by default")
     args = parser.parse_args()
     seed = fresh_seed(args.seed)
     rng = random.Random(seed)
@@ -72,7 +75,7 @@ def main() -> None:
         for label, extra in (("tenants (fair queueing)", {"REWARDSERVE_TENANTS_FILE": str(tenants)}),
                              ("no tenants (one queue)", {"REWARDSERVE_API_KEYS": "key-a,key-b"})):
             env = {"REWARDSERVE_MODELS": json.dumps(spec), "REWARDSERVE_LOG_LEVEL": "warning",
-                   "REWARDSERVE_COMPILE": "false", **extra}
+                   "REWARDSERVE_COMPILE": str(not args.no_compile).lower(), **extra}
             if args.batch_ms is not None:
                 env["REWARDSERVE_TENANT_BATCH_MS"] = str(args.batch_ms)
             with serve_subprocess("--no-builtin-rules", env=env) as url:

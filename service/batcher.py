@@ -222,13 +222,13 @@ class Batcher:
         tenant = min({_tenant(p.unit) for p in self._queue},
                      key=lambda t: (self._virtual.get(t, self._clock), t or ""))
         window = list(itertools.islice((p for p in self._queue if _tenant(p.unit) == tenant), _WINDOW_ITEMS))
-        policy = self._shared_policy()
-        batch = self._grow(window, policy)
+        shared = self._shared_policy()
+        batch = self._grow(window, shared or self.policy)
         lengths = [p.unit.length for p in batch]
         chosen = {id(p) for p in batch}
-        # Room left goes to others' work, unless the batch is cut short for them anyway.
-        for pending in itertools.islice(self._queue, _WINDOW_ITEMS) if policy is self.policy else ():
-            if id(pending) not in chosen and policy.fits(lengths + [pending.unit.length]):
+        # Room left goes to others' work, unless the batch is kept short for them.
+        for pending in itertools.islice(self._queue, _WINDOW_ITEMS) if shared is None else ():
+            if id(pending) not in chosen and self.policy.fits(lengths + [pending.unit.length]):
                 batch.append(pending)
                 chosen.add(id(pending))
                 lengths.append(pending.unit.length)
@@ -241,20 +241,20 @@ class Batcher:
             self._virtual[who] = start + tokens / self._tenants.weight(who)
         return self._taken(sorted(batch, key=lambda p: p.unit.length))
 
-    def _shared_policy(self) -> BatchPolicy:
-        """The policy with its token budget cut to ``batch_ms`` of compute while another
-        tenant has work queued or queued some within the last few seconds (so will likely
-        again)."""
+    def _shared_policy(self) -> BatchPolicy | None:
+        """While another tenant has work queued or queued some within the last few seconds
+        (so will likely again): the policy for a batch of one tenant's work, its token
+        budget cut to ``batch_ms`` of compute. None while one tenant uses the model."""
         assert self._tenants is not None
         now = time.monotonic()
         active = sum(1 for tenant, seen in self._last_seen.items()
                      if now - seen < _ACTIVE_S or self._tenant_tokens.get(tenant, 0) > 0)
-        if not self.policy.short_when_shared or active < 2 or self._tokens_per_s <= 0:
+        if not self.policy.short_when_shared or active < 2:
+            return None
+        if self._tokens_per_s <= 0:
             return self.policy
         budget = int(self._tokens_per_s / self.policy.concurrency * self._tenants.batch_ms / 1000.0)
-        if budget >= self.policy.max_batch_tokens:
-            return self.policy
-        return dataclasses.replace(self.policy, max_batch_tokens=budget)
+        return dataclasses.replace(self.policy, max_batch_tokens=min(budget, self.policy.max_batch_tokens))
 
     def _taken(self, batch: list[_Pending]) -> list[_Pending]:
         """``batch`` out of the queue and its counts."""

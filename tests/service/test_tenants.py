@@ -117,6 +117,35 @@ async def test_batches_shrink_to_batch_ms_while_two_tenants_use_the_model(monkey
     await batcher.stop()
 
 
+async def test_shared_batches_hold_one_tenant_s_work_when_batch_ms_is_above_the_budget(monkeypatch):
+    """A model fast enough that batch_ms of compute is over its token budget: batches keep
+    the full budget while both tenants use it, but the light tenant's batch is its own
+    item alone, not filled up with the flood's (its wait is one batch of the flood's, not two)."""
+    batches: list[list[str]] = []
+
+    def run(batch):
+        batches.append([u.payload[0] for u in batch])
+        time.sleep(sum(u.length for u in batch) / 1_000_000)
+        return [[None] for _ in batch]
+
+    table = Tenants([TenantSpec(name=n, keys=[f"key-{n}"]) for n in "ab"], Metrics(), batch_ms=10_000)
+    policy = BatchPolicy(max_batch_tokens=2000, max_wait_ms=0, max_queue_tokens=10**6, pads=False,
+                         short_when_shared=True)
+    batcher = Batcher("m", run, policy, Metrics(), tenants=table)
+    batcher.start()
+    flood = batcher.submit(units("a", 600, length=100), None)
+    while len(batches) < 3:
+        await asyncio.sleep(0.002)
+    await asyncio.gather(*batcher.submit(units("b", 1, length=100), None))
+    assert ["b"] in batches
+    after_b = batches.index(["b"]) + 1
+    while len(batches) < after_b + 3:
+        await asyncio.sleep(0.002)
+    assert batches[after_b:after_b + 3] == [["a"] * 20] * 3
+    await asyncio.gather(*flood)
+    await batcher.stop()
+
+
 async def test_a_tenant_over_its_queue_limit_is_refused_alone():
     table = Tenants([TenantSpec(name="a", keys=["ka"], max_queued_tokens=100), TenantSpec(name="b", keys=["kb"])],
                     Metrics())
