@@ -166,10 +166,7 @@ class Batcher:
             await asyncio.gather(self._loop_task, return_exceptions=True)
         if self._running:
             await asyncio.gather(*self._running, return_exceptions=True)
-        for pending in self._queue:
-            if not pending.future.done():
-                pending.future.set_exception(NotReady("the service is shutting down"))
-        self._queue.clear()
+        self._fail_queued(NotReady("the service is shutting down"))
         if self._own_executor:
             self._executor.shutdown(wait=True)
 
@@ -180,6 +177,11 @@ class Batcher:
             await self._slots.acquire()
             try:
                 batch = await self._next_batch()
+            except Exception:  # a bug here would leave every queued caller waiting forever
+                self._slots.release()
+                log.exception("model %s: choosing a batch failed; its queued work gets an error", self.name)
+                self._fail_queued(RuntimeError("the batcher failed; retry"))
+                continue
             except BaseException:
                 self._slots.release()
                 raise
@@ -262,6 +264,13 @@ class Batcher:
         self._queue = deque(p for p in self._queue if id(p) not in chosen)
         self._forget(batch)
         return batch
+
+    def _fail_queued(self, exc: Exception) -> None:
+        queued, self._queue = list(self._queue), deque()
+        self._forget(queued)
+        for pending in queued:
+            if not pending.future.done():
+                pending.future.set_exception(exc)
 
     def _forget(self, pendings: list[_Pending]) -> None:
         for pending in pendings:

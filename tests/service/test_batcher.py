@@ -134,6 +134,30 @@ async def test_stop_fails_queued_work_instead_of_hanging():
         await queued[0]
 
 
+async def test_a_failure_while_choosing_a_batch_answers_the_queue_and_the_batcher_goes_on(monkeypatch):
+    """A bug in picking a batch must not leave every queued caller waiting forever: the
+    queued work gets an error, and work sent after is served."""
+    rec = Recorder()
+    batcher = Batcher("t", rec, BatchPolicy(max_wait_ms=0), Metrics())
+    take = batcher._take_batch
+    calls = iter([RuntimeError("a bug"), None])
+
+    def failing_once():
+        failure = next(calls, None)
+        if failure is not None:
+            raise failure
+        return take()
+
+    monkeypatch.setattr(batcher, "_take_batch", failing_once)
+    batcher.start()
+    with pytest.raises(RuntimeError, match="batcher failed"):
+        await asyncio.wait_for(run(batcher, works([3, 4])), 5)
+    assert batcher.pending_items == 0
+    results = await asyncio.wait_for(run(batcher, works([5])), 5)
+    assert [r.score for r in results] == [0.0]
+    await batcher.stop()
+
+
 async def test_padding_cap_closes_batches_early():
     rec = Recorder()
     policy = BatchPolicy(max_batch_tokens=10_000, max_wait_ms=20, max_padding_ratio=0.1)
