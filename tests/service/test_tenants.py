@@ -32,6 +32,24 @@ def units(tenant: str, n: int, length: int = 10) -> list[Unit]:
     return [Unit(length, (tenant, k), scope=scope) for k in range(n)]
 
 
+def two_tenant_batcher(batches: list[list[str]], tokens_per_s: float, batch_ms: float,
+                       short_when_shared: bool) -> Batcher:
+    """A started batcher for tenants a and b (2,000-token batches) whose model takes
+    ``1 / tokens_per_s`` s a token and records each batch's tenants in ``batches``."""
+
+    def run(batch):
+        batches.append([u.payload[0] for u in batch])
+        time.sleep(sum(u.length for u in batch) / tokens_per_s)
+        return [[None] for _ in batch]
+
+    table = Tenants([TenantSpec(name=n, keys=[f"key-{n}"]) for n in "ab"], Metrics(), batch_ms=batch_ms)
+    policy = BatchPolicy(max_batch_tokens=2000, max_wait_ms=0, max_queue_tokens=10**6, pads=False,
+                         short_when_shared=short_when_shared)
+    batcher = Batcher("m", run, policy, Metrics(), tenants=table)
+    batcher.start()
+    return batcher
+
+
 async def test_saturating_tenants_are_served_by_weight():
     served: list[str] = []
 
@@ -82,17 +100,7 @@ async def test_batches_shrink_to_batch_ms_while_two_tenants_use_the_model(monkey
 
     monkeypatch.setattr(batcher_module, "_ACTIVE_S", 0.5)
     batches: list[list[str]] = []
-
-    def run(batch):  # 1 ms per 100-token unit
-        batches.append([u.payload[0] for u in batch])
-        time.sleep(sum(u.length for u in batch) / 100_000)
-        return [[None] for _ in batch]
-
-    table = Tenants([TenantSpec(name=n, keys=[f"key-{n}"]) for n in "ab"], Metrics(), batch_ms=3)
-    policy = BatchPolicy(max_batch_tokens=2000, max_wait_ms=0, max_queue_tokens=10**6, pads=False,
-                         short_when_shared=short)
-    batcher = Batcher("m", run, policy, Metrics(), tenants=table)
-    batcher.start()
+    batcher = two_tenant_batcher(batches, tokens_per_s=100_000, batch_ms=3, short_when_shared=short)
     flood = batcher.submit(units("a", 1500, length=100), None)
     while len(batches) < 3:
         await asyncio.sleep(0.005)
@@ -117,22 +125,12 @@ async def test_batches_shrink_to_batch_ms_while_two_tenants_use_the_model(monkey
     await batcher.stop()
 
 
-async def test_shared_batches_hold_one_tenant_s_work_when_batch_ms_is_above_the_budget(monkeypatch):
+async def test_shared_batches_hold_one_tenant_s_work_when_batch_ms_is_above_the_budget():
     """A model fast enough that batch_ms of compute is over its token budget: batches keep
     the full budget while both tenants use it, but the light tenant's batch is its own
     item alone, not filled up with the flood's (its wait is one batch of the flood's, not two)."""
     batches: list[list[str]] = []
-
-    def run(batch):
-        batches.append([u.payload[0] for u in batch])
-        time.sleep(sum(u.length for u in batch) / 1_000_000)
-        return [[None] for _ in batch]
-
-    table = Tenants([TenantSpec(name=n, keys=[f"key-{n}"]) for n in "ab"], Metrics(), batch_ms=10_000)
-    policy = BatchPolicy(max_batch_tokens=2000, max_wait_ms=0, max_queue_tokens=10**6, pads=False,
-                         short_when_shared=True)
-    batcher = Batcher("m", run, policy, Metrics(), tenants=table)
-    batcher.start()
+    batcher = two_tenant_batcher(batches, tokens_per_s=1_000_000, batch_ms=10_000, short_when_shared=True)
     flood = batcher.submit(units("a", 600, length=100), None)
     while len(batches) < 3:
         await asyncio.sleep(0.002)
