@@ -118,6 +118,26 @@ class BatchPolicy:
             and 1.0 - sum(lengths) / cost <= self.max_padding_ratio
         )
 
+    def around(self, lengths: list[int]) -> set[int]:
+        """Indices of a batch: item 0 (the oldest) and the items nearest it in length, added
+        one by one on the side that pads least, while the batch fits."""
+        by_length = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
+        lo = hi = by_length.index(0)  # the batch is by_length[lo : hi + 1]
+        taken = [lengths[0]]
+        while True:
+            best = None
+            for new_lo, new_hi in ((lo - 1, hi), (lo, hi + 1)):
+                if new_lo < 0 or new_hi >= len(by_length):
+                    continue
+                trial = taken + [lengths[by_length[new_lo if new_lo < lo else new_hi]]]
+                if self.fits(trial):
+                    waste = self.cost(trial) - sum(trial)
+                    if best is None or waste < best[0]:
+                        best = (waste, new_lo, new_hi, trial)
+            if best is None:
+                return {by_length[i] for i in range(lo, hi + 1)}
+            _, lo, hi, taken = best
+
 
 class RewardModel(ABC):
     """Base class of every kind. Subclasses set ``kind`` (``@register_kind``), declare

@@ -13,15 +13,12 @@ burst never turns into unbounded memory or latency. Work whose request has gone 
 (client disconnected) is dropped right before compute.
 
 With tenants (service/tenants.py), the oldest item is taken from the tenant furthest
-behind its share: weighted fair queueing, each tenant's virtual time advancing by the
-tokens it was served over its weight (a tenant that falls idle and comes back starts at
-the current virtual time, not with credit). A batch is that tenant's items; room left is
-filled with other tenants' work. A tenant over its queued-token limit gets 429 while the
-others are still taken. While more than one tenant is using a model whose policy allows
-it (``short_when_shared``: a CPU, where small batches lose some speed, not most of it), a batch
-is also kept to about ``Tenants.batch_ms`` of compute (at the model's measured tokens/s)
-and holds one tenant's work: a light tenant's item waits for at most one such batch of a
-flood's, not for a full token budget's worth. On a GPU batches keep their size.
+behind its weighted share (``VirtualTimes``); room left in the batch goes to others'
+work, and a tenant over its queued-token limit gets 429 while the others are still taken.
+While more than one tenant uses a model whose policy allows it (``short_when_shared``: a
+CPU, where small batches lose some speed, not most of it), a batch holds one tenant's
+work and about ``Tenants.batch_ms`` of compute: a light tenant's item waits for at most
+one such batch of a flood's. On a GPU batches keep their size.
 """
 
 from __future__ import annotations
@@ -42,7 +39,7 @@ from rewardserve.models.planning import ItemError, Unit, UnitOutput
 from rewardserve.models.reward_model import BatchPolicy
 from rewardserve.service.errors import DeadlineExceeded, NotReady
 from rewardserve.service.metrics import Metrics
-from rewardserve.service.tenants import DEFAULT, Tenants
+from rewardserve.service.tenants import DEFAULT, Tenants, VirtualTimes
 
 log = logging.getLogger(__name__)
 
@@ -98,8 +95,7 @@ class Batcher:
         self.name = name
         self._tenants = tenants if tenants is not None and tenants.enabled else None
         self._tenant_tokens: dict[str | None, int] = {}
-        self._virtual: dict[str | None, float] = {}  # tenant -> tokens served / weight
-        self._clock = 0.0  # the virtual time of the last tenant served
+        self._turns = VirtualTimes(self._tenants.weight if self._tenants is not None else lambda _: 1.0)
         self._last_seen: dict[str | None, float] = {}  # tenant -> time.monotonic() of its last work
         self._after_batch = after_batch  # runs on the worker thread (memory trimming)
         self.policy = policy
@@ -138,8 +134,8 @@ class Batcher:
             if limit is not None and queued + tokens > limit:
                 self._tenants.rejected.labels(tenant or DEFAULT, "queued_tokens").inc()
                 raise TenantQueueFull(tenant or DEFAULT, limit, self._retry_after(queued + tokens - limit))
-            if not queued:  # back from idle: no credit for the time away
-                self._virtual[tenant] = max(self._virtual.get(tenant, 0.0), self._clock)
+            if not queued:
+                self._turns.rejoin(tenant)
             self._last_seen[tenant] = time.monotonic()
             self._tenants.tokens.labels(tenant or DEFAULT).inc(tokens)
         loop = asyncio.get_running_loop()
@@ -221,8 +217,7 @@ class Batcher:
         if self._tenants is None:
             window = list(itertools.islice(self._queue, _WINDOW_ITEMS))
             return self._taken(self._grow(window))
-        tenant = min({_tenant(p.unit) for p in self._queue},
-                     key=lambda t: (self._virtual.get(t, self._clock), t or ""))
+        tenant = self._turns.furthest_behind({_tenant(p.unit) for p in self._queue})
         window = list(itertools.islice((p for p in self._queue if _tenant(p.unit) == tenant), _WINDOW_ITEMS))
         shared = self._shared_policy()
         batch = self._grow(window, shared or self.policy)
@@ -234,13 +229,10 @@ class Batcher:
                 batch.append(pending)
                 chosen.add(id(pending))
                 lengths.append(pending.unit.length)
-        self._clock = self._virtual.get(tenant, self._clock)
-        served: dict[str | None, int] = {}
+        served: dict[str | None, float] = {}
         for pending in batch:
             served[_tenant(pending.unit)] = served.get(_tenant(pending.unit), 0) + pending.unit.length
-        for who, tokens in served.items():
-            start = max(self._virtual.get(who, 0.0), self._clock) if who != tenant else self._clock
-            self._virtual[who] = start + tokens / self._tenants.weight(who)
+        self._turns.charge(tenant, served)
         return self._taken(sorted(batch, key=lambda p: p.unit.length))
 
     def _shared_policy(self) -> BatchPolicy | None:
@@ -281,30 +273,7 @@ class Batcher:
 
     def _grow(self, window: list[_Pending], policy: BatchPolicy | None = None) -> list[_Pending]:
         """window[0] and the items of ``window`` nearest it in length that fit."""
-        policy = policy or self.policy
-        by_length = sorted(range(len(window)), key=lambda i: (window[i].unit.length, i))
-        at = by_length.index(0)
-        lo, hi = at, at  # the batch is by_length[lo : hi + 1]
-        lengths = [window[0].unit.length]
-        while True:
-            options = []
-            if lo > 0:
-                options.append((lo - 1, hi))
-            if hi < len(by_length) - 1:
-                options.append((lo, hi + 1))
-            best = None
-            for new_lo, new_hi in options:
-                added = window[by_length[new_lo if new_lo < lo else new_hi]].unit.length
-                trial = lengths + [added]
-                if policy.fits(trial):
-                    waste = policy.cost(trial) - sum(trial)
-                    if best is None or waste < best[0]:
-                        best = (waste, new_lo, new_hi, added)
-            if best is None:
-                break
-            _, lo, hi, added = best
-            lengths.append(added)
-        chosen = {by_length[i] for i in range(lo, hi + 1)}
+        chosen = (policy or self.policy).around([p.unit.length for p in window])
         return [window[i] for i in sorted(chosen, key=lambda i: window[i].unit.length)]
 
     def _drop_gone(self) -> None:

@@ -19,7 +19,7 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -179,8 +179,7 @@ class FairGate:
         self.tenants = tenants
         self._free = slots
         self._waiting: dict[str | None, deque[asyncio.Future[None]]] = {}
-        self._virtual: dict[str | None, float] = {}
-        self._clock = 0.0
+        self._turns = VirtualTimes(tenants.weight)
 
     @asynccontextmanager
     async def slot(self, tenant: str | None) -> AsyncIterator[None]:
@@ -189,10 +188,10 @@ class FairGate:
             return
         if self._free > 0 and not any(self._waiting.values()):
             self._free -= 1
-            self._charge(tenant)
+            self._turns.charge(tenant, {tenant: 1.0})
         else:
             if not self._waiting.get(tenant):
-                self._virtual[tenant] = max(self._virtual.get(tenant, 0.0), self._clock)
+                self._turns.rejoin(tenant)
             future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._waiting.setdefault(tenant, deque()).append(future)
             try:
@@ -208,16 +207,37 @@ class FairGate:
         finally:
             self._release()
 
-    def _charge(self, tenant: str | None) -> None:
-        start = max(self._virtual.get(tenant, 0.0), self._clock)
-        self._clock = start
-        self._virtual[tenant] = start + 1.0 / self.tenants.weight(tenant)
-
     def _release(self) -> None:
         ready = [t for t, q in self._waiting.items() if q]
         if not ready:
             self._free += 1
             return
-        tenant = min(ready, key=lambda t: (self._virtual.get(t, self._clock), t or ""))
-        self._charge(tenant)
+        tenant = self._turns.furthest_behind(ready)
+        self._turns.charge(tenant, {tenant: 1.0})
         self._waiting[tenant].popleft().set_result(None)
+
+
+class VirtualTimes:
+    """Weighted fair queueing's books: each tenant's virtual time grows by the work it
+    was served over its weight, and the tenant furthest behind goes next. A tenant back
+    from idle starts at the current virtual time (``rejoin``), not with credit for the
+    time it was away. Used for a model's batches (batcher.py, work in tokens) and for
+    the CPU steps of requests (``FairGate``, work in steps)."""
+
+    def __init__(self, weight: Callable[[str | None], float]) -> None:
+        self._weight = weight
+        self._virtual: dict[str | None, float] = {}
+        self._clock = 0.0  # the virtual time of the last tenant served first
+
+    def rejoin(self, tenant: str | None) -> None:
+        self._virtual[tenant] = max(self._virtual.get(tenant, 0.0), self._clock)
+
+    def furthest_behind(self, tenants: Iterable[str | None]) -> str | None:
+        return min(tenants, key=lambda t: (self._virtual.get(t, self._clock), t or ""))
+
+    def charge(self, first: str | None, served: dict[str | None, float]) -> None:
+        """``first`` was chosen (``furthest_behind``) and ``served`` the work each tenant
+        got with it (a batch led by one tenant's work may carry others')."""
+        self._clock = max(self._virtual.get(first, 0.0), self._clock)
+        for tenant, work in served.items():
+            self._virtual[tenant] = max(self._virtual.get(tenant, 0.0), self._clock) + work / self._weight(tenant)
