@@ -1,17 +1,18 @@
 """Two training jobs on one reward model, in one run: tenant B's latency alone, and while
 tenant A floods the model open-loop with 10x B's load, with tenants configured (weighted
-fair queueing) and without (one queue, oldest first).
+fair queueing; B's batches run between two layers of A's, or, with ``layer_boundaries:
+false``, after A's whole batch) and without (one queue, oldest first).
 
     .venv/bin/python bench/tenants.py [--seconds 8] [--b-rate 4] [--a-items 10] [--batch-ms MS] [--seed N]
-                                      [--no-compile]
+                                      [--hidden 256] [--layers 4] [--no-compile]
 
 B sends one item every 1/b-rate seconds; A sends ten times as many items (``--a-items``
 per request, 10 by default: a trainer's batch; 1 makes it a flood of small requests), each
 request fired on schedule whatever became of the last (open loop; A's refusals, 429, are
 counted), over raw sockets (bench/open_loop.py) so the load costs the 2 cores little.
 A alone: A's flood with B idle, the machine's capacity for A.
-The model is a Qwen3 classifier (hidden 256, 4 layers, random weights), items ~300
-tokens of fresh words per run.
+The model is a Qwen3 classifier (hidden 256, 4 layers by default, random weights), items
+~300 tokens of fresh words per run.
 """
 
 from __future__ import annotations
@@ -56,6 +57,8 @@ def main() -> None:
                         help="items per request of A (A sends 10x B's items at rate 10 x b-rate / a-items)")
     parser.add_argument("--batch-ms", type=float, default=None, help="REWARDSERVE_TENANT_BATCH_MS")
     parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--hidden", type=int, default=256, help="the model's hidden size (heads of 64)")
+    parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--no-compile", action="store_true",
                         help="eager layers (REWARDSERVE_COMPILE=false); the service compiles by default")
     args = parser.parse_args()
@@ -67,13 +70,15 @@ def main() -> None:
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        rm = build_sequence_classifier(Path(tmp) / "rm", hidden=256, layers=4, heads=4, head_dim=64,
-                                       max_positions=1024)
+        rm = build_sequence_classifier(Path(tmp) / "rm", hidden=args.hidden, layers=args.layers,
+                                       heads=args.hidden // 64, head_dim=64, max_positions=1024)
         tenants = Path(tmp) / "tenants.yaml"
         tenants.write_text("tenants:\n  - {name: a, keys: [key-a]}\n  - {name: b, keys: [key-b]}\n")
-        spec = [{"name": "rm", "source": str(rm), "options": {"score_cache_size": 0}}]
-        for label, extra in (("tenants (fair queueing)", {"REWARDSERVE_TENANTS_FILE": str(tenants)}),
-                             ("no tenants (one queue)", {"REWARDSERVE_API_KEYS": "key-a,key-b"})):
+        fair = {"REWARDSERVE_TENANTS_FILE": str(tenants)}
+        for label, extra, options in (("tenants (fair queueing)", fair, {}),
+                                      ("tenants, whole batches", fair, {"layer_boundaries": False}),
+                                      ("no tenants (one queue)", {"REWARDSERVE_API_KEYS": "key-a,key-b"}, {})):
+            spec = [{"name": "rm", "source": str(rm), "options": {"score_cache_size": 0, **options}}]
             env = {"REWARDSERVE_MODELS": json.dumps(spec), "REWARDSERVE_LOG_LEVEL": "warning",
                    "REWARDSERVE_COMPILE": str(not args.no_compile).lower(), **extra}
             if args.batch_ms is not None:
@@ -81,7 +86,7 @@ def main() -> None:
             with serve_subprocess("--no-builtin-rules", env=env) as url:
                 asyncio.run(traffic(url, 20, 1.0, "key-b", rng))  # warm
                 alone = asyncio.run(traffic(url, args.b_rate, args.seconds, "key-b", rng))
-                time.sleep(6)  # B counts as idle again (service/batcher.py _ACTIVE_S)
+                time.sleep(6)  # B counts as idle again (service/tenants.py ACTIVE_S)
                 a_rate = args.b_rate * 10 / args.a_items
                 capacity = asyncio.run(traffic(url, a_rate, args.seconds, "key-a", rng, args.a_items))
 
@@ -95,7 +100,7 @@ def main() -> None:
     print()
     print(f"CPU: {cpu_name()}, {os.cpu_count()} cores; seed {seed}; B {args.b_rate:g} req/s of 1 item, A "
           f"{args.b_rate * 10 / args.a_items:g} req/s of {args.a_items} items (10x B's items), open loop, "
-          f"{args.seconds:g} s; items ~300 tokens")
+          f"{args.seconds:g} s; items ~300 tokens; model hidden {args.hidden}, {args.layers} layers")
     print(f"{'':26}{'B alone p50/p99 s':>20}{'B with A p50/p99 s':>22}{'p99 ratio':>11}{'A alone it/s':>14}"
           f"{'A with B it/s':>15}{'B it/s':>8}{'A 429s':>8}")
     for label, alone, b, flood, capacity in rows:

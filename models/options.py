@@ -42,6 +42,10 @@ class BackendOptions(BaseModel):
     )
     compile_layers: bool = Field(True, description="transformers on CPU: decoder layers through torch.compile.")
     compile_norms: bool = Field(True, description="transformers on CPU in bfloat16: RMSNorms through torch.compile.")
+    layer_boundaries: bool = Field(
+        True, description="transformers: while tenants share the model, another tenant's batch may run between two "
+        "layers of the batch in flight (off: it waits for the whole batch)."
+    )
     gpu_memory_utilization: float = Field(0.85, gt=0, le=1, description="vllm: the share of GPU memory the engine may take.")
     seed: int = Field(0, description="vllm: the engine's sampling seed.")
     enforce_eager: bool = Field(False, description="vllm: no graph capture or compilation (starts in seconds, runs slower).")

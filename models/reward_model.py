@@ -101,6 +101,10 @@ class BatchPolicy:
     # model (service/batcher.py): where small batches lose some speed (a CPU), not where
     # throughput comes from big ones (a GPU).
     short_when_shared: bool = False
+    # Whether a forward in flight runs other work between its layers when asked
+    # (models/backends/layer_boundaries.py): a shared model's light tenant need not wait
+    # for a whole batch of a flood's.
+    preemptible: bool = False
 
     def cost(self, lengths: list[int]) -> int:
         if not lengths:

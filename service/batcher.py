@@ -15,10 +15,11 @@ burst never turns into unbounded memory or latency. Work whose request has gone 
 With tenants (service/tenants.py), the oldest item is taken from the tenant furthest
 behind its weighted share (``VirtualTimes``); room left in the batch goes to others'
 work, and a tenant over its queued-token limit gets 429 while the others are still taken.
-While more than one tenant uses a model whose policy allows it (``short_when_shared``: a
-CPU, where small batches lose some speed, not most of it), a batch holds one tenant's
-work and about ``Tenants.batch_ms`` of compute: a light tenant's item waits for at most
-one such batch of a flood's. On a GPU batches keep their size.
+While several tenants use a model whose policy allows it (``short_when_shared``: a CPU),
+a batch holds one tenant's work and about ``Tenants.batch_ms`` of compute, and where the
+forward can pause between layers (``preemptible``), a tenant further behind than the
+batch in flight has its batch run inside that one, at the next layer: a light tenant
+waits for a layer of a flood's batch. On a GPU batches keep their size.
 """
 
 from __future__ import annotations
@@ -35,19 +36,19 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from rewardserve.models.backends.layer_boundaries import run_between_layers
 from rewardserve.models.planning import ItemError, Unit, UnitOutput
 from rewardserve.models.reward_model import BatchPolicy
-from rewardserve.service.errors import DeadlineExceeded, NotReady
+from rewardserve.service.errors import DeadlineExceeded, NotReady, QueueFull, QueueTooSmall, TenantQueueFull
 from rewardserve.service.metrics import Metrics
-from rewardserve.service.tenants import DEFAULT, Tenants, VirtualTimes
+from rewardserve.service.tenants import DEFAULT, Tenants, TenantShares
 
 log = logging.getLogger(__name__)
 
 Run = Callable[[list[Unit[Any]]], list[UnitOutput]]
 # How many of the oldest queued items a batch is picked from (bounds the sorting work).
 _WINDOW_ITEMS = 4096
-# A tenant that queued work this recently counts as using the model (for the batch cap).
-_ACTIVE_S = 5.0
+_IDLE = object()  # no batch in flight
 
 
 @dataclass
@@ -67,25 +68,6 @@ class _Pending:
     deadline: float | None = None  # time.monotonic() past which the work is not computed
 
 
-class QueueFull(Exception):
-    def __init__(self, retry_after_s: int):
-        super().__init__(f"queue full, retry after {retry_after_s}s")
-        self.retry_after_s = retry_after_s
-
-
-class TenantQueueFull(QueueFull):
-    """The tenant's own queued-token limit on this model is reached."""
-
-    def __init__(self, tenant: str, limit: int, retry_after_s: int):
-        super().__init__(retry_after_s)
-        self.tenant = tenant
-        self.limit = limit
-
-
-class QueueTooSmall(Exception):
-    """The request alone is bigger than the whole queue: retrying cannot help."""
-
-
 class Batcher:
     def __init__(self, name: str, run: Run, policy: BatchPolicy, metrics: Metrics,
                  after_batch: Callable[[], None] | None = None, executor: Executor | None = None,
@@ -94,9 +76,7 @@ class Batcher:
         here); by default a pool of ``policy.concurrency`` threads of this batcher's own."""
         self.name = name
         self._tenants = tenants if tenants is not None and tenants.enabled else None
-        self._tenant_tokens: dict[str | None, int] = {}
-        self._turns = VirtualTimes(self._tenants.weight if self._tenants is not None else lambda _: 1.0)
-        self._last_seen: dict[str | None, float] = {}  # tenant -> time.monotonic() of its last work
+        self._shares = TenantShares(self._tenants)
         self._after_batch = after_batch  # runs on the worker thread (memory trimming)
         self.policy = policy
         self._run = run
@@ -110,10 +90,13 @@ class Batcher:
         self._executor = executor or ThreadPoolExecutor(policy.concurrency, thread_name_prefix=f"rs-{name}")
         self._loop_task: asyncio.Task | None = None
         self._tokens_per_s = 0.0  # recent throughput, for retry-after
-
-    # ------------------------------------------------------------------ public
+        self._posted: deque[list[_Pending]] = deque()  # to run inside the batch in flight
+        self._running_tenant: object = _IDLE  # the tenant of the batch in flight
+        self._inside_s = 0.0  # of the batch in flight, seconds spent on posted work
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
         self._loop_task = asyncio.create_task(self._run_forever(), name=f"batcher-{self.name}")
 
     def submit(self, units: list[Unit[Any]], deadline: float | None = None) -> list[asyncio.Future]:
@@ -128,16 +111,7 @@ class Batcher:
         if self._queued_tokens + tokens > self.policy.max_queue_tokens:
             raise QueueFull(self._retry_after(tokens))
         tenant = _tenant(units[0]) if units else None
-        if self._tenants is not None:
-            limit = self._tenants.queued_limit(tenant)
-            queued = self._tenant_tokens.get(tenant, 0)
-            if limit is not None and queued + tokens > limit:
-                self._tenants.rejected.labels(tenant or DEFAULT, "queued_tokens").inc()
-                raise TenantQueueFull(tenant or DEFAULT, limit, self._retry_after(queued + tokens - limit))
-            if not queued:
-                self._turns.rejoin(tenant)
-            self._last_seen[tenant] = time.monotonic()
-            self._tenants.tokens.labels(tenant or DEFAULT).inc(tokens)
+        self._shares.admit(tenant, tokens, self._retry_after)
         loop = asyncio.get_running_loop()
         now = time.monotonic()
         futures = []
@@ -146,9 +120,10 @@ class Batcher:
             self._queue.append(_Pending(unit, future, now, deadline))
             futures.append(future)
         self._queued_tokens += tokens
-        self._tenant_tokens[tenant] = self._tenant_tokens.get(tenant, 0) + tokens
+        self._shares.add(tenant, tokens)
         self._update_gauges()
         self._wakeup.set()
+        self._post_inside()
         return futures
 
     @property
@@ -166,13 +141,11 @@ class Batcher:
         if self._own_executor:
             self._executor.shutdown(wait=True)
 
-    # ------------------------------------------------------------------ the loop
-
     async def _run_forever(self) -> None:
         while True:
             await self._slots.acquire()
             try:
-                batch = await self._next_batch()
+                batch = self._posted.popleft() if self._posted else await self._next_batch()
             except Exception:  # a bug here would leave every queued caller waiting forever
                 self._slots.release()
                 log.exception("model %s: choosing a batch failed; its queued work gets an error", self.name)
@@ -217,7 +190,7 @@ class Batcher:
         if self._tenants is None:
             window = list(itertools.islice(self._queue, _WINDOW_ITEMS))
             return self._taken(self._grow(window))
-        tenant = self._turns.furthest_behind({_tenant(p.unit) for p in self._queue})
+        tenant = self._shares.turns.furthest_behind({_tenant(p.unit) for p in self._queue})
         window = list(itertools.islice((p for p in self._queue if _tenant(p.unit) == tenant), _WINDOW_ITEMS))
         shared = self._shared_policy()
         batch = self._grow(window, shared or self.policy)
@@ -232,7 +205,7 @@ class Batcher:
         served: dict[str | None, float] = {}
         for pending in batch:
             served[_tenant(pending.unit)] = served.get(_tenant(pending.unit), 0) + pending.unit.length
-        self._turns.charge(tenant, served)
+        self._shares.turns.charge(tenant, served)
         return self._taken(sorted(batch, key=lambda p: p.unit.length))
 
     def _shared_policy(self) -> BatchPolicy | None:
@@ -240,10 +213,7 @@ class Batcher:
         (so will likely again): the policy for a batch of one tenant's work, its token
         budget cut to ``batch_ms`` of compute. None while one tenant uses the model."""
         assert self._tenants is not None
-        now = time.monotonic()
-        active = sum(1 for tenant, seen in self._last_seen.items()
-                     if now - seen < _ACTIVE_S or self._tenant_tokens.get(tenant, 0) > 0)
-        if not self.policy.short_when_shared or active < 2:
+        if not self.policy.short_when_shared or self._shares.active() < 2:
             return None
         if self._tokens_per_s <= 0:
             return self.policy
@@ -260,6 +230,8 @@ class Batcher:
     def _fail_queued(self, exc: Exception) -> None:
         queued, self._queue = list(self._queue), deque()
         self._forget(queued)
+        while self._posted:  # taken already, waiting for a layer boundary or the next slot
+            queued += self._posted.popleft()
         for pending in queued:
             if not pending.future.done():
                 pending.future.set_exception(exc)
@@ -268,7 +240,7 @@ class Batcher:
         for pending in pendings:
             tenant = _tenant(pending.unit)
             self._queued_tokens -= pending.unit.length
-            self._tenant_tokens[tenant] = self._tenant_tokens.get(tenant, 0) - pending.unit.length
+            self._shares.add(tenant, -pending.unit.length)
         self._update_gauges()
 
     def _grow(self, window: list[_Pending], policy: BatchPolicy | None = None) -> list[_Pending]:
@@ -307,32 +279,68 @@ class Batcher:
             batch = live
             if not batch:
                 return
-            tokens = sum(p.unit.length for p in batch)
-            units = [p.unit for p in batch]
+            self._running_tenant, self._inside_s = _tenant(batch[0].unit), 0.0
             start = time.monotonic()
             loop = asyncio.get_running_loop()
-            results = await loop.run_in_executor(self._executor, self._run_then_tidy, units)
-            elapsed = time.monotonic() - start
-            self._record(batch, results, tokens, elapsed)
-            for pending, result in zip(batch, results):
-                if not pending.future.done():
-                    pending.future.set_result(Outcome(result, start - pending.enqueued, elapsed))
+            results = await loop.run_in_executor(self._executor, self._run_then_tidy, [p.unit for p in batch])
+            self._answer(batch, results, start, time.monotonic() - start - self._inside_s)
         except BaseException as exc:  # never leave a caller waiting forever
-            for pending in batch:
-                if not pending.future.done():
-                    pending.future.set_exception(
-                        exc if isinstance(exc, Exception) else RuntimeError("batch cancelled")
-                    )
+            self._answer(batch, exc, 0.0, 0.0)
             if not isinstance(exc, Exception):
                 raise
         finally:
+            self._running_tenant = _IDLE
             self._slots.release()
 
+    def _answer(self, batch: list[_Pending], results: list[UnitOutput] | BaseException, start: float,
+                elapsed: float) -> None:
+        if isinstance(results, BaseException):
+            error = results if isinstance(results, Exception) else RuntimeError("batch cancelled")
+            for pending in batch:
+                if not pending.future.done():
+                    pending.future.set_exception(error)
+            return
+        self._record(batch, results, sum(p.unit.length for p in batch), elapsed)
+        for pending, result in zip(batch, results):
+            if not pending.future.done():
+                pending.future.set_result(Outcome(result, start - pending.enqueued, elapsed))
+
     def _run_then_tidy(self, units: list[Unit[Any]]) -> list[UnitOutput]:
-        results = self._run_isolating(units)
+        with run_between_layers(self._run_posted if self.policy.preemptible and self._tenants else None):
+            results = self._run_isolating(units)
         if self._after_batch is not None:
             self._after_batch()
         return results
+
+    def _post_inside(self) -> None:
+        """While a batch is in flight on a shared model, a batch of the tenant furthest
+        behind, if that is another tenant, for the worker to run between two of the
+        in-flight batch's layers (models/backends/layer_boundaries.py): a light tenant
+        waits for a layer of a flood's batch, not for all of it."""
+        if self._running_tenant is _IDLE or self._posted or not self.policy.preemptible \
+                or self._tenants is None or self._shared_policy() is None:
+            return
+        self._drop_gone()
+        queued = {_tenant(p.unit) for p in self._queue}
+        if queued and self._shares.turns.furthest_behind(queued) != self._running_tenant:
+            self._posted.append(self._take_batch())
+
+    def _run_posted(self) -> None:
+        """On the worker thread, at a layer boundary of the batch in flight: the posted
+        batch, if any; its answers go to the event loop."""
+        try:
+            batch = self._posted.popleft()
+        except IndexError:
+            return
+        start = time.monotonic()
+        try:
+            results: list[UnitOutput] | BaseException = self._run_isolating([p.unit for p in batch])
+        except Exception as exc:  # noqa: BLE001 - its callers get it; the batch in flight goes on
+            results = exc
+        elapsed = time.monotonic() - start
+        self._inside_s += elapsed
+        assert self._loop is not None
+        self._loop.call_soon_threadsafe(self._answer, batch, results, start, elapsed)
 
     def _run_isolating(self, units: list[Unit[Any]]) -> list[UnitOutput]:
         """Run a batch; if it fails as a whole, split it to find the unit at fault so
@@ -349,8 +357,6 @@ class Batcher:
                 return [units[0].failed(ItemError(f"inference failed: {type(exc).__name__}: {exc}"))]
             half = len(units) // 2
             return self._run_isolating(units[:half]) + self._run_isolating(units[half:])
-
-    # ------------------------------------------------------------------ bookkeeping
 
     def _record(self, batch: list[_Pending], results: list[UnitOutput], tokens: int, elapsed: float) -> None:
         m, name = self._metrics, self.name

@@ -21,8 +21,16 @@ from rewardserve.models.planning import Part, Plan, Unit
 from rewardserve.models.request_scope import RequestScope
 from rewardserve.models.rules.isolation import PoolBusy
 from rewardserve.service.admission import scope_of
-from rewardserve.service.batcher import Outcome, QueueFull, QueueTooSmall, TenantQueueFull
-from rewardserve.service.errors import DeadlineExceeded, NotReady, Overloaded, PayloadTooLarge
+from rewardserve.service.batcher import Outcome
+from rewardserve.service.errors import (
+    DeadlineExceeded,
+    NotReady,
+    Overloaded,
+    PayloadTooLarge,
+    QueueFull,
+    QueueTooSmall,
+    TenantQueueFull,
+)
 from rewardserve.service.served_models import Served
 
 R = TypeVar("R")

@@ -54,6 +54,26 @@ class DeadlineExceeded(ServiceError):
     error_type = "deadline_exceeded"
 
 
+# A model's queue refusing work (service/batcher.py); dispatch.py turns them into 429 / 413.
+class QueueFull(Exception):
+    def __init__(self, retry_after_s: int):
+        super().__init__(f"queue full, retry after {retry_after_s}s")
+        self.retry_after_s = retry_after_s
+
+
+class TenantQueueFull(QueueFull):
+    """The tenant's own queued-token limit on this model is reached."""
+
+    def __init__(self, tenant: str, limit: int, retry_after_s: int):
+        super().__init__(retry_after_s)
+        self.tenant = tenant
+        self.limit = limit
+
+
+class QueueTooSmall(Exception):
+    """The request alone is bigger than the whole queue: retrying cannot help."""
+
+
 class BodyError(StarletteHTTPException):
     """A body refused before validation (413 / 422), naming ``param``. An HTTP
     exception, so FastAPI lets it out of body parsing as it is."""

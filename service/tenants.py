@@ -27,6 +27,7 @@ import yaml
 from prometheus_client import Counter, Histogram
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from rewardserve.service.errors import TenantQueueFull
 from rewardserve.service.metrics import Metrics
 
 # A batch's compute while several tenants use a model on a CPU (service/batcher.py): a
@@ -36,6 +37,8 @@ from rewardserve.service.metrics import Metrics
 BATCH_MS = 30.0
 
 DEFAULT = "default"
+# A tenant that queued work this recently counts as using a model (for the batch cap).
+ACTIVE_S = 5.0
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
 
@@ -215,6 +218,41 @@ class FairGate:
         tenant = self._turns.furthest_behind(ready)
         self._turns.charge(tenant, {tenant: 1.0})
         self._waiting[tenant].popleft().set_result(None)
+
+
+class TenantShares:
+    """One model's tenants (batcher.py): the tokens each has queued there, when each last
+    sent work, and whose turn it is (``turns``). Without tenants it only counts tokens."""
+
+    def __init__(self, tenants: Tenants | None) -> None:
+        self.tenants = tenants
+        self.turns = VirtualTimes(tenants.weight if tenants is not None else lambda _: 1.0)
+        self._queued: dict[str | None, int] = {}
+        self._last_seen: dict[str | None, float] = {}  # time.monotonic() of its last work
+
+    def admit(self, tenant: str | None, tokens: int, retry_after: Callable[[int], int]) -> None:
+        """TenantQueueFull where ``tokens`` more would pass the tenant's queued-token limit."""
+        if self.tenants is None:
+            return
+        limit = self.tenants.queued_limit(tenant)
+        queued = self._queued.get(tenant, 0)
+        if limit is not None and queued + tokens > limit:
+            self.tenants.rejected.labels(tenant or DEFAULT, "queued_tokens").inc()
+            raise TenantQueueFull(tenant or DEFAULT, limit, retry_after(queued + tokens - limit))
+        if not queued:
+            self.turns.rejoin(tenant)
+        self._last_seen[tenant] = time.monotonic()
+        self.tenants.tokens.labels(tenant or DEFAULT).inc(tokens)
+
+    def add(self, tenant: str | None, tokens: int) -> None:
+        self._queued[tenant] = self._queued.get(tenant, 0) + tokens
+
+    def active(self) -> int:
+        """Tenants with work queued or that queued some within ``ACTIVE_S`` (so will
+        likely again)."""
+        now = time.monotonic()
+        return sum(1 for tenant, seen in self._last_seen.items()
+                   if now - seen < ACTIVE_S or self._queued.get(tenant, 0) > 0)
 
 
 class VirtualTimes:

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from rewardserve.models.backends.backend import TASKS, Backend, Sequence, after_prefix
+from rewardserve.models.backends.layer_boundaries import mark_layers
 from rewardserve.models.backends.readouts import unwrap_last_layer, wrap_last_layer
 from rewardserve.models.options import BackendOptions
 from rewardserve.models.phases import timed_phase
@@ -108,6 +109,8 @@ class TransformersBackend(Backend):
             with timed_phase(spec.name, "compile"):
                 self._compile(self.options)
         self.batch_preferences = batch_preferences(self.device, self._packing)
+        if self.options.layer_boundaries and self._whole is None and mark_layers(self.base):  # after any wrapping
+            self.batch_preferences = {**self.batch_preferences, "preemptible": True}
 
     def _load(self, source: str, task: str):
         """(backbone, head, text config, whole model for heads that pool on their own)."""

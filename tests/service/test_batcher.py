@@ -10,7 +10,8 @@ import pytest
 from rewardserve.client.protocol import ItemResult
 from rewardserve.models.reward_model import BatchPolicy
 from rewardserve.models.planning import ItemError, Unit
-from rewardserve.service.batcher import Batcher, QueueFull, QueueTooSmall
+from rewardserve.service.batcher import Batcher
+from rewardserve.service.errors import QueueFull, QueueTooSmall
 from rewardserve.service.metrics import Metrics
 
 

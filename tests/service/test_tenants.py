@@ -16,7 +16,8 @@ from rewardserve.models.planning import Unit
 from rewardserve.models.request_scope import RequestScope
 from rewardserve.models.reward_model import BatchPolicy
 from rewardserve.models.spec import ModelSpec
-from rewardserve.service.batcher import Batcher, TenantQueueFull
+from rewardserve.service.batcher import Batcher
+from rewardserve.service.errors import TenantQueueFull
 from rewardserve.service.metrics import Metrics
 from rewardserve.service.settings import Settings
 from rewardserve.service.tenants import TenantSpec, Tenants, load_tenants
@@ -96,9 +97,9 @@ async def test_batches_shrink_to_batch_ms_while_two_tenants_use_the_model(monkey
     """One tenant alone: full batches. Both: about batch_ms of compute each (at the rate
     measured), the light tenant's batch its own work only. The other idle again: full.
     A policy without ``short_when_shared`` (a GPU's) keeps full batches throughout."""
-    import rewardserve.service.batcher as batcher_module
+    import rewardserve.service.tenants as tenants_module
 
-    monkeypatch.setattr(batcher_module, "_ACTIVE_S", 0.5)
+    monkeypatch.setattr(tenants_module, "ACTIVE_S", 0.5)
     batches: list[list[str]] = []
     batcher = two_tenant_batcher(batches, tokens_per_s=100_000, batch_ms=3, short_when_shared=short)
     flood = batcher.submit(units("a", 1500, length=100), None)
@@ -116,7 +117,7 @@ async def test_batches_shrink_to_batch_ms_while_two_tenants_use_the_model(monkey
     else:
         assert all(len(b) == 20 for b in batches[shared_from:shared_from + 4]), batches
         assert any("b" in b and len(b) == 20 for b in batches)
-    await asyncio.sleep(0.6)  # b idle past _ACTIVE_S
+    await asyncio.sleep(0.6)  # b idle past ACTIVE_S
     alone_from = len(batches)
     while len(batches) < alone_from + 2:
         await asyncio.sleep(0.005)
@@ -142,6 +143,68 @@ async def test_shared_batches_hold_one_tenant_s_work_when_batch_ms_is_above_the_
     assert batches[after_b:after_b + 3] == [["a"] * 20] * 3
     await asyncio.gather(*flood)
     await batcher.stop()
+
+
+@pytest.mark.parametrize("preemptible", [True, False])
+async def test_a_light_tenant_s_batch_runs_between_layers_of_a_flood_s_batch(preemptible):
+    """A model whose forward passes layer boundaries: b's item, sent while a's batch is in
+    flight, runs whole at the next boundary (a's batch then goes on), and every unit gets
+    its own output. Without the capability it waits for a's whole batch."""
+    from rewardserve.models.backends.layer_boundaries import layer_boundary
+
+    events: list[str] = []
+
+    def run(batch):
+        who = batch[0].payload[0]
+        for layer in range(8):
+            layer_boundary()
+            events.append(f"{who}{layer}")
+            time.sleep(0.01)
+        return [[unit.payload] for unit in batch]
+
+    table = Tenants([TenantSpec(name=n, keys=[f"key-{n}"]) for n in "ab"], Metrics())
+    policy = BatchPolicy(max_batch_tokens=2000, max_wait_ms=0, pads=False, short_when_shared=True,
+                         preemptible=preemptible)
+    batcher = Batcher("m", run, policy, Metrics(), tenants=table)
+    batcher.start()
+    flood = batcher.submit(units("a", 20), None)
+    while "a1" not in events:
+        await asyncio.sleep(0.001)
+    (light,) = batcher.submit(units("b", 1), None)
+    outcomes = await asyncio.gather(*flood, light)
+    assert [o.result for o in outcomes] == [[("a", k)] for k in range(20)] + [[("b", 0)]]
+    if preemptible:
+        at = events.index("b0")
+        assert events[at - 1] in ("a1", "a2"), events  # the next boundary after b was sent
+        assert events[at:at + 8] == [f"b{k}" for k in range(8)]  # whole, not itself interrupted
+        assert events.index("a7") > at + 7
+    else:
+        assert events.index("b0") > events.index("a7")
+    await batcher.stop()
+
+
+async def test_work_posted_for_a_boundary_that_never_comes_is_answered_at_stop():
+    """b's batch is posted after a's batch passed its last layer boundary; the service then
+    stops: b gets an error, not a wait forever."""
+    from rewardserve.models.backends.layer_boundaries import layer_boundary
+    from rewardserve.service.errors import NotReady
+
+    def run(batch):
+        layer_boundary()
+        time.sleep(0.2)
+        return [[None] for _ in batch]
+
+    table = Tenants([TenantSpec(name=n, keys=[f"key-{n}"]) for n in "ab"], Metrics())
+    policy = BatchPolicy(max_wait_ms=0, pads=False, short_when_shared=True, preemptible=True)
+    batcher = Batcher("m", run, policy, Metrics(), tenants=table)
+    batcher.start()
+    flood = batcher.submit(units("a", 3), None)
+    await asyncio.sleep(0.05)
+    (light,) = batcher.submit(units("b", 1), None)
+    await batcher.stop()
+    await asyncio.gather(*flood)
+    with pytest.raises(NotReady):
+        await asyncio.wait_for(light, 5)
 
 
 async def test_a_tenant_over_its_queue_limit_is_refused_alone():
