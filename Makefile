@@ -122,12 +122,13 @@ $(VLLM_VENV)/.rewardserve-installed: pyproject.toml $(VLLM_VENV)/.vllm-installed
 	touch $@
 
 # rewardbench, whose own run checks `rewardserve eval` (tests/service/test_eval_rewardbench.py),
-# in its own virtualenv: it pins transformers 4.51.
+# in its own virtualenv: it pins transformers 4.51. It imports pkg_resources (setuptools<80); its
+# datasets 2.14 needs pyarrow<20 (PyExtensionType) and fsspec<2023.10 (cached local datasets).
 RB_VENV := .venv-rewardbench
 rewardbench-venv: $(RB_VENV)/.installed
 $(RB_VENV)/.installed: | $(UV)
 	$(PYTHON) -m venv --without-pip $(RB_VENV)
-	$(UV_PIP) $(RB_VENV)/bin/python "$(TORCH)" rewardbench==0.1.4 "setuptools<80"  # it imports pkg_resources
+	$(UV_PIP) $(RB_VENV)/bin/python "$(TORCH)" rewardbench==0.1.4 "setuptools<80" "pyarrow<20" "fsspec<2023.10"
 	touch $@
 
 # Ray Serve for tests/deploy/test_ray_serve.py, in a venv of its own: ray[serve] brings
