@@ -213,12 +213,15 @@ class Batcher:
         (so will likely again): the policy for a batch of one tenant's work, its token
         budget cut to ``batch_ms`` of compute. None while one tenant uses the model."""
         assert self._tenants is not None
-        if not self.policy.short_when_shared or self._shares.active() < 2:
+        if not self._shared():
             return None
         if self._tokens_per_s <= 0:
             return self.policy
         budget = int(self._tokens_per_s / self.policy.concurrency * self._tenants.batch_ms / 1000.0)
         return dataclasses.replace(self.policy, max_batch_tokens=min(budget, self.policy.max_batch_tokens))
+
+    def _shared(self) -> bool:  # by more than one tenant, where batches are then cut short
+        return self.policy.short_when_shared and self._shares.active() >= 2
 
     def _taken(self, batch: list[_Pending]) -> list[_Pending]:
         """``batch`` out of the queue and its counts."""
@@ -318,12 +321,16 @@ class Batcher:
         in-flight batch's layers (models/backends/layer_boundaries.py): a light tenant
         waits for a layer of a flood's batch, not for all of it."""
         if self._running_tenant is _IDLE or self._posted or not self.policy.preemptible \
-                or self._tenants is None or self._shared_policy() is None:
+                or self._tenants is None or not self._shared():
             return
-        self._drop_gone()
-        queued = {_tenant(p.unit) for p in self._queue}
-        if queued and self._shares.turns.furthest_behind(queued) != self._running_tenant:
-            self._posted.append(self._take_batch())
+        if self._another_tenant_behind():  # from the tenants' token counts: no queue scan
+            self._drop_gone()  # dropped work leaves the counts too
+            if self._another_tenant_behind():
+                self._posted.append(self._take_batch())
+
+    def _another_tenant_behind(self) -> bool:
+        queued = self._shares.queued_tenants()
+        return bool(queued) and self._shares.turns.furthest_behind(queued) != self._running_tenant
 
     def _run_posted(self) -> None:
         """On the worker thread, at a layer boundary of the batch in flight: the posted

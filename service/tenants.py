@@ -247,6 +247,9 @@ class TenantShares:
     def add(self, tenant: str | None, tokens: int) -> None:
         self._queued[tenant] = self._queued.get(tenant, 0) + tokens
 
+    def queued_tenants(self) -> list[str | None]:
+        return [tenant for tenant, tokens in self._queued.items() if tokens > 0]
+
     def active(self) -> int:
         """Tenants with work queued or that queued some within ``ACTIVE_S`` (so will
         likely again)."""
