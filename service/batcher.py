@@ -108,9 +108,9 @@ class Batcher:
                 f"the request needs {tokens} tokens of queue, more than this model's "
                 f"whole queue ({self.policy.max_queue_tokens}); split it"
             )
-        if self._queued_tokens + tokens > self.policy.max_queue_tokens:
-            raise QueueFull(self._retry_after(tokens))
         tenant = _tenant(units[0]) if units else None
+        if not self._shares.has_room(tenant, tokens, self.policy.max_queue_tokens):
+            raise QueueFull(self._retry_after(tokens))
         self._shares.admit(tenant, tokens, self._retry_after)
         loop = asyncio.get_running_loop()
         now = time.monotonic()

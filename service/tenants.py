@@ -244,8 +244,26 @@ class TenantShares:
         self._last_seen[tenant] = time.monotonic()
         self.tenants.tokens.labels(tenant or DEFAULT).inc(tokens)
 
+    def has_room(self, tenant: str | None, tokens: int, queue_tokens: int) -> bool:
+        """Whether a model's queue of ``queue_tokens`` takes ``tokens`` more of ``tenant``'s:
+        under its limit, or, with tenants, within the tenant's share of it by weight among
+        the tenants active now. One tenant's flood that filled the queue does not shut out
+        the others; the queue then holds up to twice its limit, never more."""
+        total = sum(self._queued.values()) + tokens
+        if total <= queue_tokens:
+            return True
+        if self.tenants is None or total > 2 * queue_tokens:
+            return False
+        weights = sum(self.tenants.weight(t) for t in self._active() | {tenant})
+        return self._queued.get(tenant, 0) + tokens <= queue_tokens * self.tenants.weight(tenant) / weights
+
     def add(self, tenant: str | None, tokens: int) -> None:
         self._queued[tenant] = self._queued.get(tenant, 0) + tokens
+
+    def _active(self) -> set[str | None]:
+        now = time.monotonic()
+        return {tenant for tenant, seen in self._last_seen.items()
+                if now - seen < ACTIVE_S or self._queued.get(tenant, 0) > 0}
 
     def queued_tenants(self) -> list[str | None]:
         return [tenant for tenant, tokens in self._queued.items() if tokens > 0]
@@ -253,9 +271,7 @@ class TenantShares:
     def active(self) -> int:
         """Tenants with work queued or that queued some within ``ACTIVE_S`` (so will
         likely again)."""
-        now = time.monotonic()
-        return sum(1 for tenant, seen in self._last_seen.items()
-                   if now - seen < ACTIVE_S or self._queued.get(tenant, 0) > 0)
+        return len(self._active())
 
 
 class VirtualTimes:

@@ -17,7 +17,7 @@ from rewardserve.models.request_scope import RequestScope
 from rewardserve.models.reward_model import BatchPolicy
 from rewardserve.models.spec import ModelSpec
 from rewardserve.service.batcher import Batcher
-from rewardserve.service.errors import TenantQueueFull
+from rewardserve.service.errors import QueueFull, TenantQueueFull
 from rewardserve.service.metrics import Metrics
 from rewardserve.service.settings import Settings
 from rewardserve.service.tenants import TenantSpec, Tenants, load_tenants
@@ -217,6 +217,32 @@ async def test_a_tenant_over_its_queue_limit_is_refused_alone():
         batcher.submit(units("a", 1), None)
     assert refused.value.tenant == "a" and refused.value.retry_after_s >= 1
     batcher.submit(units("b", 50), None)  # the other tenant is still taken
+    await batcher.stop()
+
+
+async def test_a_flood_that_filled_the_model_s_queue_leaves_the_others_their_share_of_it():
+    """No tenant limits: a's flood fills the model's whole queue; b still gets in, up to
+    its weighted share (1/4 at weights 3:1), and the queue never holds over twice its size."""
+    policy = BatchPolicy(max_batch_tokens=40, max_wait_ms=0, max_queue_tokens=1000, pads=False)
+    batcher = Batcher("m", lambda batch: [[None] for _ in batch], policy, Metrics(), tenants=tenants(a=3.0, b=1.0))
+    batcher.submit(units("a", 100), None)  # 1,000 tokens: the queue is full (not started: nothing runs)
+    with pytest.raises(QueueFull):
+        batcher.submit(units("a", 1), None)
+    batcher.submit(units("b", 25), None)  # b's share: 1,000 x 1/4
+    with pytest.raises(QueueFull):
+        batcher.submit(units("b", 1), None)
+    with pytest.raises(QueueFull):  # the flood does not get in behind b either
+        batcher.submit(units("a", 1), None)
+    assert batcher.pending_items == 125
+    await batcher.stop()
+
+
+async def test_without_tenants_a_full_queue_refuses_everyone():
+    policy = BatchPolicy(max_batch_tokens=40, max_wait_ms=0, max_queue_tokens=1000, pads=False)
+    batcher = Batcher("m", lambda batch: [[None] for _ in batch], policy, Metrics())
+    batcher.submit(units("a", 100), None)
+    with pytest.raises(QueueFull):
+        batcher.submit(units("b", 1), None)
     await batcher.stop()
 
 
