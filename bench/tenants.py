@@ -8,9 +8,9 @@ false``, after A's whole batch) and without (one queue, oldest first).
 
 B sends one item every 1/b-rate seconds; A sends ten times as many items (``--a-items``
 per request, 10 by default: a trainer's batch; 1 makes it a flood of small requests), each
-request fired on schedule whatever became of the last (open loop; A's refusals, 429, are
-counted), over raw sockets (bench/open_loop.py) so the load costs the 2 cores little.
-A alone: A's flood with B idle, the machine's capacity for A.
+request fired on schedule whatever became of the last (open loop), over raw sockets (bench/open_loop.py) so the load costs the 2 cores little.
+A alone: A's flood with B idle, the machine's capacity for A; then B joins the flood
+(``measure``; tests/service/test_tenants_flood.py runs it as issue 23's check).
 The model is a Qwen3 classifier (hidden 256, 4 layers by default, random weights), items
 ~300 tokens of fresh words per run.
 """
@@ -25,6 +25,7 @@ import random
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,20 +34,55 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 from bench.compare import cpu_name, fresh_seed  # noqa: E402
+from bench.open_loop import LoadResult, open_loop  # noqa: E402
 
 
-def item(rng: random.Random) -> dict:
+def body(rng: random.Random, items: int):
+    """A request of ``items`` fresh items of ~300 tokens."""
     from tests.builders import random_text
 
-    return {"prompt": random_text(rng, 40), "response": random_text(rng, 160)}
+    return lambda: {"model": "rm", "items": [{"prompt": random_text(rng, 40), "response": random_text(rng, 160)}
+                                             for _ in range(items)]}
 
 
-def traffic(url: str, rate: float, seconds: float, key: str, rng: random.Random, items: int = 1):
-    """Open loop: a request of ``items`` items every 1/rate s for ``seconds``."""
-    from bench.open_loop import open_loop
+@dataclass
+class Measured:
+    alone: LoadResult  # B with A idle
+    light: LoadResult  # B beside A's flood
+    capacity: float  # A's items/s with B idle: the machine's capacity for A
+    beside: float  # A's items/s beside B
 
-    return open_loop(url, "/v1/score", lambda: {"model": "rm", "items": [item(rng) for _ in range(items)]},
-                     rate, seconds, key)
+
+async def served(http, url: str) -> tuple[float, float]:
+    """Now, and the items the service has scored (its own count)."""
+    from tests.harness import metric
+
+    text = (await http.get(url + "/metrics", headers={"authorization": "Bearer key-a"})).text
+    return time.perf_counter(), metric(text, "rewardserve_items_scored_total")
+
+
+async def measure(url: str, b_rate: float, seconds: float, a_items: int, rng: random.Random) -> Measured:
+    """B alone; then A's flood alone, then B beside it. A's flood never stops between its
+    two windows, and its items/s are read from the service's per-tenant counts over each
+    window, less B's: counting A's answers at the client would credit A with its backlog
+    drained after B stopped (at the whole machine's speed)."""
+    import httpx
+
+    from rewardserve.service.tenants import ACTIVE_S
+
+    a_rate = b_rate * 10 / a_items
+    await open_loop(url, "/v1/score", body(rng, 1), b_rate, 2.0, "key-b")  # warm
+    alone = await open_loop(url, "/v1/score", body(rng, 1), b_rate, seconds, "key-b")
+    flood = asyncio.ensure_future(open_loop(url, "/v1/score", body(rng, a_items), a_rate, 10 * seconds + 60, "key-a"))
+    async with httpx.AsyncClient(timeout=30) as http:
+        await asyncio.sleep(ACTIVE_S + 1.0)  # B counts as idle (A alone gets whole batches); A's queue fills
+        t0, before = await served(http, url)
+        await asyncio.sleep(seconds)
+        t1, middle = await served(http, url)
+        light = await open_loop(url, "/v1/score", body(rng, 1), b_rate, seconds, "key-b")
+        t2, after = await served(http, url)
+    flood.cancel()
+    return Measured(alone, light, (middle - before) / (t1 - t0), (after - middle - light.items) / (t2 - t1))
 
 
 def main() -> None:
@@ -84,30 +120,20 @@ def main() -> None:
             if args.batch_ms is not None:
                 env["REWARDSERVE_TENANT_BATCH_MS"] = str(args.batch_ms)
             with serve_subprocess("--no-builtin-rules", env=env) as url:
-                asyncio.run(traffic(url, 20, 1.0, "key-b", rng))  # warm
-                alone = asyncio.run(traffic(url, args.b_rate, args.seconds, "key-b", rng))
-                time.sleep(6)  # B counts as idle again (service/tenants.py ACTIVE_S)
-                a_rate = args.b_rate * 10 / args.a_items
-                capacity = asyncio.run(traffic(url, a_rate, args.seconds, "key-a", rng, args.a_items))
-
-                async def both():
-                    return await asyncio.gather(traffic(url, a_rate, args.seconds, "key-a", rng, args.a_items),
-                                                traffic(url, args.b_rate, args.seconds, "key-b", rng))
-
-                flood, b = asyncio.run(both())
-            rows.append((label, alone, b, flood, capacity))
+                rows.append((label, asyncio.run(measure(url, args.b_rate, args.seconds, args.a_items, rng))))
 
     print()
     print(f"CPU: {cpu_name()}, {os.cpu_count()} cores; seed {seed}; B {args.b_rate:g} req/s of 1 item, A "
           f"{args.b_rate * 10 / args.a_items:g} req/s of {args.a_items} items (10x B's items), open loop, "
           f"{args.seconds:g} s; items ~300 tokens; model hidden {args.hidden}, {args.layers} layers")
     print(f"{'':26}{'B alone p50/p99 s':>20}{'B with A p50/p99 s':>22}{'p99 ratio':>11}{'A alone it/s':>14}"
-          f"{'A with B it/s':>15}{'B it/s':>8}{'A 429s':>8}")
-    for label, alone, b, flood, capacity in rows:
-        print(f"{label:26}{alone.quantile(.5):>9.3f}/{alone.quantile(.99):<10.3f}{b.quantile(.5):>11.3f}/"
-              f"{b.quantile(.99):<10.3f}{b.quantile(.99) / alone.quantile(.99):>11.2f}{capacity.items_per_s:>14.2f}"
-              f"{flood.items_per_s:>15.2f}{b.items_per_s:>8.2f}{flood.statuses.get(429, 0):>8}")
-    print("A alone: the machine's capacity (A's flood with B idle); A with B should reach capacity - B it/s.")
+          f"{'A with B it/s':>15}{'B it/s':>8}")
+    for label, m in rows:
+        print(f"{label:26}{m.alone.quantile(.5):>9.3f}/{m.alone.quantile(.99):<10.3f}{m.light.quantile(.5):>11.3f}/"
+              f"{m.light.quantile(.99):<10.3f}{m.light.quantile(.99) / m.alone.quantile(.99):>11.2f}"
+              f"{m.capacity:>14.2f}{m.beside:>15.2f}{m.light.items_per_s:>8.2f}")
+    print("A alone: the machine's capacity (A's flood with B idle); A with B should reach capacity - B it/s. "
+          "A's items/s are the service's counts over each window.")
 
 
 if __name__ == "__main__":

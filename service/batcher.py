@@ -211,11 +211,12 @@ class Batcher:
     def _shared_policy(self) -> BatchPolicy | None:
         """While another tenant has work queued or queued some within the last few seconds
         (so will likely again): the policy for a batch of one tenant's work, its token
-        budget cut to ``batch_ms`` of compute. None while one tenant uses the model."""
+        budget cut to ``batch_ms`` of compute, or whole where the others' batches run
+        between its layers (``_post_inside``). None while one tenant uses the model."""
         assert self._tenants is not None
         if not self._shared():
             return None
-        if self._tokens_per_s <= 0:
+        if self._tokens_per_s <= 0 or self.policy.preemptible:
             return self.policy
         budget = int(self._tokens_per_s / self.policy.concurrency * self._tenants.batch_ms / 1000.0)
         return dataclasses.replace(self.policy, max_batch_tokens=min(budget, self.policy.max_batch_tokens))
