@@ -75,7 +75,7 @@ serve: install
 # The virtualenvs install side by side (installing waits on the network and the disk
 # more than on the CPU).
 test:
-	$(MAKE) -j3 install-dev vllm-venv ray-venv-or-reason
+	$(MAKE) -j3 install-dev vllm-venv ray-venv-or-reason rewardbench-venv
 	$(MAKE) typecheck
 	$(PY) -m pytest $(PYTEST_ARGS) -m "not alone"
 	$(PY) -m pytest -m alone

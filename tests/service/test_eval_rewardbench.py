@@ -1,8 +1,8 @@
 """``rewardserve eval`` decides every pair as the ``rewardbench`` package's own run does
 (PyPI rewardbench 0.1.4, ``rewardbench --dataset FILE --load_json``, rewardbench.py), on
 the same local model and pairs. rewardbench pins transformers 4.51, so it runs from its
-own virtualenv, ``make rewardbench-venv`` (a few minutes of installing: not part of
-``make test``, whose time it would push past its budget; the test runs where it is built)."""
+own virtualenv, ``make rewardbench-venv``, which ``make test`` builds beside the others
+(seconds from uv's cache)."""
 
 from __future__ import annotations
 
