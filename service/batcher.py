@@ -92,6 +92,7 @@ class Batcher:
         self._tokens_per_s = 0.0  # recent throughput, for retry-after
         self._posted: deque[list[_Pending]] = deque()  # to run inside the batch in flight
         self._running_tenant: object = _IDLE  # the tenant of the batch in flight
+        self._running_tokens = 0  # and its tokens
         self._inside_s = 0.0  # of the batch in flight, seconds spent on posted work
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -284,6 +285,7 @@ class Batcher:
             if not batch:
                 return
             self._running_tenant, self._inside_s = _tenant(batch[0].unit), 0.0
+            self._running_tokens = sum(p.unit.length for p in batch)
             start = time.monotonic()
             loop = asyncio.get_running_loop()
             results = await loop.run_in_executor(self._executor, self._run_then_tidy, [p.unit for p in batch])
@@ -324,14 +326,22 @@ class Batcher:
         if self._running_tenant is _IDLE or self._posted or not self.policy.preemptible \
                 or self._tenants is None or not self._shared():
             return
-        if self._another_tenant_behind():  # from the tenants' token counts: no queue scan
+        if self._another_tenant_behind():
             self._drop_gone()  # dropped work leaves the counts too
             if self._another_tenant_behind():
                 self._posted.append(self._take_batch())
 
     def _another_tenant_behind(self) -> bool:
-        queued = self._shares.queued_tenants()
-        return bool(queued) and self._shares.turns.furthest_behind(queued) != self._running_tenant
+        """Whether the tenant furthest behind (from the tenants' token counts: no queue
+        scan) is another than the batch in flight's, behind it, and has less work queued
+        than that batch: a light tenant's work passes a flood's long batch, never a flood's
+        batch a light tenant's short one."""
+        queued, running = self._shares.queued_tenants(), self._running_tenant
+        if not queued or not (running is None or isinstance(running, str)):
+            return False
+        behind = self._shares.turns.furthest_behind(queued)
+        return (behind != running and self._shares.turns.before(behind, running)
+                and self._shares.queued(behind) < self._running_tokens)
 
     def _run_posted(self) -> None:
         """On the worker thread, at a layer boundary of the batch in flight: the posted
@@ -340,6 +350,9 @@ class Batcher:
             batch = self._posted.popleft()
         except IndexError:
             return
+        assert self._loop is not None
+        # Light work that came while this batch waited its turn goes at the next boundary.
+        self._loop.call_soon_threadsafe(self._post_inside)
         start = time.monotonic()
         try:
             results: list[UnitOutput] | BaseException = self._run_isolating([p.unit for p in batch])
@@ -347,7 +360,6 @@ class Batcher:
             results = exc
         elapsed = time.monotonic() - start
         self._inside_s += elapsed
-        assert self._loop is not None
         self._loop.call_soon_threadsafe(self._answer, batch, results, start, elapsed)
 
     def _run_isolating(self, units: list[Unit[Any]]) -> list[UnitOutput]:

@@ -265,6 +265,10 @@ class TenantShares:
         return {tenant for tenant, seen in self._last_seen.items()
                 if now - seen < ACTIVE_S or self._queued.get(tenant, 0) > 0}
 
+    def queued(self, tenant: str | None) -> int:
+        """The tokens ``tenant`` has queued."""
+        return self._queued.get(tenant, 0)
+
     def queued_tenants(self) -> list[str | None]:
         return [tenant for tenant, tokens in self._queued.items() if tokens > 0]
 
@@ -291,6 +295,10 @@ class VirtualTimes:
 
     def furthest_behind(self, tenants: Iterable[str | None]) -> str | None:
         return min(tenants, key=lambda t: (self._virtual.get(t, self._clock), t or ""))
+
+    def before(self, tenant: str | None, other: str | None) -> bool:
+        """Whether ``tenant`` is behind ``other`` (one unseen at the current virtual time)."""
+        return self._virtual.get(tenant, self._clock) < self._virtual.get(other, self._clock)
 
     def charge(self, first: str | None, served: dict[str | None, float]) -> None:
         """``first`` was chosen (``furthest_behind``) and ``served`` the work each tenant

@@ -145,14 +145,9 @@ async def test_shared_batches_hold_one_tenant_s_work_when_batch_ms_is_above_the_
     await batcher.stop()
 
 
-@pytest.mark.parametrize("preemptible", [True, False])
-async def test_a_light_tenant_s_batch_runs_between_layers_of_a_flood_s_batch(preemptible):
-    """A model whose forward passes layer boundaries: b's item, sent while a's batch is in
-    flight, runs whole at the next boundary (a's batch then goes on), and every unit gets
-    its own output. Without the capability it waits for a's whole batch."""
+def layered_batcher(events: list[str], preemptible: bool = True) -> Batcher:
+    """Tenants a and b on a model of 8 layers of 10 ms, each logged as tenant + layer."""
     from rewardserve.models.backends.layer_boundaries import layer_boundary
-
-    events: list[str] = []
 
     def run(batch):
         who = batch[0].payload[0]
@@ -167,6 +162,16 @@ async def test_a_light_tenant_s_batch_runs_between_layers_of_a_flood_s_batch(pre
                          preemptible=preemptible)
     batcher = Batcher("m", run, policy, Metrics(), tenants=table)
     batcher.start()
+    return batcher
+
+
+@pytest.mark.parametrize("preemptible", [True, False])
+async def test_a_light_tenant_s_batch_runs_between_layers_of_a_flood_s_batch(preemptible):
+    """A model whose forward passes layer boundaries: b's item, sent while a's batch is in
+    flight, runs whole at the next boundary (a's batch then goes on), and every unit gets
+    its own output. Without the capability it waits for a's whole batch."""
+    events: list[str] = []
+    batcher = layered_batcher(events, preemptible)
     flood = batcher.submit(units("a", 20), None)
     while "a1" not in events:
         await asyncio.sleep(0.001)
@@ -180,6 +185,38 @@ async def test_a_light_tenant_s_batch_runs_between_layers_of_a_flood_s_batch(pre
         assert events.index("a7") > at + 7
     else:
         assert events.index("b0") > events.index("a7")
+    await batcher.stop()
+
+
+async def test_a_flood_s_batch_never_runs_inside_a_light_tenant_s_short_one():
+    """b's one-item batch is in flight when a's flood comes: a's batch waits for it rather
+    than b waiting for a's whole batch between two of its own layers."""
+    events: list[str] = []
+    batcher = layered_batcher(events)
+    (light,) = batcher.submit(units("b", 1), None)
+    while "b1" not in events:
+        await asyncio.sleep(0.001)
+    flood = batcher.submit(units("a", 20), None)
+    await asyncio.gather(light, *flood)
+    assert events[:8] == [f"b{k}" for k in range(8)], events
+    await batcher.stop()
+
+
+async def test_light_work_sent_while_other_light_work_waits_for_a_boundary_goes_at_the_next_one():
+    """Two of b's items sent one after the other while a's batch is in flight: the first
+    is posted for the next layer boundary, the second (queued while the first waited) at
+    the boundary after it, not after a's whole batch."""
+    events: list[str] = []
+    batcher = layered_batcher(events)
+    flood = batcher.submit(units("a", 20), None)
+    while "a1" not in events:
+        await asyncio.sleep(0.001)
+    first = batcher.submit(units("b", 1), None)
+    second = batcher.submit(units("b", 1), None)
+    await asyncio.gather(*flood, *first, *second)
+    a_end = events.index("a7")
+    assert events.count("b0") == 2 and all(events.index(f"b{k}") < a_end for k in range(8)), events
+    assert len([e for e in events[:a_end] if e.startswith("b")]) == 16, events
     await batcher.stop()
 
 
