@@ -51,14 +51,23 @@ class Measured:
     light: LoadResult  # B beside A's flood
     capacity: float  # A's items/s with B idle: the machine's capacity for A
     beside: float  # A's items/s beside B
+    light_share: float  # of the model's time B's work takes alone (its forwards' seconds a second)
+
+    @property
+    def left_for_a(self) -> float:
+        """A's items/s on the machine time B's work leaves (a one-item forward costs
+        more per item than one of A's batched items, so this is less than capacity - B's
+        items/s)."""
+        return self.capacity * (1.0 - self.light_share)
 
 
-async def served(http, url: str) -> tuple[float, float]:
-    """Now, and the items the service has scored (its own count)."""
+async def served(http, url: str) -> tuple[float, float, float]:
+    """Now, the items the service has scored and its forwards' seconds (its own counts)."""
     from tests.harness import metric
 
     text = (await http.get(url + "/metrics", headers={"authorization": "Bearer key-a"})).text
-    return time.perf_counter(), metric(text, "rewardserve_items_scored_total")
+    return (time.perf_counter(), metric(text, "rewardserve_items_scored_total"),
+            metric(text, "rewardserve_forward_duration_seconds_sum"))
 
 
 async def measure(url: str, b_rate: float, seconds: float, a_items: int, rng: random.Random) -> Measured:
@@ -71,18 +80,22 @@ async def measure(url: str, b_rate: float, seconds: float, a_items: int, rng: ra
     from rewardserve.service.tenants import ACTIVE_S
 
     a_rate = b_rate * 10 / a_items
-    await open_loop(url, "/v1/score", body(rng, 1), b_rate, 2.0, "key-b")  # warm
-    alone = await open_loop(url, "/v1/score", body(rng, 1), b_rate, seconds, "key-b")
-    flood = asyncio.ensure_future(open_loop(url, "/v1/score", body(rng, a_items), a_rate, 10 * seconds + 60, "key-a"))
     async with httpx.AsyncClient(timeout=30) as http:
+        await open_loop(url, "/v1/score", body(rng, 1), b_rate, 2.0, "key-b")  # warm
+        _, _, busy_before = await served(http, url)
+        alone = await open_loop(url, "/v1/score", body(rng, 1), b_rate, seconds, "key-b")
+        _, _, busy_after = await served(http, url)
+        flood = asyncio.ensure_future(open_loop(url, "/v1/score", body(rng, a_items), a_rate, 10 * seconds + 60,
+                                                "key-a"))
         await asyncio.sleep(ACTIVE_S + 1.0)  # B counts as idle (A alone gets whole batches); A's queue fills
-        t0, before = await served(http, url)
+        t0, before, _ = await served(http, url)
         await asyncio.sleep(seconds)
-        t1, middle = await served(http, url)
+        t1, middle, _ = await served(http, url)
         light = await open_loop(url, "/v1/score", body(rng, 1), b_rate, seconds, "key-b")
-        t2, after = await served(http, url)
+        t2, after, _ = await served(http, url)
     flood.cancel()
-    return Measured(alone, light, (middle - before) / (t1 - t0), (after - middle - light.items) / (t2 - t1))
+    return Measured(alone, light, (middle - before) / (t1 - t0), (after - middle - light.items) / (t2 - t1),
+                    (busy_after - busy_before) / alone.elapsed)
 
 
 def main() -> None:
@@ -127,13 +140,15 @@ def main() -> None:
           f"{args.b_rate * 10 / args.a_items:g} req/s of {args.a_items} items (10x B's items), open loop, "
           f"{args.seconds:g} s; items ~300 tokens; model hidden {args.hidden}, {args.layers} layers")
     print(f"{'':26}{'B alone p50/p99 s':>20}{'B with A p50/p99 s':>22}{'p99 ratio':>11}{'A alone it/s':>14}"
-          f"{'A with B it/s':>15}{'B it/s':>8}")
+          f"{'A with B it/s':>15}{'B it/s':>8}{'A / (cap - B)':>15}{'A / left':>10}")
     for label, m in rows:
         print(f"{label:26}{m.alone.quantile(.5):>9.3f}/{m.alone.quantile(.99):<10.3f}{m.light.quantile(.5):>11.3f}/"
               f"{m.light.quantile(.99):<10.3f}{m.light.quantile(.99) / m.alone.quantile(.99):>11.2f}"
-              f"{m.capacity:>14.2f}{m.beside:>15.2f}{m.light.items_per_s:>8.2f}")
+              f"{m.capacity:>14.2f}{m.beside:>15.2f}{m.light.items_per_s:>8.2f}"
+              f"{m.beside / (m.capacity - m.light.items_per_s):>15.2f}{m.beside / m.left_for_a:>10.2f}")
     print("A alone: the machine's capacity (A's flood with B idle); A with B should reach capacity - B it/s. "
-          "A's items/s are the service's counts over each window.")
+          "A's items/s are the service's counts over each window. left: A's capacity on the model time "
+          "B's work leaves (B's share: its forwards' seconds a second, alone).")
 
 
 if __name__ == "__main__":
