@@ -48,7 +48,6 @@ log = logging.getLogger(__name__)
 Run = Callable[[list[Unit[Any]]], list[UnitOutput]]
 # How many of the oldest queued items a batch is picked from (bounds the sorting work).
 _WINDOW_ITEMS = 4096
-_IDLE = object()  # no batch in flight
 
 
 @dataclass
@@ -91,8 +90,7 @@ class Batcher:
         self._loop_task: asyncio.Task | None = None
         self._tokens_per_s = 0.0  # recent throughput, for retry-after
         self._posted: deque[list[_Pending]] = deque()  # to run inside the batch in flight
-        self._running_tenant: object = _IDLE  # the tenant of the batch in flight
-        self._running_tokens = 0  # and its tokens
+        self._in_flight: tuple[str | None, int] | None = None  # the batch in flight's tenant and tokens
         self._inside_s = 0.0  # of the batch in flight, seconds spent on posted work
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -284,8 +282,7 @@ class Batcher:
             batch = live
             if not batch:
                 return
-            self._running_tenant, self._inside_s = _tenant(batch[0].unit), 0.0
-            self._running_tokens = sum(p.unit.length for p in batch)
+            self._in_flight, self._inside_s = (_tenant(batch[0].unit), sum(p.unit.length for p in batch)), 0.0
             start = time.monotonic()
             loop = asyncio.get_running_loop()
             results = await loop.run_in_executor(self._executor, self._run_then_tidy, [p.unit for p in batch])
@@ -295,7 +292,7 @@ class Batcher:
             if not isinstance(exc, Exception):
                 raise
         finally:
-            self._running_tenant = _IDLE
+            self._in_flight = None
             self._slots.release()
 
     def _answer(self, batch: list[_Pending], results: list[UnitOutput] | BaseException, start: float,
@@ -323,7 +320,7 @@ class Batcher:
         behind, if that is another tenant, for the worker to run between two of the
         in-flight batch's layers (models/backends/layer_boundaries.py): a light tenant
         waits for a layer of a flood's batch, not for all of it."""
-        if self._running_tenant is _IDLE or self._posted or not self.policy.preemptible \
+        if self._in_flight is None or self._posted or not self.policy.preemptible \
                 or self._tenants is None or not self._shared():
             return
         if self._another_tenant_behind():
@@ -333,15 +330,15 @@ class Batcher:
 
     def _another_tenant_behind(self) -> bool:
         """Whether the tenant furthest behind (from the tenants' token counts: no queue
-        scan) is another than the batch in flight's, behind it, and has less work queued
-        than that batch: a light tenant's work passes a flood's long batch, never a flood's
-        batch a light tenant's short one."""
-        queued, running = self._shares.queued_tenants(), self._running_tenant
-        if not queued or not (running is None or isinstance(running, str)):
+        scan) is behind the batch in flight's tenant and has less work queued than that
+        batch: a light tenant's work passes a flood's long batch, never a flood's batch a
+        light tenant's short one."""
+        queued = self._shares.queued_tenants()
+        if not queued or self._in_flight is None:
             return False
+        running, tokens = self._in_flight
         behind = self._shares.turns.furthest_behind(queued)
-        return (behind != running and self._shares.turns.before(behind, running)
-                and self._shares.queued(behind) < self._running_tokens)
+        return self._shares.turns.before(behind, running) and self._shares.queued(behind) < tokens
 
     def _run_posted(self) -> None:
         """On the worker thread, at a layer boundary of the batch in flight: the posted
