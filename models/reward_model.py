@@ -107,40 +107,24 @@ class BatchPolicy:
     preemptible: bool = False
 
     def cost(self, lengths: list[int]) -> int:
-        if not lengths:
-            return 0
-        return max(lengths) * len(lengths) if self.pads else sum(lengths)
+        return self.cost_sized(len(lengths), sum(lengths), max(lengths, default=0))
+
+    def cost_sized(self, count: int, total: int, longest: int) -> int:
+        """The cost of ``count`` items of ``total`` tokens, the longest ``longest``."""
+        return longest * count if self.pads else total
 
     def fits(self, lengths: list[int]) -> bool:
         """Whether these items may form one batch."""
-        if len(lengths) <= 1:
-            return True
-        cost = self.cost(lengths)
-        return (
-            cost <= self.max_batch_tokens
-            and len(lengths) <= self.max_batch_items
-            and 1.0 - sum(lengths) / cost <= self.max_padding_ratio
-        )
+        return self.fits_sized(len(lengths), sum(lengths), max(lengths, default=0))
 
-    def around(self, lengths: list[int]) -> set[int]:
-        """Indices of a batch: item 0 (the oldest) and the items nearest it in length, added
-        one by one on the side that pads least, while the batch fits."""
-        by_length = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
-        lo = hi = by_length.index(0)  # the batch is by_length[lo : hi + 1]
-        taken = [lengths[0]]
-        while True:
-            best = None
-            for new_lo, new_hi in ((lo - 1, hi), (lo, hi + 1)):
-                if new_lo < 0 or new_hi >= len(by_length):
-                    continue
-                trial = taken + [lengths[by_length[new_lo if new_lo < lo else new_hi]]]
-                if self.fits(trial):
-                    waste = self.cost(trial) - sum(trial)
-                    if best is None or waste < best[0]:
-                        best = (waste, new_lo, new_hi, trial)
-            if best is None:
-                return {by_length[i] for i in range(lo, hi + 1)}
-            _, lo, hi, taken = best
+    def fits_sized(self, count: int, total: int, longest: int) -> bool:
+        """``fits`` from the items' count, total tokens and longest length (a batch grown
+        one item at a time checks each step at no cost per item already in it)."""
+        if count <= 1:
+            return True
+        cost = self.cost_sized(count, total, longest)
+        return cost <= self.max_batch_tokens and count <= self.max_batch_items \
+            and (not cost or 1.0 - total / cost <= self.max_padding_ratio)
 
 
 class RewardModel(ABC):

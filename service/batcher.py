@@ -1,16 +1,17 @@
 """Per-model dynamic batching across concurrent requests.
 
-Requests put their work in one queue per model. The loop below waits for a free slot,
-lets work gather for at most ``max_wait_ms`` after the oldest arrival (less when a full
-batch is already waiting), then takes the oldest item and the queued items nearest it in
-length, as many as fit the padded token budget. Oldest-first keeps it fair; choosing
-length neighbours from the whole queue keeps padding low. Each batch runs on the
+Requests put their work in one queue per model (service/work_queue.py). The loop below
+waits for a free slot, lets work gather for at most ``max_wait_ms`` after the oldest
+arrival (less when a full batch is already waiting), then takes the oldest item and the
+queued items nearest it in length, as many as fit the padded token budget. Oldest-first
+keeps it fair; choosing length neighbours from the whole queue keeps padding low. Each
+batch runs on the
 model's worker thread (on a CPU, the one thread all torch models share: served_models.py);
 results go back to each item's future.
 
 The queue is bounded in tokens: work that does not fit is refused at once (429), so a
 burst never turns into unbounded memory or latency. Work whose request has gone away
-(client disconnected) is dropped right before compute.
+(client disconnected, deadline passed) leaves the queue as its future settles.
 
 With tenants (service/tenants.py), the oldest item is taken from the tenant furthest
 behind its weighted share (``VirtualTimes``); room left in the batch goes to others'
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import itertools
+import functools
 import logging
 import math
 import time
@@ -42,12 +43,12 @@ from rewardserve.models.reward_model import BatchPolicy
 from rewardserve.service.errors import DeadlineExceeded, NotReady, QueueFull, QueueTooSmall, TenantQueueFull
 from rewardserve.service.metrics import Metrics
 from rewardserve.service.tenants import DEFAULT, Tenants, TenantShares
+from rewardserve.service.work_queue import Pending as _Pending
+from rewardserve.service.work_queue import WorkQueue
 
 log = logging.getLogger(__name__)
 
 Run = Callable[[list[Unit[Any]]], list[UnitOutput]]
-# How many of the oldest queued items a batch is picked from (bounds the sorting work).
-_WINDOW_ITEMS = 4096
 
 
 @dataclass
@@ -57,14 +58,6 @@ class Outcome:
     result: UnitOutput
     queue_s: float
     inference_s: float
-
-
-@dataclass
-class _Pending:
-    unit: Unit[Any]
-    future: asyncio.Future
-    enqueued: float
-    deadline: float | None = None  # time.monotonic() past which the work is not computed
 
 
 class Batcher:
@@ -80,8 +73,7 @@ class Batcher:
         self.policy = policy
         self._run = run
         self._metrics = metrics
-        self._queue: deque[_Pending] = deque()
-        self._queued_tokens = 0
+        self._queue = WorkQueue()  # keyed by tenant where there are tenants
         self._wakeup = asyncio.Event()
         self._slots = asyncio.Semaphore(policy.concurrency)
         self._running: set[asyncio.Task] = set()
@@ -113,12 +105,15 @@ class Batcher:
         self._shares.admit(tenant, tokens, self._retry_after)
         loop = asyncio.get_running_loop()
         now = time.monotonic()
-        futures = []
+        futures, pendings = [], []
         for unit in units:
-            future = loop.create_future()
-            self._queue.append(_Pending(unit, future, now, deadline))
-            futures.append(future)
-        self._queued_tokens += tokens
+            pending = _Pending(unit, loop.create_future(), now, deadline)
+            self._queue.add(self._key(unit), pending)
+            pending.future.add_done_callback(functools.partial(self._settled_early, pending))
+            futures.append(pending.future)
+            pendings.append(pending)
+        if deadline is not None:
+            loop.call_later(max(0.0, deadline - now), self._deadline_passed, pendings)
         self._shares.add(tenant, tokens)
         self._update_gauges()
         self._wakeup.set()
@@ -128,6 +123,17 @@ class Batcher:
     @property
     def pending_items(self) -> int:
         return len(self._queue)
+
+    def _key(self, unit: Unit[Any]) -> str | None:
+        return _tenant(unit) if self._tenants is not None else None
+
+    def _settled_early(self, pending: _Pending, _future: asyncio.Future) -> None:
+        """A unit's future settled: where it was still queued (its client went away, its
+        deadline passed), it leaves the queue and its counts now."""
+        if self._queue.remove(self._key(pending.unit), pending):
+            self._shares.add(_tenant(pending.unit), -pending.unit.length)
+            self._update_gauges()
+            self._count_dropped([pending])
 
     async def stop(self) -> None:
         """Stop taking batches, let running ones finish, fail what is still queued."""
@@ -159,20 +165,18 @@ class Batcher:
 
     async def _next_batch(self) -> list[_Pending]:
         while True:
-            self._drop_gone()
             if not self._queue:
                 self._wakeup.clear()
                 await self._wakeup.wait()
                 continue
             await self._gather_more()
-            self._drop_gone()
             if self._queue:
                 return self._take_batch()
 
     async def _gather_more(self) -> None:
         """Wait for company, at most max_wait after the oldest item arrived."""
-        deadline = self._queue[0].enqueued + self.policy.max_wait_ms / 1000.0
-        while self._queued_tokens < self.policy.max_batch_tokens:
+        deadline = self._queue.oldest().enqueued + self.policy.max_wait_ms / 1000.0
+        while self._queue.tokens < self.policy.max_batch_tokens and self._queue:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return
@@ -187,20 +191,16 @@ class Batcher:
         it in length, as many as the budget, the item cap and the padding cap allow.
         Oldest-first keeps it fair; picking length neighbours keeps padding low."""
         if self._tenants is None:
-            window = list(itertools.islice(self._queue, _WINDOW_ITEMS))
-            return self._taken(self._grow(window))
-        tenant = self._shares.turns.furthest_behind({_tenant(p.unit) for p in self._queue})
-        window = list(itertools.islice((p for p in self._queue if _tenant(p.unit) == tenant), _WINDOW_ITEMS))
+            return self._taken(self._queue.nearest(None, self.policy, []))
+        keys = self._queue.keys()
+        tenant = self._shares.turns.furthest_behind(keys)
         shared = self._shared_policy()
-        batch = self._grow(window, shared or self.policy)
-        lengths = [p.unit.length for p in batch]
-        chosen = {id(p) for p in batch}
-        # Room left goes to others' work, unless the batch is kept short for them.
-        for pending in itertools.islice(self._queue, _WINDOW_ITEMS) if shared is None else ():
-            if id(pending) not in chosen and self.policy.fits(lengths + [pending.unit.length]):
-                batch.append(pending)
-                chosen.add(id(pending))
-                lengths.append(pending.unit.length)
+        batch = self._queue.nearest(tenant, shared or self.policy, [])
+        # Room left goes to others' work (nearest in length), unless the batch is kept
+        # short for them.
+        for other in keys if shared is None else ():
+            if other != tenant:
+                batch += self._queue.nearest(other, self.policy, batch)
         served: dict[str | None, float] = {}
         for pending in batch:
             served[_tenant(pending.unit)] = served.get(_tenant(pending.unit), 0) + pending.unit.length
@@ -225,13 +225,13 @@ class Batcher:
 
     def _taken(self, batch: list[_Pending]) -> list[_Pending]:
         """``batch`` out of the queue and its counts."""
-        chosen = {id(p) for p in batch}
-        self._queue = deque(p for p in self._queue if id(p) not in chosen)
+        for pending in batch:
+            self._queue.remove(self._key(pending.unit), pending)
         self._forget(batch)
         return batch
 
     def _fail_queued(self, exc: Exception) -> None:
-        queued, self._queue = list(self._queue), deque()
+        queued = self._queue.drain()
         self._forget(queued)
         while self._posted:  # taken already, waiting for a layer boundary or the next slot
             queued += self._posted.popleft()
@@ -241,26 +241,15 @@ class Batcher:
 
     def _forget(self, pendings: list[_Pending]) -> None:
         for pending in pendings:
-            tenant = _tenant(pending.unit)
-            self._queued_tokens -= pending.unit.length
-            self._shares.add(tenant, -pending.unit.length)
+            self._shares.add(_tenant(pending.unit), -pending.unit.length)
         self._update_gauges()
 
-    def _grow(self, window: list[_Pending], policy: BatchPolicy | None = None) -> list[_Pending]:
-        """window[0] and the items of ``window`` nearest it in length that fit."""
-        chosen = (policy or self.policy).around([p.unit.length for p in window])
-        return [window[i] for i in sorted(chosen, key=lambda i: window[i].unit.length)]
+    def _deadline_passed(self, pendings: list[_Pending]) -> None:
+        for pending in pendings:
+            if pending.queued and not pending.future.done():  # it then leaves the queue
+                pending.future.set_exception(DeadlineExceeded("the request's deadline passed before compute"))
 
-    def _drop_gone(self) -> None:
-        """Forget queued items whose client went away or whose deadline passed."""
-        self._expire(self._queue)
-        gone = [p for p in self._queue if p.future.done()]
-        if gone:
-            self._queue = deque(p for p in self._queue if not p.future.done())
-            self._forget(gone)
-            self._count_dropped(gone)
-
-    def _expire(self, pendings) -> None:
+    def _expire(self, pendings: list[_Pending]) -> None:
         now = time.monotonic()
         for pending in pendings:
             if pending.deadline is not None and pending.deadline <= now and not pending.future.done():
@@ -324,9 +313,7 @@ class Batcher:
                 or self._tenants is None or not self._shared():
             return
         if self._another_tenant_behind():
-            self._drop_gone()  # dropped work leaves the counts too
-            if self._another_tenant_behind():
-                self._posted.append(self._take_batch())
+            self._posted.append(self._take_batch())
 
     def _another_tenant_behind(self) -> bool:
         """Whether the tenant furthest behind (from the tenants' token counts: no queue
@@ -403,12 +390,12 @@ class Batcher:
         """Seconds until the queue has likely drained enough to take ``tokens``."""
         if self._tokens_per_s <= 0:
             return 1
-        backlog = self._queued_tokens + tokens - self.policy.max_queue_tokens
+        backlog = self._queue.tokens + tokens - self.policy.max_queue_tokens
         return max(1, min(60, math.ceil(backlog / self._tokens_per_s)))
 
     def _update_gauges(self) -> None:
         self._metrics.queue_items.labels(self.name).set(self.pending_items)
-        self._metrics.queue_tokens.labels(self.name).set(self._queued_tokens)
+        self._metrics.queue_tokens.labels(self.name).set(self._queue.tokens)
 
 
 def _tenant(unit: Unit[Any]) -> str | None:

@@ -1,17 +1,24 @@
-from __future__ import annotations
+import random
 
 from rewardserve.models.reward_model import BatchPolicy
 
 
-def test_a_batch_grows_from_the_oldest_item_to_its_nearest_lengths():
-    lengths = [100, 10, 96, 300, 104, 98]
+def test_a_batch_fits_by_padded_cost_item_count_and_padding_share():
     padded = BatchPolicy(max_batch_tokens=4 * 104, pads=True)
-    # 100 first, then whichever neighbour pads least while four items of <= 104 fit.
-    assert padded.around(lengths) == {0, 2, 4, 5}
-    packed = BatchPolicy(max_batch_tokens=210, pads=False)
-    assert packed.around(lengths) == {0, 5}  # 100 + 98; adding 96 or 104 passes 210
+    assert padded.fits([100, 104, 96, 98]) and not padded.fits([100, 105, 96, 98])
+    assert BatchPolicy(max_batch_tokens=210, pads=False).fits([100, 110]) \
+        and not BatchPolicy(max_batch_tokens=210, pads=False).fits([100, 111])
+    assert not BatchPolicy(max_batch_items=2).fits([1, 1, 1])
+    assert not BatchPolicy(max_padding_ratio=0.1).fits([100, 70])  # 30 of 200 padded tokens
+    assert BatchPolicy(max_batch_tokens=50).fits([300])  # one item always fits
 
 
-def test_the_oldest_item_is_taken_even_alone_and_over_budget():
-    assert BatchPolicy(max_batch_tokens=50).around([300, 10, 20]) == {0}
-    assert BatchPolicy(max_batch_items=1).around([5, 5, 5]) == {0}
+def test_fits_sized_agrees_with_fits_on_the_lengths_themselves():
+    rng = random.Random(7)
+    for _ in range(500):
+        policy = BatchPolicy(max_batch_tokens=rng.randint(1, 2000), max_batch_items=rng.randint(1, 8),
+                             pads=rng.random() < 0.5, max_padding_ratio=rng.choice([1.0, 0.3, 0.05]))
+        lengths = [rng.randint(0, 400) for _ in range(rng.randint(0, 9))]
+        sized = (len(lengths), sum(lengths), max(lengths, default=0))
+        assert policy.fits_sized(*sized) == policy.fits(lengths)
+        assert policy.cost_sized(*sized) == policy.cost(lengths)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import pytest
 
@@ -11,7 +12,7 @@ from rewardserve.client.protocol import ItemResult
 from rewardserve.models.reward_model import BatchPolicy
 from rewardserve.models.planning import ItemError, Unit
 from rewardserve.service.batcher import Batcher
-from rewardserve.service.errors import QueueFull, QueueTooSmall
+from rewardserve.service.errors import DeadlineExceeded, QueueFull, QueueTooSmall
 from rewardserve.service.metrics import Metrics
 
 
@@ -87,6 +88,37 @@ async def test_cancelled_work_is_dropped_before_compute():
     await batcher.stop()
     assert rec.batches == [[3]]
     assert metrics.dropped.labels("t", "disconnected")._value.get() == 2
+
+
+async def test_work_that_leaves_while_the_model_is_busy_frees_its_queue_room_at_once():
+    """A client that hangs up, or whose deadline passes, while a long batch runs gives its
+    queue room back then, not when the model next chooses a batch: a 429 for everyone
+    else would otherwise outlive the work that caused it."""
+    rec = Recorder()
+    rec.gate.clear()  # the model stays busy with the first batch throughout
+    metrics = Metrics()
+    batcher = Batcher("t", rec, BatchPolicy(max_wait_ms=0, max_queue_tokens=100), metrics)
+    batcher.start()
+    running = asyncio.ensure_future(run(batcher, works([5])))
+    await asyncio.sleep(0.05)
+    gone = batcher.submit(works([60]))
+    expiring = batcher.submit(works([40]), deadline=time.monotonic() + 0.05)
+    with pytest.raises(QueueFull):
+        batcher.submit(works([30]))
+    for future in gone:
+        future.cancel()
+    await asyncio.sleep(0.2)
+    assert batcher.pending_items == 0 and rec.batches == []
+    with pytest.raises(DeadlineExceeded):
+        await expiring[0]
+    assert metrics.dropped.labels("t", "disconnected")._value.get() == 1
+    assert metrics.dropped.labels("t", "deadline")._value.get() == 1
+    fits_now = batcher.submit(works([100]))
+    rec.gate.set()
+    await running
+    await asyncio.gather(*fits_now)
+    await batcher.stop()
+    assert rec.batches == [[5], [100]]
 
 
 async def test_queue_bound_refuses_with_retry_after():
