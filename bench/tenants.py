@@ -9,8 +9,9 @@ false``, after A's whole batch) and without (one queue, oldest first).
 B sends one item every 1/b-rate seconds; A sends ten times as many items (``--a-items``
 per request, 10 by default: a trainer's batch; 1 makes it a flood of small requests), each
 request fired on schedule whatever became of the last (open loop), over raw sockets (bench/open_loop.py) so the load costs the 2 cores little.
-A alone: A's flood with B idle, the machine's capacity for A; then B joins the flood
-(``measure``; tests/service/test_tenants_flood.py runs it as issue 23's check).
+A alone: A's flood with B idle, the machine's capacity for A, measured before B joins the
+flood and after B leaves (``measure``; tests/service/test_tenants_flood.py runs it as
+issue 23's check).
 The model is a Qwen3 classifier (hidden 256, 4 layers by default, random weights), items
 ~300 tokens of fresh words per run.
 """
@@ -49,16 +50,20 @@ def body(rng: random.Random, items: int):
 class Measured:
     alone: LoadResult  # B with A idle
     light: LoadResult  # B beside A's flood
-    capacity: float  # A's items/s with B idle: the machine's capacity for A
+    capacity: float  # A's items/s with B idle (before and after B): the machine's capacity for A
     beside: float  # A's items/s beside B
     light_share: float  # of the model's time B's work takes alone (its forwards' seconds a second)
+    busy_beside: float  # of the time A and B share the model, the share it spends in forwards
+    light_share_beside: float | None  # B's model seconds a second beside A (tenants' counts; None without)
 
     @property
     def left_for_a(self) -> float:
-        """A's items/s on the machine time B's work leaves (a one-item forward costs
-        more per item than one of A's batched items, so this is less than capacity - B's
-        items/s)."""
-        return self.capacity * (1.0 - self.light_share)
+        """A's items/s on the model time B's work leaves: B's share is its model seconds
+        a second beside A (as alone where the service has no tenants). A one-item forward
+        costs more per item than one of A's batched items, so this is less than capacity
+        - B's items/s."""
+        share = self.light_share if self.light_share_beside is None else self.light_share_beside
+        return self.capacity * (1.0 - share)
 
 
 async def served(http, url: str) -> tuple[float, float, float]:
@@ -70,11 +75,21 @@ async def served(http, url: str) -> tuple[float, float, float]:
             metric(text, "rewardserve_forward_duration_seconds_sum"))
 
 
+async def model_seconds(http, url: str, tenant: str) -> float | None:
+    """The model time the service has charged ``tenant`` (None where it has no tenants)."""
+    from tests.harness import metric
+
+    text = (await http.get(url + "/metrics", headers={"authorization": f"Bearer key-{tenant}"})).text
+    name = "rewardserve_tenant_model_seconds_total"
+    return metric(text, name, tenant=tenant) if name in text else None
+
+
 async def measure(url: str, b_rate: float, seconds: float, a_items: int, rng: random.Random) -> Measured:
-    """B alone; then A's flood alone, then B beside it. A's flood never stops between its
-    two windows, and its items/s are read from the service's per-tenant counts over each
-    window, less B's: counting A's answers at the client would credit A with its backlog
-    drained after B stopped (at the whole machine's speed)."""
+    """B alone; then A's flood alone, B beside it, and A alone again (A's capacity: the
+    two windows alone, around the one beside B). A's flood never stops between its
+    windows, and its items/s are read from the service's counts over each window, less
+    B's: counting A's answers at the client would credit A with its backlog drained after
+    B stopped (at the whole machine's speed)."""
     import httpx
 
     from rewardserve.service.tenants import ACTIVE_S
@@ -90,12 +105,20 @@ async def measure(url: str, b_rate: float, seconds: float, a_items: int, rng: ra
         await asyncio.sleep(ACTIVE_S + 1.0)  # B counts as idle (A alone gets whole batches); A's queue fills
         t0, before, _ = await served(http, url)
         await asyncio.sleep(seconds)
-        t1, middle, _ = await served(http, url)
+        t1, middle, busy_middle = await served(http, url)
+        b_before = await model_seconds(http, url, "b")
         light = await open_loop(url, "/v1/score", body(rng, 1), b_rate, seconds, "key-b")
-        t2, after, _ = await served(http, url)
+        t2, after, busy_end = await served(http, url)
+        b_after = await model_seconds(http, url, "b")
+        await asyncio.sleep(ACTIVE_S + 1.0)  # A alone again: the CPU's speed drifts by a few % over minutes
+        t3, again, _ = await served(http, url)
+        await asyncio.sleep(seconds)
+        t4, end, _ = await served(http, url)
     flood.cancel()
-    return Measured(alone, light, (middle - before) / (t1 - t0), (after - middle - light.items) / (t2 - t1),
-                    (busy_after - busy_before) / alone.elapsed)
+    b_share = None if b_before is None or b_after is None else (b_after - b_before) / (t2 - t1)
+    capacity = (middle - before + end - again) / (t1 - t0 + t4 - t3)
+    return Measured(alone, light, capacity, (after - middle - light.items) / (t2 - t1),
+                    (busy_after - busy_before) / alone.elapsed, (busy_end - busy_middle) / (t2 - t1), b_share)
 
 
 def main() -> None:
@@ -140,15 +163,17 @@ def main() -> None:
           f"{args.b_rate * 10 / args.a_items:g} req/s of {args.a_items} items (10x B's items), open loop, "
           f"{args.seconds:g} s; items ~300 tokens; model hidden {args.hidden}, {args.layers} layers")
     print(f"{'':26}{'B alone p50/p99 s':>20}{'B with A p50/p99 s':>22}{'p99 ratio':>11}{'A alone it/s':>14}"
-          f"{'A with B it/s':>15}{'B it/s':>8}{'A / (cap - B)':>15}{'A / left':>10}")
+          f"{'A with B it/s':>15}{'B it/s':>8}{'A / (cap - B)':>15}{'A / left':>10}{'busy':>6}{'B share':>13}")
     for label, m in rows:
         print(f"{label:26}{m.alone.quantile(.5):>9.3f}/{m.alone.quantile(.99):<10.3f}{m.light.quantile(.5):>11.3f}/"
               f"{m.light.quantile(.99):<10.3f}{m.light.quantile(.99) / m.alone.quantile(.99):>11.2f}"
               f"{m.capacity:>14.2f}{m.beside:>15.2f}{m.light.items_per_s:>8.2f}"
-              f"{m.beside / (m.capacity - m.light.items_per_s):>15.2f}{m.beside / m.left_for_a:>10.2f}")
+              f"{m.beside / (m.capacity - m.light.items_per_s):>15.2f}{m.beside / m.left_for_a:>10.2f}"
+              f"{m.busy_beside:>6.2f}{m.light_share:>7.2f}/{float('nan') if m.light_share_beside is None else m.light_share_beside:<5.2f}")
     print("A alone: the machine's capacity (A's flood with B idle); A with B should reach capacity - B it/s. "
           "A's items/s are the service's counts over each window. left: A's capacity on the model time "
-          "B's work leaves (B's share: its forwards' seconds a second, alone).")
+          "B's work leaves. B share: B's model seconds a second alone / beside A (the service's per-tenant "
+          "count; with tenants, left uses it). busy: the model's forwards' seconds a second while A and B share it.")
 
 
 if __name__ == "__main__":

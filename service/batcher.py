@@ -377,6 +377,8 @@ class Batcher:
             if self._tenants is not None:
                 tenant = _tenant(pending.unit) or DEFAULT
                 self._tenants.queue_seconds.labels(tenant).observe(now - elapsed - pending.enqueued)
+                share = pending.unit.length / tokens if tokens else 1 / len(batch)  # of the forward's time
+                self._tenants.model_seconds.labels(tenant).inc(elapsed * share)
         outputs = [output for produced in results for output in produced]
         invalid = sum(isinstance(r, ItemError) for r in outputs)
         m.items.labels(name, "true").inc(len(outputs) - invalid)

@@ -125,6 +125,10 @@ class Tenants:
         self.tokens = Counter("rewardserve_tenant_tokens", "Tokens queued", ["tenant"], registry=r)
         self.queue_seconds = Histogram("rewardserve_tenant_queue_duration_seconds", "Time waiting for a batch",
                                        ["tenant"], buckets=_LATENCY_BUCKETS, registry=r)
+        # Model time its work took (a batch's forward split by its items' tokens): each
+        # job's use of a shared model, what a fleet charges for.
+        self.model_seconds = Counter("rewardserve_tenant_model_seconds", "Forward time its batches took",
+                                     ["tenant"], registry=r)
         self.rejected = Counter("rewardserve_tenant_rejections", "Requests refused", ["tenant", "reason"],
                                 registry=r)
 

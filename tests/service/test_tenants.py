@@ -332,6 +332,19 @@ async def test_items_per_second_refuses_one_tenant_and_serves_the_other(service)
     assert (await http.post("/v1/score", json=body(1))).status_code == 401
 
 
+async def test_each_tenant_is_charged_its_tokens_share_of_the_model_s_time(service):
+    http: httpx.AsyncClient = service
+    for key, n in (("key-a", 2), ("key-b", 5)):  # items of their own: none answered from the cache
+        items = [{"response": f"{key} {i}", "reference": "x"} for i in range(n)]
+        sent = await http.post("/v1/score", json={"model": "echo", "items": items},
+                               headers={"authorization": f"Bearer {key}"})
+        assert sent.status_code == 200
+    text = (await http.get("/metrics", headers={"authorization": "Bearer admin"})).text
+    charged = {t: metric(text, "rewardserve_tenant_model_seconds_total", tenant=t) for t in ("team-a", "team-b")}
+    assert all(seconds > 0 for seconds in charged.values()), charged
+    assert sum(charged.values()) == pytest.approx(metric(text, "rewardserve_forward_duration_seconds_sum"))
+
+
 async def test_a_tenant_sees_its_own_metrics_only(service):
     http: httpx.AsyncClient = service
     for key in ("key-a", "key-b"):

@@ -43,13 +43,20 @@ def test_a_flood_keeps_a_light_tenant_within_2x_of_its_latency_alone_and_takes_t
     report = (f"B alone p50/p99 {m.alone.quantile(.5):.3f}/{m.alone.quantile(.99):.3f} s, beside A "
               f"{m.light.quantile(.5):.3f}/{m.light.quantile(.99):.3f} s (worst {max(m.light.latencies):.3f}); "
               f"A alone {m.capacity:.2f} items/s, beside B {m.beside:.2f}, B {m.light.items_per_s:.2f} "
-              f"taking {m.light_share:.1%} of the model alone: A gets {m.beside / m.left_for_a:.1%} of what B "
-              f"leaves, {m.beside / (m.capacity - m.light.items_per_s):.1%} of capacity - B items/s")
+              f"taking {m.light_share:.1%} of the model alone, {m.light_share_beside:.1%} beside A: A gets "
+              f"{m.beside / m.left_for_a:.1%} of what B leaves, {m.beside / (m.capacity - m.light.items_per_s):.1%} "
+              f"of capacity - B items/s; the model busy {m.busy_beside:.1%} of the shared window")
     print(report)
     assert m.alone.statuses == {200: m.alone.sent} and m.light.statuses == {200: m.light.sent}, report
     assert m.light.quantile(.99) <= 2 * m.alone.quantile(.99), report
-    # "Capacity minus B's share", B's share as model time: B's items come one to a request,
-    # and a one-item forward costs ~10% more per item than one of A's batched items. A gets
-    # 93-98% of the model time B leaves here (89-93% of capacity less B's items/s); what is
-    # missing is B's requests' own handling on the forward's two cores.
+    # "Capacity minus B's share", B's share as model time: the seconds a second the service
+    # charges B beside A (rewardserve_tenant_model_seconds), which must stay near what B's
+    # work takes alone (0.83-1.18x here). B's items come one to a forward and cost more
+    # model time each than A's batched ones, so what B leaves A is less than capacity less
+    # B's items/s. The model is never idle while A has work queued; A's forwards ran up to
+    # 10% slower beside B than alone in some runs, as fast in others; A's capacity is read
+    # before and after B's window, as the CPU's speed drifts. A got 97-101% of the model
+    # time B leaves over three runs (89-92% of capacity less B's items/s).
+    assert m.busy_beside >= 0.97, report
+    assert m.light_share_beside is not None and m.light_share_beside <= 1.3 * m.light_share, report
     assert m.beside >= 0.9 * m.left_for_a, report
