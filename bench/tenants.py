@@ -66,22 +66,16 @@ class Measured:
         return self.capacity * (1.0 - share)
 
 
-async def served(http, url: str) -> tuple[float, float, float]:
-    """Now, the items the service has scored and its forwards' seconds (its own counts)."""
+async def served(http, url: str) -> tuple[float, float, float, float | None]:
+    """Now, the items the service has scored, its forwards' seconds, and the model time it
+    has charged tenant B (None where it has no tenants): its own counts, in one read."""
     from tests.harness import metric
 
-    text = (await http.get(url + "/metrics", headers={"authorization": "Bearer key-a"})).text
+    text = (await http.get(url + "/metrics", headers={"authorization": "Bearer key-b"})).text
+    charged = "rewardserve_tenant_model_seconds_total"
     return (time.perf_counter(), metric(text, "rewardserve_items_scored_total"),
-            metric(text, "rewardserve_forward_duration_seconds_sum"))
-
-
-async def model_seconds(http, url: str, tenant: str) -> float | None:
-    """The model time the service has charged ``tenant`` (None where it has no tenants)."""
-    from tests.harness import metric
-
-    text = (await http.get(url + "/metrics", headers={"authorization": f"Bearer key-{tenant}"})).text
-    name = "rewardserve_tenant_model_seconds_total"
-    return metric(text, name, tenant=tenant) if name in text else None
+            metric(text, "rewardserve_forward_duration_seconds_sum"),
+            metric(text, charged, tenant="b") if charged in text else None)
 
 
 async def measure(url: str, b_rate: float, seconds: float, a_items: int, rng: random.Random) -> Measured:
@@ -97,23 +91,21 @@ async def measure(url: str, b_rate: float, seconds: float, a_items: int, rng: ra
     a_rate = b_rate * 10 / a_items
     async with httpx.AsyncClient(timeout=30) as http:
         await open_loop(url, "/v1/score", body(rng, 1), b_rate, 2.0, "key-b")  # warm
-        _, _, busy_before = await served(http, url)
+        _, _, busy_before, _ = await served(http, url)
         alone = await open_loop(url, "/v1/score", body(rng, 1), b_rate, seconds, "key-b")
-        _, _, busy_after = await served(http, url)
+        _, _, busy_after, _ = await served(http, url)
         flood = asyncio.ensure_future(open_loop(url, "/v1/score", body(rng, a_items), a_rate, 10 * seconds + 60,
                                                 "key-a"))
         await asyncio.sleep(ACTIVE_S + 1.0)  # B counts as idle (A alone gets whole batches); A's queue fills
-        t0, before, _ = await served(http, url)
+        t0, before, _, _ = await served(http, url)
         await asyncio.sleep(seconds)
-        t1, middle, busy_middle = await served(http, url)
-        b_before = await model_seconds(http, url, "b")
+        t1, middle, busy_middle, b_before = await served(http, url)
         light = await open_loop(url, "/v1/score", body(rng, 1), b_rate, seconds, "key-b")
-        t2, after, busy_end = await served(http, url)
-        b_after = await model_seconds(http, url, "b")
+        t2, after, busy_end, b_after = await served(http, url)
         await asyncio.sleep(ACTIVE_S + 1.0)  # A alone again: the CPU's speed drifts by a few % over minutes
-        t3, again, _ = await served(http, url)
+        t3, again, _, _ = await served(http, url)
         await asyncio.sleep(seconds)
-        t4, end, _ = await served(http, url)
+        t4, end, _, _ = await served(http, url)
     flood.cancel()
     b_share = None if b_before is None or b_after is None else (b_after - b_before) / (t2 - t1)
     capacity = (middle - before + end - again) / (t1 - t0 + t4 - t3)
