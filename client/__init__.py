@@ -3,6 +3,7 @@
 from rewardserve.client.async_client import AsyncRewardClient
 from rewardserve.client.errors import (
     APIConnectionError,
+    APIResponseValidationError,
     APIStatusError,
     APITimeoutError,
     AuthenticationError,
@@ -11,6 +12,7 @@ from rewardserve.client.errors import (
     NotFoundError,
     PayloadTooLargeError,
     RateLimitError,
+    ResponseTooLargeError,
     RewardServeError,
     ServiceUnavailableError,
     UnprocessableEntityError,
@@ -22,6 +24,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "APIConnectionError",
+    "APIResponseValidationError",
     "APIStatusError",
     "APITimeoutError",
     "AsyncRewardClient",
@@ -34,6 +37,7 @@ __all__ = [
     "NotFoundError",
     "PayloadTooLargeError",
     "RateLimitError",
+    "ResponseTooLargeError",
     "RewardClient",
     "RewardServeError",
     "ScoreResponse",

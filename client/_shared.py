@@ -15,7 +15,8 @@ import httpx
 from pydantic import BaseModel
 from typing_extensions import Self
 
-from rewardserve.client.errors import APIConnectionError, APITimeoutError, status_error
+from rewardserve.client._checks import in_sent_order, parsed, with_distinct_ids
+from rewardserve.client.errors import APIConnectionError, APIResponseValidationError, APITimeoutError, status_error
 from rewardserve.client.protocol import (
     CompareItem,
     CompareOptions,
@@ -66,7 +67,7 @@ RETRY_STATUSES = frozenset({429, 502, 503})
 class ClientConfig:
     base_url: str  # one URL, or several separated by commas
     api_key: str | None = None
-    timeout_s: float = 300.0  # one HTTP attempt
+    timeout_s: float = 300.0  # one HTTP attempt, all of it (connect, send, headers, body)
     deadline_s: float | None = None  # the whole call, retries included
     failover_cooldown_s: float = 5.0
     max_retries: int = 3
@@ -76,6 +77,7 @@ class ClientConfig:
     chunk_size: int = 256
     max_concurrency: int = 8
     headers: Mapping[str, str] = field(default_factory=dict)
+    max_response_bytes: int = 64 * 1024 * 1024  # one response's body, decoded
 
     def with_changes(self, **changes: Any) -> ClientConfig:
         return replace(self, **changes)
@@ -148,7 +150,7 @@ def merge_responses(n_items: int, chunks: list[list[int]], responses: list[R]) -
     usage = Usage()
     for indices, response in zip(chunks, responses):
         if len(response.results) != len(indices):
-            raise ValueError("the service returned a different number of results than items")
+            raise APIResponseValidationError("the service returned a different number of results than items")
         for index, result in zip(indices, response.results):
             results[index] = result
         usage = Usage(
@@ -172,9 +174,17 @@ class ListCall(Generic[R]):
     items: Sequence[BaseModel]
     make_body: Callable[[list[Any]], BaseModel]
 
-    def parse(self, content: bytes) -> R:
-        parsed: R = self.response_cls.model_validate_json(content)  # type: ignore[attr-defined]
-        return parsed
+    def request(self, indices: list[int]) -> tuple[bytes, list[str], list[Any]]:
+        """The body of the chunk of ``indices`` (each item with an id of its own), the ids
+        sent and the ids the caller gave."""
+        items, sent, given = with_distinct_ids([self.items[i] for i in indices])
+        return self.make_body(items).model_dump_json(exclude_unset=True).encode(), sent, given
+
+    def answer(self, content: bytes, sent: list[str], given: list[Any]) -> R:
+        """The chunk's response, its results matched to the items by id (checks.py)."""
+        what = f"POST {self.path}"
+        response: R = parsed(self.response_cls, content, what)  # type: ignore[type-var]
+        return response.model_copy(update={"results": in_sent_order(response.results, sent, given, what)})
 
 
 Given = Iterable[Any]  # items as models or plain mappings
@@ -252,7 +262,7 @@ class BaseClient:
     def __init__(self, base_url: str | list[str] | tuple[str, ...] | None, *, api_key: str | None,
                  timeout: float, max_retries: int, chunk_size: int, max_concurrency: int,
                  headers: Mapping[str, str] | None, http_client: Any, make_http: Callable[..., Any],
-                 deadline: float | None = None):
+                 deadline: float | None = None, max_response_bytes: int = 64 * 1024 * 1024):
         if isinstance(base_url, (list, tuple)):
             base_url = ",".join(base_url)
         self._config = ClientConfig(
@@ -264,6 +274,7 @@ class BaseClient:
             chunk_size=chunk_size,
             max_concurrency=max_concurrency,
             headers=dict(headers or {}),
+            max_response_bytes=max_response_bytes,
         )
         self._owns_http = http_client is None
         self._http = http_client or make_http(

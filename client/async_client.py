@@ -8,6 +8,7 @@ from typing import Any, Iterable, Mapping
 
 import httpx
 
+from rewardserve.client._transport import aread_capped, attempt_deadline, bounded_async_client
 from rewardserve.client._shared import (
     BaseClient,
     ListCall,
@@ -55,11 +56,13 @@ class AsyncRewardClient(BaseClient):
         headers: Mapping[str, str] | None = None,
         http_client: httpx.AsyncClient | None = None,
         deadline: float | None = None,
+        max_response_bytes: int = 64 * 1024 * 1024,
     ):
         super().__init__(
             base_url, api_key=api_key, timeout=timeout, max_retries=max_retries,
             chunk_size=chunk_size, max_concurrency=max_concurrency, headers=headers,
-            http_client=http_client, make_http=httpx.AsyncClient, deadline=deadline,
+            http_client=http_client, make_http=bounded_async_client, deadline=deadline,
+            max_response_bytes=max_response_bytes,
         )
 
     # ------------------------------------------------------------------ endpoints
@@ -113,12 +116,10 @@ class AsyncRewardClient(BaseClient):
         gate = asyncio.Semaphore(self._config.max_concurrency)
 
         async def send(indices: list[int]) -> R:
-            body = call.make_body([call.items[i] for i in indices])
+            body, sent, given = call.request(indices)
             async with gate:
-                response = await self._request(
-                    "POST", call.path, body.model_dump_json(exclude_unset=True).encode()
-                )
-            return call.parse(response.content)
+                response = await self._request("POST", call.path, body)
+            return call.answer(response.content, sent, given)
 
         responses = await asyncio.gather(*(send(c) for c in chunks))
         return merge_responses(len(call.items), chunks, list(responses))
@@ -128,16 +129,26 @@ class AsyncRewardClient(BaseClient):
         while True:
             base = self._replicas.pick()
             response = exc = None
+            limit = plan.timeout()
             try:
-                response = await self._http.request(method, base + path, content=content,
-                                                  headers=plan.headers(headers), timeout=plan.timeout())
-            except httpx.TransportError as caught:
-                exc = caught
+                # The deadline bounds every socket operation of the attempt; wait_for bounds
+                # the attempt too where the caller lent its own httpx client.
+                with attempt_deadline(limit):
+                    response = await asyncio.wait_for(self._attempt(method, base + path, content, plan.headers(headers),
+                                                                    limit), limit + 1.0)
+            except (httpx.RequestError, asyncio.TimeoutError) as caught:  # transport, decoding, or time
+                exc = caught if isinstance(caught, httpx.RequestError) else httpx.ReadTimeout(
+                    f"no answer within {limit:g}s")
             delay = plan.after(base, response, exc)
             if delay is None:
                 assert response is not None  # no delay: the response is the answer
                 return response
             await asyncio.sleep(delay)
+
+    async def _attempt(self, method: str, url: str, content: bytes | None, headers: dict[str, str],
+                       limit: float) -> httpx.Response:
+        async with self._http.stream(method, url, content=content, headers=headers, timeout=limit) as streamed:
+            return await aread_capped(streamed, self._config.max_response_bytes)
 
     async def close(self) -> None:
         if self._owns_http:

@@ -3,6 +3,9 @@
     RewardServeError
     ├── APIConnectionError          the service could not be reached
     │   └── APITimeoutError         ...or did not answer in time
+    ├── APIResponseValidationError  its answer is not one (malformed, results that do not
+    │   │                           match the items sent, a valid result with no finite score)
+    │   └── ResponseTooLargeError   ...or is over max_response_bytes
     └── APIStatusError              the service answered with an error status
         ├── AuthenticationError     401
         ├── NotFoundError           404
@@ -34,6 +37,14 @@ class APIConnectionError(RewardServeError):
 
 
 class APITimeoutError(APIConnectionError):
+    pass
+
+
+class APIResponseValidationError(RewardServeError):
+    """The service answered 2xx with something that is not a valid answer to the call."""
+
+
+class ResponseTooLargeError(APIResponseValidationError):
     pass
 
 

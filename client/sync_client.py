@@ -9,6 +9,7 @@ from typing import Any, Iterable, Mapping
 
 import httpx
 
+from rewardserve.client._transport import attempt_deadline, bounded_client, read_capped
 from rewardserve.client._shared import (
     BaseClient,
     ListCall,
@@ -65,11 +66,13 @@ class RewardClient(BaseClient):
         headers: Mapping[str, str] | None = None,
         http_client: httpx.Client | None = None,
         deadline: float | None = None,
+        max_response_bytes: int = 64 * 1024 * 1024,
     ):
         super().__init__(
             base_url, api_key=api_key, timeout=timeout, max_retries=max_retries,
             chunk_size=chunk_size, max_concurrency=max_concurrency, headers=headers,
-            http_client=http_client, make_http=httpx.Client, deadline=deadline,
+            http_client=http_client, make_http=bounded_client, deadline=deadline,
+            max_response_bytes=max_response_bytes,
         )
 
     # ------------------------------------------------------------------ endpoints
@@ -125,9 +128,8 @@ class RewardClient(BaseClient):
         chunks = plan_chunks(call.items, self._config.chunk_size)
 
         def send(indices: list[int]) -> R:
-            body = call.make_body([call.items[i] for i in indices])
-            response = self._request("POST", call.path, body.model_dump_json(exclude_unset=True).encode())
-            return call.parse(response.content)
+            body, sent, given = call.request(indices)
+            return call.answer(self._request("POST", call.path, body).content, sent, given)
 
         if len(chunks) == 1:
             responses = [send(chunks[0])]
@@ -141,10 +143,12 @@ class RewardClient(BaseClient):
         while True:
             base = self._replicas.pick()
             response = exc = None
+            limit = plan.timeout()
             try:
-                response = self._http.request(method, base + path, content=content,
-                                                  headers=plan.headers(headers), timeout=plan.timeout())
-            except httpx.TransportError as caught:
+                with attempt_deadline(limit), self._http.stream(
+                        method, base + path, content=content, headers=plan.headers(headers), timeout=limit) as streamed:
+                    response = read_capped(streamed, self._config.max_response_bytes)
+            except httpx.RequestError as caught:  # a transport failure or a body that does not decode
                 exc = caught
             delay = plan.after(base, response, exc)
             if delay is None:

@@ -141,6 +141,9 @@ class RewardModel(ABC):
     endpoints: ClassVar[frozenset[str]] = frozenset({"score"})
     # Whether the kind computes with torch in this process (rule kinds call functions).
     runs_torch: ClassVar[bool] = True
+    # Whether its jobs' payloads are rule-pool calls (``call_result`` reads their values)
+    # rather than units for its batcher.
+    pooled: ClassVar[bool] = False
     # The item shapes the kind scores: "chat" (messages, prompt + response, steps) and
     # the pre-rendered "text" / "input_ids" (scored as they are, no template applied).
     inputs: ClassVar[frozenset[str]] = frozenset({"chat"})
@@ -181,6 +184,10 @@ class RewardModel(ABC):
     def run(self, units: list[Unit[Any]]) -> list[UnitOutput]:
         """Per unit, one result (or ItemError) per member."""
 
+    def call_result(self, value: Any) -> Any:
+        """A pooled kind's result (or ItemError) from its call's value."""
+        raise NotImplementedError(f"kind {self.kind!r} runs no pool calls")
+
     def combine(self, jobs: list[Job[Any]]) -> list[tuple[Unit[Any], list[int]]]:
         """Forward units for a request's jobs: ``(unit, positions in jobs)``. Kinds that
         share a prefix between items (one prompt, many completions) override this; by
@@ -189,7 +196,10 @@ class RewardModel(ABC):
 
     # ---- plans, one per route
 
-    def plan_score(self, items: list[Item], options: ScoreOptions, cache: LRUCache | None = None) -> Plan[ItemResult]:
+    def plan_score(self, items: list[Item], options: ScoreOptions, cache: LRUCache | None = None,
+                   peers: PeerLookup | None = None) -> Plan[ItemResult]:
+        """``cache``: the score cache as the request's tenant sees it; ``peers``: the other
+        served models as that tenant sees them (kinds that mix their scores read them)."""
         from rewardserve.models.plans.groups import group_advantages
 
         normalize = options.normalize == "group"
@@ -207,11 +217,11 @@ class RewardModel(ABC):
         return self.plan_items(items, options, cache, VerifyResult)
 
     def plan_compare(self, items: list[CompareItem], options: CompareOptions,
-                     cache: LRUCache | None = None) -> Plan[CompareResult]:
+                     cache: LRUCache | None = None, peers: PeerLookup | None = None) -> Plan[CompareResult]:
         """Bradley-Terry preferences from this model's scores of each response."""
         from rewardserve.models.plans.compare import compare_by_scores
 
-        return compare_by_scores(self, items, cache)
+        return compare_by_scores(self, items, cache, peers)
 
     def plan_pooling(self, inputs: list[str | list[int]], keep: int | None = None,
                      side: str = "right") -> Plan[list[list[float]]]:

@@ -29,6 +29,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from rewardserve.models.request_scope import RequestScope
 from rewardserve.service.auth import AuthError, bearer_token, check_bearer
+from rewardserve.service.tenants import DEFAULT
 
 OPEN_PATHS = frozenset({"/health", "/ready", "/metrics", "/"})
 DEADLINE_HEADER = "x-deadline-ms"
@@ -104,6 +105,12 @@ class Admission:
         # Answered before its body is read: the connection is not kept (the rest of the
         # upload would have to be read and thrown away first).
         unread = {"connection": "close"} if has_body(headers) else {}
+        if "content-length" in headers and "transfer-encoding" in headers:
+            # Framed two ways: a proxy in front may have read another body than this
+            # server did (request smuggling). RFC 9112 section 6.1: refuse, then close.
+            await send_error(send, 400, "invalid_request", "the request has both Content-Length and "
+                             "Transfer-Encoding; send one of them", headers={"connection": "close"})
+            return
         if path not in OPEN_PATHS and method != "OPTIONS":
             try:
                 check_bearer(headers.get("authorization"), self.state.api_keys)
@@ -113,6 +120,16 @@ class Admission:
                 return
         tenant = self.state.tenants.of_key(bearer_token(headers.get("authorization"))) \
             if self.state.tenants.enabled else None
+        who = tenant or DEFAULT
+        counted = path not in OPEN_PATHS
+        open_now = self.state.open_requests.get(who, 0)
+        if counted and open_now >= self.state.settings.requests_per_tenant():
+            # One tenant's requests (a flood of bodies sent a byte at a time, say) hold at
+            # most this many connections: the others' requests still find one.
+            self.state.tenants.rejected.labels(who, "open_requests").inc()
+            await send_error(send, 429, "overloaded", f"tenant {who!r} has {open_now} requests open, its "
+                             "limit; retry after 1s", headers={"retry-after": "1", **unread})
+            return
         if method == "POST" and self.state.draining:
             await send_error(send, 503, "not_ready", "this replica is shutting down; send the request to another one",
                              headers={"retry-after": "1", **unread})
@@ -131,7 +148,14 @@ class Admission:
             deadline = time.monotonic() + ms / 1000.0
         request_scope = RequestScope(deadline, tenant=tenant)
         scope.setdefault("state", {})["request_scope"] = request_scope
-        await self._run(scope, receive, send, request_scope)
+        if not counted:
+            await self._run(scope, receive, send, request_scope)
+            return
+        self.state.open_requests[who] = open_now + 1
+        try:
+            await self._run(scope, receive, send, request_scope)
+        finally:
+            self.state.open_requests[who] -= 1
 
     async def _run(self, scope: Scope, receive: Receive, send: Send, request_scope: RequestScope) -> None:
         loop = asyncio.get_running_loop()

@@ -54,15 +54,17 @@ class ServiceState:
     shadowing: Shadowing
     draining: bool = False
     in_flight: InFlightRequests = field(default_factory=InFlightRequests)
+    # Requests open now per tenant (``default``: keys of no tenant, or no key).
+    open_requests: dict[str, int] = field(default_factory=dict)
 
 
 def create_app(settings: Settings | None = None, url: str | None = None) -> FastAPI:
     """The app; ``url`` (where it listens) only for the start-up log."""
     settings = settings or Settings()
     metrics = Metrics()
-    rule_runner = RuleRunner(settings.rule_limits())
-    context = ModelContext(image_policy=settings.image_policy(), rules=rule_runner, compile=settings.compile)
     tenants = Tenants(settings.tenant_specs(), metrics, batch_ms=settings.tenant_batch_ms)
+    rule_runner = RuleRunner(settings.rule_limits(), weight=tenants.weight, on_charge=tenants.charge_rule_seconds)
+    context = ModelContext(image_policy=settings.image_policy(), rules=rule_runner, compile=settings.compile)
     state = ServiceState(
         settings=settings,
         metrics=metrics,

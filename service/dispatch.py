@@ -19,7 +19,7 @@ from starlette.concurrency import run_in_threadpool
 from rewardserve.client.protocol import Item, ItemResult, ScoreOptions, Usage
 from rewardserve.models.planning import Part, Plan, Unit
 from rewardserve.models.request_scope import RequestScope
-from rewardserve.models.rules.isolation import PoolBusy
+from rewardserve.models.rules.pool import PoolBusy
 from rewardserve.service.admission import scope_of
 from rewardserve.service.batcher import Outcome
 from rewardserve.service.errors import (
@@ -32,6 +32,7 @@ from rewardserve.service.errors import (
     TenantQueueFull,
 )
 from rewardserve.service.served_models import Served
+from rewardserve.service.tenants import DEFAULT
 
 R = TypeVar("R")
 
@@ -65,8 +66,11 @@ async def run_plan(request: Request, served: Served | None, n_items: int,
 
 async def score_items(request: Request, served: Served, items: list[Item],
                       options: ScoreOptions) -> Executed[ItemResult]:
-    """/v1/score's plan for ``items``, executed."""
-    return await run_plan(request, served, len(items), served.model.plan_score, items, options, served.score_cache)
+    """/v1/score's plan for ``items``, executed, with the request's tenant's cache and
+    view of the other models."""
+    tenant = scope_of(request).tenant
+    return await run_plan(request, served, len(items), served.model.plan_score, items, options,
+                          served.cache(tenant), request.app.state.svc.registry.peers_for(tenant))
 
 
 async def execute(request: Request, served: Served | None, plan: Plan[R], n_items: int) -> Executed[R]:
@@ -75,6 +79,7 @@ async def execute(request: Request, served: Served | None, plan: Plan[R], n_item
     prompt_tokens = cached_tokens = 0
     queue_s = inference_s = 0.0
     while True:
+        charge_work(request, sum(unit.members for unit in plan.units) + len(plan.calls))
         prompt_tokens += plan.prompt_tokens
         cached_tokens += plan.cached_tokens
         if served is not None:
@@ -107,6 +112,31 @@ async def execute(request: Request, served: Served | None, plan: Plan[R], n_item
         return Executed(done, usage, queue_s, inference_s)
 
 
+def charge_work(request: Request, work: int) -> None:
+    """Count a plan stage's work (forward inputs: items, judge prompts, compared pairs;
+    rule calls and template renders) against the request's limit (413) and, beyond the
+    items the route admitted, against its tenant's items per second (429): a request
+    is charged what it makes the service do, not only the items it lists."""
+    svc = request.app.state.svc
+    state = request.state
+    total = getattr(state, "work_units", 0) + work
+    state.work_units = total
+    limit = svc.settings.max_work_per_request
+    if total > limit:
+        raise PayloadTooLarge(
+            f"this request asks for {total} model inputs and rule calls (each item, judge prompt, compared "
+            f"pair, rule call and template render), over the limit of {limit} per request; split it",
+            param="items")
+    extra = total - getattr(state, "work_charged", 0)
+    if extra > 0 and svc.tenants.enabled:
+        state.work_charged = total
+        tenant = scope_of(request).tenant
+        wait = svc.tenants.charge(tenant, extra)
+        if wait is not None:
+            raise Overloaded(f"tenant {tenant or DEFAULT!r} is over its items per second (this request's judge "
+                             f"prompts and rule calls count too); retry after {wait}s", retry_after_s=wait)
+
+
 async def run_parts(request: Request, parts: list[Part[Any]]) -> list[Executed[Any]]:
     """Each part's plan on its own model's batcher, concurrently; its results put in the
     part. A part's model that is not ready fails the request (503)."""
@@ -134,7 +164,8 @@ async def run_calls(request: Request, calls: list[Any]) -> list[Any]:
     try:
         future = request.app.state.svc.rule_runner.run(calls, scope_of(request))
     except PoolBusy as exc:
-        raise Overloaded(f"the rule pools are at capacity ({exc}); retry shortly", retry_after_s=1) from exc
+        raise Overloaded(f"the rule pools have no room for this request ({exc}); retry after "
+                         f"{exc.retry_after_s}s", retry_after_s=exc.retry_after_s) from exc
     (values,) = await until_done_or_gone(scope_of(request), [asyncio.wrap_future(future)])
     produced: list[Any] = values
     return produced

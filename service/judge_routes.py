@@ -13,7 +13,8 @@ from rewardserve.client.protocol import (
     VerifyRequest,
     VerifyResponse,
 )
-from rewardserve.models.plans.rubric import check_rubric, plan_rubric
+from rewardserve.models.plans.rubric import asks_judge, plan_rubric
+from rewardserve.service.admission import scope_of
 from rewardserve.service.body import BoundedRoute
 from rewardserve.service.dispatch import run_plan
 from rewardserve.service.errors import InvalidRequest
@@ -27,7 +28,7 @@ async def verify(body: VerifyRequest, request: Request) -> Response:
     """A generative verifier's judgement per item (logprob or generate mode)."""
     served = serving(request, body.model, len(body.items), "verify")
     done = await run_plan(request, served, len(body.items), served.model.plan_verify, body.items, body.options,
-                          served.score_cache)
+                          served.cache(scope_of(request).tenant))
     response = VerifyResponse(model=body.model, results=done.results, usage=done.usage)
     return json_response(response, headers=done.timing_headers())
 
@@ -37,14 +38,14 @@ async def rubric(body: RubricRequest, request: Request) -> Response:
     """Weighted criteria per item (rules, judge questions, served models' scores),
     aggregated; escalated to an expensive model where the request says."""
     admit(request, len(body.items))
-    checked = check_rubric(body)
     judge = None
-    if checked.needs_judge:
+    if asks_judge(body):
         if body.judge is None:
             raise InvalidRequest("judge criteria need a 'judge' verifier model", param="judge")
-        judge = serving(request, body.judge, len(body.items), "judge")
-    done = await run_plan(request, judge, len(body.items), plan_rubric, body, checked,
-                          judge.model if judge is not None else None, request.app.state.svc.registry.peer)
+        judge = serving(request, body.judge, len(body.items), "judge", admitted=True)
+    done = await run_plan(request, judge, len(body.items), plan_rubric, body,
+                          judge.model if judge is not None else None,
+                          request.app.state.svc.registry.peers_for(scope_of(request).tenant))
     return json_response(RubricResponse(judge=body.judge, results=done.results, usage=done.usage))
 
 
@@ -52,6 +53,7 @@ async def rubric(body: RubricRequest, request: Request) -> Response:
 async def compare(body: CompareRequest, request: Request) -> Response:
     """Pairwise / listwise preference between each item's responses."""
     served = serving(request, body.model, sum(len(i.responses) for i in body.items), "compare")
+    tenant = scope_of(request).tenant
     done = await run_plan(request, served, len(body.items), served.model.plan_compare, body.items, body.options,
-                          served.score_cache)
+                          served.cache(tenant), request.app.state.svc.registry.peers_for(tenant))
     return json_response(CompareResponse(model=body.model, results=done.results, usage=done.usage))

@@ -5,9 +5,25 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+# C0 and C1 control characters: in a message they could end the line and forge another,
+# or drive the terminal reading the log.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+class TextFormatter(logging.Formatter):
+    """``TEXT_FORMAT``, every message one line: control characters written as escapes
+    (a traceback, which is ours, keeps its lines)."""
+
+    def __init__(self) -> None:
+        super().__init__(TEXT_FORMAT)
+
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 (logging's name)
+        record.message = _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), record.message)
+        return super().formatMessage(record)
 
 
 class JsonFormatter(logging.Formatter):
@@ -61,7 +77,7 @@ def configure_logging(level: str, fmt: str = "text", rate_limit_s: float = 10.0)
     """One handler on the root logger; uvicorn's and the libraries' loggers hand their
     records to it instead of printing on their own (which printed some lines twice)."""
     handler = logging.StreamHandler()
-    handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT))
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     handler.addFilter(RateLimitedLogs(rate_limit_s))
     root = logging.getLogger()
     for old in list(root.handlers):

@@ -101,14 +101,19 @@ class Metrics:
 
     def render(self, by_model: bool = True, tenant: str | None = None) -> bytes:
         """The exposition text; ``by_model=False`` sums every series over its ``model``
-        label, so the served models' names do not show; ``tenant``: only that tenant's
-        series of those labelled by tenant ("" none of them)."""
+        label, so the served models' names do not show; ``tenant``: the view of one
+        tenant ("" of none): its own tenant-labelled series and the SHARED families, no
+        series that sums other tenants' work (their rewards, cache hits, requests)."""
         source = self.registry if by_model else _WithoutModel(self.registry)
         return generate_latest(source if tenant is None else _OneTenant(source, tenant))
 
 
+# The families that are not about any tenant's work: what every tenant may read.
+SHARED = frozenset({"rewardserve_model_ready"})
+
+
 class _OneTenant:
-    """A view of a registry without other tenants' series."""
+    """A view of a registry with one tenant's series and the SHARED families only."""
 
     def __init__(self, source, tenant: str):
         self.source = source
@@ -116,6 +121,9 @@ class _OneTenant:
 
     def collect(self):
         for family in self.source.collect():
+            tenant_labelled = any("tenant" in s.labels for s in family.samples)
+            if not tenant_labelled and family.name not in SHARED:
+                continue
             samples = [s for s in family.samples if s.labels.get("tenant", self.tenant) == self.tenant]
             if len(samples) != len(family.samples):
                 out = Metric(family.name, family.documentation, family.type, family.unit)

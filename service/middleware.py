@@ -84,8 +84,12 @@ class RequestMetrics:
 
 
 REQUEST_ID = "x-request-id"
-# A caller's id is kept when it is short and printable, so it cannot forge log lines.
-_ID = re.compile(r"[\w.:@/+=-]{1,128}")
+# A caller's id is kept when it is short and printable ASCII, so it cannot forge log
+# lines and comes back byte for byte.
+_ID = re.compile(r"[A-Za-z0-9_.:@/+=-]{1,128}")
+# Shown as it is in a text log line; anything else (spaces, quotes, control characters,
+# non-ASCII from a percent-decoded path) is written JSON-escaped.
+_BARE = re.compile(r"[A-Za-z0-9_.:@/+,\[\]{}()*?!#%&<>|~^$-]+")
 _REASON_BYTES = 2048
 request_log = logging.getLogger("rewardserve.requests")
 QUIET_ROUTES = frozenset({"/health", "/ready", "/metrics"})
@@ -149,4 +153,4 @@ def _reason(body: bytes) -> str:
 
 def _quoted(value: object) -> str:
     text = str(value)
-    return json.dumps(text) if (not text or any(c in text for c in ' "=\n')) else text
+    return text if _BARE.fullmatch(text) else json.dumps(text)

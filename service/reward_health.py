@@ -80,7 +80,7 @@ class RewardHealth:
                                         f"Correlation of score with response length, last {ITEM_WINDOW} items",
                                         ["model"], registry=r)
         self.running = {stat: Gauge(f"rewardserve_running_{stat}", f"Running {stat} of the model's scores "
-                                    "(normalize: running)", ["model"], registry=r)
+                                    "(normalize: running), kept per tenant", ["model", "tenant"], registry=r)
                         for stat in ("count", "mean", "std")}
         self._lock = threading.Lock()
         self._items: dict[str, _Window] = {}
@@ -105,6 +105,6 @@ class RewardHealth:
         if correlation is not None:
             self.length_correlation.labels(model).set(correlation)
 
-    def running_stats(self, model: str, count: int, mean: float, std: float) -> None:
+    def running_stats(self, model: str, tenant: str, count: int, mean: float, std: float) -> None:
         for stat, value in (("count", count), ("mean", mean), ("std", std)):
-            self.running[stat].labels(model).set(value)
+            self.running[stat].labels(model, tenant).set(value)

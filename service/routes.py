@@ -63,15 +63,18 @@ def admit(request: Request, n_items: int) -> None:
         )
     if svc.tenants.enabled:
         tenant = scope_of(request).tenant
+        request.state.work_charged = n_items  # the plan's work beyond them is charged as it is planned
         wait = svc.tenants.admit_items(tenant, n_items)
         if wait is not None:
             raise Overloaded(f"tenant {tenant or DEFAULT!r} is over its items per second; retry after {wait}s",
                              retry_after_s=wait)
 
 
-def serving(request: Request, model: str, n_items: int, endpoint: str) -> Served:
-    """The served model, after the per-request limits; names it for the metrics."""
-    admit(request, n_items)
+def serving(request: Request, model: str, n_items: int, endpoint: str, admitted: bool = False) -> Served:
+    """The served model, after the per-request limits (unless the route ``admitted`` the
+    request already); names it for the metrics."""
+    if not admitted:
+        admit(request, n_items)
     served = request.app.state.svc.registry.get(model)
     request.state.model = model
     if endpoint not in served.model.endpoints:
@@ -111,7 +114,7 @@ async def score_steps(body: StepsRequest, request: Request) -> Response:
     """Process reward per step, every step of a trajectory from one forward pass."""
     served = serving(request, body.model, len(body.items), "steps")
     done = await run_plan(request, served, len(body.items), served.model.plan_steps, body.items, body.options,
-                          served.score_cache)
+                          served.cache(scope_of(request).tenant))
     response = StepsResponse(model=body.model, results=done.results, usage=done.usage)
     return json_response(response, headers=done.timing_headers())
 
@@ -159,7 +162,8 @@ def _only_model_with(registry, endpoint: str) -> str:
 @scoring_routes.get("/v1/models", response_model=ModelList)
 async def models(request: Request) -> Response:
     registry = request.app.state.svc.registry
-    return json_response(ModelList(data=[_card(s) for s in registry]))
+    tenant = scope_of(request).tenant
+    return json_response(ModelList(data=[_card(s, tenant) for s in registry]))
 
 
 @scoring_routes.get("/v1/models/{name}/shadow", response_model=ShadowReport)
@@ -170,12 +174,16 @@ async def shadow(name: str, request: Request) -> Response:
     spec = served.model.spec.shadow
     if spec is None:
         raise NotFound(f"model {name!r} has no shadow candidate", param="name")
-    return json_response(svc.shadowing.window(name).report(name, spec.model, spec.fraction))
+    # A tenant reads what the shadow showed on its own items; the operator, on everyone's.
+    tenant = scope_of(request).tenant if svc.tenants.enabled else None
+    window = svc.shadowing.window(name) if tenant is None else svc.shadowing.window(name, tenant)
+    return json_response(window.report(name, spec.model, spec.fraction))
 
 
-def _card(served: Served) -> ModelCard:
+def _card(served: Served, tenant: str | None) -> ModelCard:
+    """The model's card, with the running statistics of the caller's tenant's scores."""
     card = served.model.card(served.ready)
-    stats = served.running.snapshot()
+    stats = served.running(tenant).snapshot()
     if stats.count:
         card = card.model_copy(update={"running": RunningStats(count=stats.count, mean=stats.mean, std=stats.std)})
     return card
@@ -215,23 +223,25 @@ async def metrics(request: Request) -> Response:
     """Prometheus metrics; without model names (summed over them) unless names_models."""
     svc = request.app.state.svc
     for served in svc.registry:
-        stats = served.running.snapshot()
-        if stats.count:
-            svc.health.running_stats(served.model.name, stats.count, stats.mean, stats.std)
+        for tenant, running in list(served.running_by_tenant.items()):
+            stats = running.snapshot()
+            if stats.count:
+                svc.health.running_stats(served.model.name, tenant or DEFAULT, stats.count, stats.mean, stats.std)
     svc.shadowing.refresh_gauges(svc.registry)
     rendered = svc.metrics.render(by_model=names_models(request), tenant=_tenant_view(request))
     return Response(rendered, media_type=CONTENT_TYPE)
 
 
 def _tenant_view(request: Request) -> str | None:
-    """Whose tenant series /metrics shows: a tenant's key its own; a key of no tenant
-    all; no key all when model names are public, else none ("")."""
+    """Whose view of /metrics a caller gets, with tenants: a tenant's key its own; a key
+    of no tenant (the operator's) everything; no key or a wrong one no tenant's work
+    at all (""). Without tenants, everything."""
     svc = request.app.state.svc
     if not svc.tenants.enabled:
         return None
     if bool(svc.api_keys) and has_valid_key(request.headers.get("authorization"), svc.api_keys):
         return scope_of(request).tenant
-    return None if svc.settings.public_model_names else ""
+    return ""
 
 
 @open_routes.get("/", include_in_schema=False)

@@ -19,9 +19,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
-from rewardserve.models.cache import LRUCache
+from rewardserve.models.cache import LRUCache, TenantCache
 from rewardserve.models.checkpoints import go_offline_if_unreachable
-from rewardserve.models.planning import Peer, RequestError
+from rewardserve.models.planning import Peer, PeerLookup, RequestError
 from rewardserve.models.plans.running import RunningScore
 from rewardserve.models.phases import log as startup_log
 from rewardserve.models.phases import timed_phase
@@ -49,10 +49,18 @@ class Served:
     batcher: Batcher | None = None
     ready: bool = False
     error: str | None = None
-    # Finished results by job key, lent to the model's plans.
+    # Finished results by job key, lent to the model's plans, each tenant its own part.
     score_cache: LRUCache = field(default_factory=lambda: LRUCache(0))
-    # Its scores' running mean and variance, for plans that normalise against them.
-    running: RunningScore = field(default_factory=RunningScore)
+    # Its scores' running mean and variance per tenant, for plans that normalise against
+    # them: one tenant's scores never move another's normalisation.
+    running_by_tenant: dict[str | None, RunningScore] = field(default_factory=dict)
+
+    def running(self, tenant: str | None) -> RunningScore:
+        return self.running_by_tenant.setdefault(tenant, RunningScore())
+
+    def cache(self, tenant: str | None) -> LRUCache:
+        """The score cache as ``tenant`` sees it."""
+        return TenantCache(self.score_cache, tenant)
 
 
 class ModelRegistry:
@@ -209,14 +217,18 @@ class ModelRegistry:
             return None
         return shadow
 
-    def peer(self, name: str, param: str | None = None) -> Peer:
-        """The served model ``name`` as another model's plan uses it: a 422 naming
-        ``param`` when no such model is served, 503 while it is not ready."""
+    def peer(self, name: str, param: str | None = None, tenant: str | None = None) -> Peer:
+        """The served model ``name`` as another model's plan uses it for ``tenant``: a
+        422 naming ``param`` when no such model is served, 503 while it is not ready."""
         if name not in self._served:
             known = ", ".join(sorted(self._served)) or "none"
             raise RequestError(f"model {name!r} is not served here; models: {known}", param=param)
         served = self.get(name)
-        return Peer(served.model, served.score_cache, served.running)
+        return Peer(served.model, served.cache(tenant), served.running(tenant))
+
+    def peers_for(self, tenant: str | None) -> PeerLookup:
+        """``peer`` for one tenant's requests."""
+        return lambda name, param=None: self.peer(name, param, tenant)
 
     async def close(self) -> None:
         for served in self._served.values():

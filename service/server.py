@@ -4,11 +4,14 @@ shutdown that answers every request it gives up on.
 Connections: at most ``max_connections`` open (one more is answered 503 with
 ``retry-after`` and closed at once, before it can hold a file descriptor for long), a
 request's headers must arrive within ``header_timeout_s`` of the connection opening or
-of the previous response (half-sent headers cannot hold a connection open), idle
-keep-alive connections close after ``keep_alive_s``, and a request refused before its
-body was read (401, 413) gets its answer followed by a lingering close (the rest of the
-upload is thrown away unparsed for a few seconds) rather than a reset that could lose
-the answer. The open-file limit is raised to its hard limit at start. Repeated log lines
+of the previous response (half-sent headers cannot hold a connection open), its body
+within ``body_timeout_s`` of its headers (a 408, and the connection closed: a body sent
+a byte at a time cannot hold one either), idle keep-alive connections close after
+``keep_alive_s``, and a request refused before its body was read (401, 413, 429) gets
+its answer followed by a lingering close (the rest of the upload is thrown away
+unparsed while it keeps coming, for a few seconds at most) rather than a reset that
+could lose the answer. How many requests one tenant has open at once is capped in
+service/admission.py. The open-file limit is raised to its hard limit at start. Repeated log lines
 (a flood of refused connections, accept errors) are rate-limited (service/logs.py).
 
 On SIGTERM (or Ctrl-C) the replica first turns not-ready: /ready answers 503 and new
@@ -42,7 +45,11 @@ _REFUSAL = (
 
 
 LINGER_S = 5.0
+LINGER_IDLE_S = 1.0  # a lingering client that stops sending is closed this soon
 LINGER_BYTES = 64 * 1024 * 1024
+_TOO_SLOW = (
+    b'{"error":{"type":"deadline_exceeded","message":"the request body did not arrive in time"}}'
+)
 
 
 class _LingeringTransport:
@@ -65,17 +72,21 @@ class _LingeringTransport:
             protocol.discarding = 0
             self._transport.write_eof()
             protocol.loop.call_later(LINGER_S, self._transport.close)
+            protocol.still_sending()
             self._transport.resume_reading()
             return
         self._transport.close()
 
 
-def guarded_protocol(max_connections: int, header_timeout_s: float) -> type[H11Protocol]:
-    """uvicorn's h11 protocol with a connection cap, a header-read timeout, and a
-    lingering close after a refusal sent before the body was read."""
+def guarded_protocol(max_connections: int, header_timeout_s: float, body_timeout_s: float = 30.0
+                     ) -> type[H11Protocol]:
+    """uvicorn's h11 protocol with a connection cap, header- and body-read timeouts, and
+    a lingering close after a refusal sent before the body was read."""
 
     class GuardedH11Protocol(H11Protocol):
         discarding: int | None = None  # bytes thrown away since a lingering close
+        _linger_timer: asyncio.TimerHandle | None = None
+        _body_timer: asyncio.TimerHandle | None = None
 
         def connection_made(self, transport) -> None:  # type: ignore[override]
             super().connection_made(_LingeringTransport(transport, self))
@@ -97,12 +108,42 @@ def guarded_protocol(max_connections: int, header_timeout_s: float) -> type[H11P
                 self.discarding += len(data)
                 if self.discarding > LINGER_BYTES:
                     self.transport._transport.close()
+                else:
+                    self.still_sending()
                 return
             super().data_received(data)
             if self.cycle is not None and not self.cycle.response_complete:
                 self._disarm_header_timer()  # a request is in progress: headers done
             else:
                 self._arm_header_timer()
+            self._watch_body()
+
+        def still_sending(self) -> None:
+            """Data came while lingering: close when it stops coming for LINGER_IDLE_S."""
+            if self._linger_timer is not None:
+                self._linger_timer.cancel()
+            self._linger_timer = self.loop.call_later(LINGER_IDLE_S, self.transport._transport.close)
+
+        def _watch_body(self) -> None:
+            """A timer from the headers to the end of the body."""
+            if self.conn.their_state is h11.SEND_BODY:
+                if self._body_timer is None and not self.transport.is_closing():
+                    self._body_timer = self.loop.call_later(body_timeout_s, self._body_too_slow)
+            elif self._body_timer is not None:
+                self._body_timer.cancel()
+                self._body_timer = None
+
+        def _body_too_slow(self) -> None:
+            self._body_timer = None
+            if self.conn.their_state is not h11.SEND_BODY or self.transport.is_closing():
+                return
+            if self.cycle is not None and not self.cycle.response_started:
+                self.cycle.disconnected = True  # the app's own answer, if any, goes nowhere
+                self.cycle.message_event.set()  # and its wait for the body ends now
+                self.transport.write(
+                    b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\nconnection: close\r\n"
+                    b"content-length: " + str(len(_TOO_SLOW)).encode() + b"\r\n\r\n" + _TOO_SLOW)
+            self.transport._transport.close()
 
         def on_response_complete(self) -> None:
             super().on_response_complete()
@@ -110,6 +151,9 @@ def guarded_protocol(max_connections: int, header_timeout_s: float) -> type[H11P
 
         def connection_lost(self, exc) -> None:
             self._disarm_header_timer()
+            for timer in (self._body_timer, self._linger_timer):
+                if timer is not None:
+                    timer.cancel()
             super().connection_lost(exc)
 
         def _arm_header_timer(self) -> None:
@@ -222,7 +266,7 @@ def run(settings: Settings) -> int:
     app = create_app(settings, url=base_url(sock))
     config = uvicorn.Config(
         app, log_level=settings.log_level, log_config=None, access_log=False,
-        http=guarded_protocol(max_connections, settings.header_timeout_s),
+        http=guarded_protocol(max_connections, settings.header_timeout_s, settings.body_timeout_s),
         timeout_keep_alive=int(max(1, settings.keep_alive_s)),
         # A backstop only: the server answers what is unfinished half a second before.
         timeout_graceful_shutdown=int(settings.graceful_seconds + 5),

@@ -9,11 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from rewardserve.models.spec import ModelSpec
+from rewardserve.models.yaml_files import load_yaml
 from rewardserve.service.tenants import BATCH_MS
 
 # Served unless turned off: they need no weights, so `rewardserve serve` is useful offline.
@@ -53,6 +53,9 @@ class Settings(BaseSettings):
     gc_freeze: bool = True
     max_body_bytes: int = Field(default=32 * 1024 * 1024, gt=0)
     max_items_per_request: int = Field(default=4096, gt=0)
+    # What one request may make the service do: its items, judge prompts, compared pairs,
+    # rule calls and template renders together (service/dispatch.py charge_work).
+    max_work_per_request: int = Field(default=32_768, gt=0)
     # JSON values (objects, lists, strings, numbers) in one body, counted before parsing.
     max_json_values: int = Field(default=500_000, gt=0)
     # Rule pools (models/rules/isolation.py): workers (0: twice the cores, 3 to 8), a
@@ -66,6 +69,12 @@ class Settings(BaseSettings):
     # keep-alive connection is closed after keep_alive_s.
     max_connections: int = Field(default=1024, gt=0)
     header_timeout_s: float = Field(default=10.0, gt=0)
+    # A request's body must have arrived this long after its headers (else 408, closed).
+    body_timeout_s: float = Field(default=30.0, gt=0)
+    # Requests one tenant (or, without tenants, all clients together) may have open at
+    # once, counted from their headers to their answer; over it, 429. 0: a quarter of
+    # max_connections, at least 16.
+    max_requests_per_tenant: int = Field(default=0, ge=0)
     keep_alive_s: float = Field(default=5.0, gt=0)
     # /docs (Swagger UI, its assets served from here) and /openapi.json, behind the API
     # key when keys are set; false: off.
@@ -125,6 +134,9 @@ class Settings(BaseSettings):
         return RuleLimits(workers=self.rule_workers, timeout_s=self.rule_timeout_s,
                           memory_mb=self.rule_memory_mb, max_queued=self.rule_queue_max)
 
+    def requests_per_tenant(self) -> int:
+        return self.max_requests_per_tenant or max(16, self.max_connections // 4)
+
     def accepted_keys(self) -> list[str]:
         """The keys of no tenant (api_keys, api_keys_file); the tenants' come with them."""
         keys = list(self.api_keys)
@@ -159,8 +171,7 @@ class Settings(BaseSettings):
 
 
 def load_model_file(path: Path) -> list[ModelSpec]:
-    with open(path, encoding="utf-8") as f:
-        data = yaml.safe_load(f) or {}
+    data = load_yaml(path) or {}
     if not isinstance(data, dict) or not isinstance(data.get("models", []), list):
         raise ValueError(f"{path}: expected a mapping with a 'models:' list")
     return [ModelSpec.model_validate(entry) for entry in data.get("models", [])]

@@ -7,6 +7,9 @@ answer is computed: the same items, the candidate's own plan, its own batcher, u
 scope of its own (the caller may hang up; the shadow goes on, within SHADOW_DEADLINE_S).
 The answer never waits for it. At most MAX_IN_FLIGHT shadow requests run per model; one
 arriving beyond that, or refused by the candidate's full queue, is skipped and counted.
+A shadow runs as the tenant whose request it copies: its work is charged to that tenant,
+under its weight and limits, and each tenant's report reads only its own items (the
+operator's, every tenant's).
 
 Over the last WINDOW items (and their GRPO groups, items sharing a group_id):
   spearman           rank correlation of the candidate's scores with the served model's
@@ -31,11 +34,13 @@ from starlette.requests import Request
 from rewardserve.client.protocol import Item, ItemResult, ScoreOptions, ShadowReport
 from rewardserve.models.plans.groups import normalized
 from rewardserve.models.request_scope import RequestScope
+from rewardserve.service.admission import scope_of
 from rewardserve.service.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
 WINDOW = 2000
+ALL = "*"  # the window of every tenant's items (not a tenant name: names start alphanumeric)
 GROUP_WINDOW = 500
 MAX_IN_FLIGHT = 4
 SHADOW_DEADLINE_S = 120.0
@@ -115,7 +120,7 @@ class Shadowing:
 
     def __init__(self, metrics: Metrics) -> None:
         r = metrics.registry
-        self.windows: dict[str, ShadowWindow] = {}
+        self.windows: dict[tuple[str, str | None], ShadowWindow] = {}
         self._seen: dict[str, int] = {}
         self._in_flight: dict[str, int] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -129,8 +134,9 @@ class Shadowing:
                                           ("best_changed_ratio", "share of groups whose best completion changes"),
                                           ("sign_flip_ratio", "share of group advantages that change sign"))}
 
-    def window(self, model: str) -> ShadowWindow:
-        return self.windows.setdefault(model, ShadowWindow())
+    def window(self, model: str, tenant: str | None = ALL) -> ShadowWindow:
+        """What the shadow showed on ``tenant``'s items (ALL: everyone's)."""
+        return self.windows.setdefault((model, tenant), ShadowWindow())
 
     def picked(self, model: str, fraction: float) -> bool:
         seen = self._seen.get(model, 0)
@@ -143,43 +149,48 @@ class Shadowing:
         spec = request.app.state.svc.registry.shadow_of(model)
         if spec is None or not self.picked(model, spec.fraction):
             return
-        window = self.window(model)
+        tenant = scope_of(request).tenant
         if self._in_flight.get(model, 0) >= MAX_IN_FLIGHT:
-            window.skipped += 1
+            for window in self._windows(model, tenant):
+                window.skipped += 1
             self.skipped.labels(model, spec.model, "busy").inc()
             return
         self._in_flight[model] = self._in_flight.get(model, 0) + 1
-        task = asyncio.ensure_future(self._run(request.app, model, spec.model, items, options, results))
+        task = asyncio.ensure_future(self._run(request.app, model, spec.model, items, options, results, tenant))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    def _windows(self, model: str, tenant: str | None) -> list[ShadowWindow]:
+        return [self.window(model), self.window(model, tenant)]
+
     async def _run(self, app: Any, model: str, candidate: str, items: list[Item], options: ScoreOptions,
-                   results: list[ItemResult]) -> None:
+                   results: list[ItemResult], tenant: str | None) -> None:
         from rewardserve.service.dispatch import score_items
 
-        window = self.window(model)
-        scope = RequestScope(deadline=time.monotonic() + SHADOW_DEADLINE_S, name=f"shadow-{model}")
+        scope = RequestScope(deadline=time.monotonic() + SHADOW_DEADLINE_S, name=f"shadow-{model}", tenant=tenant)
         detached = Request({"type": "http", "app": app, "headers": [], "state": {"request_scope": scope}})
         try:
             served = app.state.svc.registry.get(candidate)
             done = await score_items(detached, served, items, options)
         except Exception as exc:  # the shadow's failure is the shadow's alone
-            window.failed += 1
+            for window in self._windows(model, tenant):
+                window.failed += 1
             self.skipped.labels(model, candidate, "failed").inc()
             log.debug("shadow %s of %s failed: %s", candidate, model, exc)
             return
         finally:
             self._in_flight[model] -= 1
             scope.cancel("shadow done")
-        window.add(items, results, done.results)
+        for window in self._windows(model, tenant):
+            window.add(items, results, done.results)
         self.items.labels(model, candidate).inc(len(items))
 
     def refresh_gauges(self, registry: Any) -> None:
         """The windows' figures on the gauges: computed when /metrics is read (sorting a
         window's scores), not on every shadowed request."""
-        for model, window in list(self.windows.items()):
+        for (model, tenant), window in list(self.windows.items()):
             spec = registry.shadow_of(model)
-            if spec is None:
+            if spec is None or tenant != ALL:
                 continue
             report = window.report(model, spec.model, spec.fraction)
             for name, value in (("spearman", report.spearman), ("best_changed_ratio", report.best_changed),

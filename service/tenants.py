@@ -23,10 +23,10 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-import yaml
 from prometheus_client import Counter, Histogram
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from rewardserve.models.yaml_files import load_yaml
 from rewardserve.service.errors import TenantQueueFull
 from rewardserve.service.metrics import Metrics
 
@@ -60,8 +60,7 @@ class _TenantsFile(BaseModel):
 
 def load_tenants(path: Path, only_tenants: bool = True) -> list[TenantSpec]:
     """The ``tenants:`` of a YAML file; ValueError naming the file and the entry."""
-    with open(path, encoding="utf-8") as f:
-        data = yaml.safe_load(f) or {}
+    data = load_yaml(path) or {}
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a mapping with a 'tenants:' list")
     if only_tenants and set(data) - {"tenants"}:
@@ -129,6 +128,9 @@ class Tenants:
         # job's use of a shared model, what a fleet charges for.
         self.model_seconds = Counter("rewardserve_tenant_model_seconds", "Forward time its batches took",
                                      ["tenant"], registry=r)
+        # Rule-pool worker time its calls and template renders took (models/rules/pool.py).
+        self.rule_seconds = Counter("rewardserve_tenant_rule_seconds", "Rule-pool worker time its calls took",
+                                    ["tenant"], registry=r)
         self.rejected = Counter("rewardserve_tenant_rejections", "Requests refused", ["tenant", "reason"],
                                 registry=r)
 
@@ -155,6 +157,10 @@ class Tenants:
         spec = self.specs.get(tenant or "")
         return spec.weight if spec is not None else 1.0
 
+    def charge_rule_seconds(self, tenant: str | None, seconds: float) -> None:
+        if self.enabled:
+            self.rule_seconds.labels(tenant or DEFAULT).inc(seconds)
+
     def queued_limit(self, tenant: str | None) -> int | None:
         spec = self.specs.get(tenant or "")
         return spec.max_queued_tokens if spec is not None else None
@@ -165,6 +171,12 @@ class Tenants:
         name = tenant or DEFAULT
         self.requests.labels(name).inc()
         self.items.labels(name).inc(n)
+        return self.charge(tenant, n)
+
+    def charge(self, tenant: str | None, n: int) -> int | None:
+        """Take ``n`` units of work from the tenant's items per second: None, or the
+        whole seconds to wait (retry-after)."""
+        name = tenant or DEFAULT
         bucket = self._buckets.get(name)
         if bucket is None:
             return None

@@ -35,6 +35,37 @@ def _plain_json(value: Any) -> Any:
 
 JSONValue = Annotated[Any, AfterValidator(_plain_json)]
 
+# Rule arguments and template variables are read as code (Jinja templates, JSON schemas,
+# patterns): their size is checked here, before anything parses them.
+MAX_ARGS_CHARS = 65_536
+
+
+def json_chars(value: Any) -> int:
+    """Characters of a JSON value's strings and keys, plus one per value: a bound on
+    what parsing its templates and patterns can cost. Walked without recursion."""
+    total, stack = 0, [value]
+    while stack:
+        node = stack.pop()
+        total += 1
+        if isinstance(node, str):
+            total += len(node)
+        elif isinstance(node, dict):
+            total += sum(len(k) for k in node if isinstance(k, str))
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return total
+
+
+def _bounded_args(value: dict[str, Any]) -> dict[str, Any]:
+    size = json_chars(value)
+    if size > MAX_ARGS_CHARS:
+        raise ValueError(f"{size} characters of arguments, over the limit of {MAX_ARGS_CHARS}")
+    return value
+
+
+CodeArgs = Annotated[dict[str, JSONValue], AfterValidator(_bounded_args)]
+
 TokenId = Annotated[int, Field(ge=0, lt=2**31)]
 # What vLLM's pooling routes take: text, texts, token ids, or lists of token ids.
 RenderedInput = str | list[str] | list[TokenId] | list[list[TokenId]]

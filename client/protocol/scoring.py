@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
 from rewardserve.client.protocol.common import (
+    CodeArgs,
     GoalOptions,
     Item,
     ItemResult,
@@ -126,7 +127,7 @@ class VerifyOptions(SamplingOptions):
 
     mode: Literal["logprob", "generate"] = "logprob"
     template: str | None = None  # None: the model's default
-    variables: dict[str, JSONValue] = Field(default_factory=dict)  # extra template fields
+    variables: CodeArgs = Field(default_factory=dict)  # extra template fields
 
 
 class VerifySample(_Response):
@@ -172,11 +173,12 @@ class Criterion(_Request):
     name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=64)
     weight: float = Field(default=1.0, ge=0.0)
     fn: str | None = None
-    args: dict[str, JSONValue] = Field(default_factory=dict)
+    args: CodeArgs = Field(default_factory=dict)
     text: str | None = Field(default=None, max_length=4000)
     model: str | None = Field(default=None, max_length=128)
     normalize: Scale = "none"
-    choices: list[str] | None = Field(default=None, min_length=2, max_length=10)  # best first
+    choices: list[Annotated[str, Field(min_length=1, max_length=200)]] | None = Field(
+        default=None, min_length=2, max_length=10)  # best first
     polarity: Literal["positive", "negative"] = "positive"
     pass_threshold: float = 0.5  # for all / any pass
 
@@ -280,7 +282,7 @@ class CompareItem(_Request):
 
 class CompareOptions(_Request):
     template: str | None = None  # verifier models: a pairwise template (A / B)
-    variables: dict[str, JSONValue] = Field(default_factory=dict)
+    variables: CodeArgs = Field(default_factory=dict)
 
 
 class CompareRequest(_Request):

@@ -103,13 +103,15 @@ class EnsembleModel(RewardModel):
     def run(self, units: list[Unit[Any]]) -> list[UnitOutput]:
         raise NotImplementedError("an ensemble runs no units of its own")
 
-    def plan_score(self, items: list[Item], options: ScoreOptions, cache: LRUCache | None = None) -> Plan[ItemResult]:
+    def plan_score(self, items: list[Item], options: ScoreOptions, cache: LRUCache | None = None,
+                   peers: PeerLookup | None = None) -> Plan[ItemResult]:
         self.refuse_unscorable_shapes(items)
+        lookup = peers or self.peers  # the request's tenant's view of the members, when lent
         members = self.options.weighted()
         parts: list[Part[ItemResult]] = []
         running = []
         for member in members:
-            part, stats = score_part(self.peers, member.name, items, "model")
+            part, stats = score_part(lookup, member.name, items, "model")
             parts.append(part)
             running.append(stats)
         groups = group_keys(items)
@@ -125,7 +127,7 @@ class EnsembleModel(RewardModel):
             results = [self._mix(item, members, [(m[0][i], m[1][i]) for m in per_member], need)
                        for i, item in enumerate(items)]
             then = (lambda rs: group_advantages(items, rs)) if options.normalize == "group" else None
-            return escalate(self.options.escalate, items, results, self.peers, then)
+            return escalate(self.options.escalate, items, results, lookup, then)
 
         return Plan(units=[], finish=finish, parts=list(parts))
 
@@ -145,7 +147,7 @@ class EnsembleModel(RewardModel):
         return ItemResult(id=item.id, score=score, uncertainty=uncertainty, components=components)
 
     def plan_compare(self, items: list[CompareItem], options: CompareOptions,
-                     cache: LRUCache | None = None) -> Plan[CompareResult]:
+                     cache: LRUCache | None = None, peers: PeerLookup | None = None) -> Plan[CompareResult]:
         from rewardserve.models.plans.compare import compare_by_scores
 
-        return compare_by_scores(self, items, cache)
+        return compare_by_scores(self, items, cache, peers)

@@ -27,7 +27,7 @@ from rewardserve.client.protocol import (
 )
 from rewardserve.models.backends import Sequence, make_backend
 from rewardserve.models.reward_model import BatchPolicy, RewardModel, work_key
-from rewardserve.models.planning import ItemError, Job, Plan, RequestError, Unit, UnitOutput
+from rewardserve.models.planning import ItemError, Job, PeerLookup, Plan, RequestError, Unit, UnitOutput
 from rewardserve.models.text.chat import MAX_CHARS_PER_TOKEN, fit_text, rendered_ids
 from rewardserve.models.cache import LRUCache
 from rewardserve.models.options import WeightedKindOptions
@@ -89,8 +89,8 @@ class ProcessModel(RewardModel):
 
     # ------------------------------------------------------------------ prepare
 
-    def plan_score(self, items: list[Item], options: ScoreOptions,
-                   cache: LRUCache | None = None) -> Plan[ItemResult]:
+    def plan_score(self, items: list[Item], options: ScoreOptions, cache: LRUCache | None = None,
+                   peers: PeerLookup | None = None) -> Plan[ItemResult]:
         """/v1/score on a PRM: the trajectory reward is the preset's aggregate."""
         steps = StepOptions(truncate="error" if options.truncate == "error" else "steps")
         normalize = options.normalize == "group"

@@ -2,7 +2,8 @@
 
 ``source`` (or ``options.fn``) names the rule, ``options.args`` are its keyword
 arguments. Each item's ``response`` (or final assistant turn) is graded against its
-``reference``. Calls run in the service's rule pools (models/rules/isolation.py);
+``reference``. Each item is a call in the service's rule pools (models/rules/pool.py:
+shared fairly between tenants, a full queue a 429), not a unit of a batcher;
 ``options.timeout_s`` bounds each call (default: the pools' own limit).
 """
 
@@ -42,8 +43,10 @@ class RuleModel(RewardModel):
     Options = RuleOptions
     options: RuleOptions
     runs_torch = False
-    # A batch is whatever is queued (the pool chunks it); many batches in flight, each
-    # waiting on the pool, which decides what runs next.
+    pooled = True
+    _own_runner: RuleRunner | None = None  # pools of its own, when built outside the service
+    # For ``run`` (scoring units directly, outside the service): a batch is whatever is
+    # queued, many in flight, each waiting on the pool, which decides what runs next.
     default_policy = BatchPolicy(
         max_batch_tokens=64,
         max_batch_items=64,
@@ -56,8 +59,9 @@ class RuleModel(RewardModel):
     def load(self) -> None:
         self.rule = get_rule(self.options.fn or self.spec.source)
         self.args = dict(self.options.args)
+        # The args are the model's, fixed at start: their part of every work key once.
+        self._args_key = work_key([], self.rule.name, self.args)
         self.timeout_s: float | None = self.options.timeout_s
-        self._own_runner: RuleRunner | None = None
         runner = self.context.rules
         if runner is None:  # built outside the service: pools of its own
             runner = self._own_runner = RuleRunner(RuleLimits(timeout_s=float(self.timeout_s or 5.0)))
@@ -75,9 +79,8 @@ class RuleModel(RewardModel):
             if problem is not None:
                 field, message = problem
                 raise RequestError(f"items[{index}].{field}: {message}", param=f"items[{index}].{field}", type="payload_too_large")
-            call = RuleCall(self.rule.name, response, item.reference, self.args)
-            entries.append(Job(length=1, payload=call,
-                               key=work_key([], self.rule.name, self.args, response, item.reference)))
+            call = RuleCall(self.rule.name, response, item.reference, self.args, timeout_s=self.timeout_s)
+            entries.append(Job(length=1, payload=call, key=work_key([], self._args_key, response, item.reference)))
         return entries
 
     def run(self, units: list[Unit[Job[RuleCall]]]) -> list[UnitOutput]:
@@ -91,10 +94,10 @@ class RuleModel(RewardModel):
         results: list[UnitOutput] = [[ItemError("not run")] for _ in units]
         for indices, future in runs:
             for index, value in zip(indices, future.result()):
-                results[index] = [self._result(value)]
+                results[index] = [self.call_result(value)]
         return results
 
-    def _result(self, value) -> ItemResult | ItemError:
+    def call_result(self, value: Any) -> ItemResult | ItemError:
         if isinstance(value, CallFailure):
             return ItemError(failure_message(self.rule.name, value))
         return ItemResult(score=float(value))

@@ -36,7 +36,7 @@ from rewardserve.client.protocol import (
 from rewardserve.models.backends import Sequence, make_backend
 from rewardserve.models.reward_model import BatchPolicy, RewardModel, work_key
 from rewardserve.models.options import WeightedKindOptions
-from rewardserve.models.planning import ItemError, Job, Plan, RequestError, Unit, UnitOutput
+from rewardserve.models.planning import ItemError, Job, PeerLookup, Plan, RequestError, Unit, UnitOutput
 from rewardserve.models.plans.compare import compare_by_judge
 from rewardserve.models.plans.groups import group_advantages
 from rewardserve.models.plans.rubric import Key, Outcome
@@ -101,6 +101,7 @@ class VerifierOptions(WeightedKindOptions):
 
 
 _Payload = _Logprob | _Generate
+CHOICES_KEPT = 256
 
 
 @register_kind("verifier")
@@ -117,7 +118,8 @@ class VerifierModel(RewardModel):
         self.default_template = self.options.template
         self.template(self.default_template)
         self.cache = LRUCache(self.options.cache_size)
-        self._choices: dict[tuple, Choices] = {}
+        # Requests bring their own choices (rubric criteria): kept for reuse, boundedly.
+        self._choices = LRUCache(CHOICES_KEPT)
 
     # ------------------------------------------------------------------ pieces
 
@@ -132,7 +134,8 @@ class VerifierModel(RewardModel):
 
     def choices(self, names: list[str], spellings: list[list[str]], values: list[float]) -> Choices:
         key = (tuple(names), tuple(map(tuple, spellings)), tuple(values))
-        if key not in self._choices:
+        known: Choices | None = self._choices.get(key)
+        if known is None:
             tok = self.backend.tokenizer
             ids, owner, seen = [], [], {}
             for index, forms in enumerate(spellings):
@@ -153,8 +156,9 @@ class VerifierModel(RewardModel):
                         owner.append(index)
             if set(owner) != set(range(len(names))):
                 raise RequestError("a choice encodes to no token", param="options.template")
-            self._choices[key] = Choices(tuple(names), tuple(ids), tuple(owner), tuple(values))
-        return self._choices[key]
+            known = Choices(tuple(names), tuple(ids), tuple(owner), tuple(values))
+            self._choices.put(key, known)
+        return known
 
     def template_choices(self, template: JudgeTemplate) -> Choices:
         if not template.choices:
@@ -183,15 +187,15 @@ class VerifierModel(RewardModel):
 
     # ------------------------------------------------------------------ prepare
 
-    def plan_score(self, items: list[Item], options: ScoreOptions,
-                   cache: LRUCache | None = None) -> Plan[ItemResult]:
+    def plan_score(self, items: list[Item], options: ScoreOptions, cache: LRUCache | None = None,
+                   peers: PeerLookup | None = None) -> Plan[ItemResult]:
         """/v1/score on a judge: P(yes) of the default template."""
         normalize = options.normalize == "group"
         return self.plan_items(items, VerifyOptions(), cache, ItemResult,
                                lambda results: group_advantages(items, results) if normalize else results)
 
     def plan_compare(self, items: list[CompareItem], options: CompareOptions,
-                     cache: LRUCache | None = None) -> Plan[CompareResult]:
+                     cache: LRUCache | None = None, peers: PeerLookup | None = None) -> Plan[CompareResult]:
         """Every ordered pair judged, both orders averaged (plans/compare.py)."""
         return compare_by_judge(self, items, options)
 
@@ -322,7 +326,7 @@ class VerifierModel(RewardModel):
         by_ids: dict[tuple[int, ...], list[int]] = {}
         for i in logprob:
             job = _logprob(units[i].payload)
-            cached = self.cache.get(job.key)
+            cached = self.cache.get(_own(units[i], job.key))
             if cached is not None:
                 results[i] = [self._logprob_result(job.choices, cached)]
             else:
@@ -331,10 +335,10 @@ class VerifierModel(RewardModel):
             rows = self.backend.read([_logprob(units[i].payload).seq for i in members], list(token_ids))
             for i, (row,) in zip(members, rows):
                 job = _logprob(units[i].payload)
-                self.cache.put(job.key, row)
+                self.cache.put(_own(units[i], job.key), row)
                 results[i] = [self._logprob_result(job.choices, row)]
         judges = [i for i, u in enumerate(units) if isinstance(u.payload, _Judge)]
-        for i, judged in zip(judges, self._judge([units[i].payload for i in judges])):
+        for i, judged in zip(judges, self._judge([units[i] for i in judges])):
             results[i] = judged
         for i in alone:
             payload = units[i].payload.payload
@@ -376,24 +380,31 @@ class VerifierModel(RewardModel):
             samples=samples,
         )
 
-    def _judge(self, jobs: list[_Judge]) -> list[list[VerifyResult | ItemError]]:
+    def _judge(self, judged: list[Unit[Any]]) -> list[list[VerifyResult | ItemError]]:
         """Each job's criteria. The uncached ones of all jobs are read together through
         prefix_sharing.read_units: one packed row, one engine read (vLLM), or each prefix once on
         its KV cache, as the backend does best."""
+        jobs: list[_Judge] = [unit.payload for unit in judged]
         # Cached rows hold the logits of each criterion's own choices, as logprob's do.
-        rows = [[self.cache.get(k) for k in job.keys] for job in jobs]
+        keys = [[_own(unit, k) for k in job.keys] for unit, job in zip(judged, jobs)]
+        rows = [[self.cache.get(k) for k in own] for own in keys]
         todo = [[i for i, row in enumerate(own) if row is None] for own in rows]
-        reading = [(job, own, ids) for job, own, ids in zip(jobs, rows, todo) if ids]
+        reading = [(job, own, ids, cache_keys) for job, own, ids, cache_keys in zip(jobs, rows, todo, keys) if ids]
         if reading:
-            token_ids = sorted({t for job, _, ids in reading for i in ids for t in job.choices[i].token_ids})
+            token_ids = sorted({t for job, _, ids, _ in reading for i in ids for t in job.choices[i].token_ids})
             column = {t: k for k, t in enumerate(token_ids)}
-            units = [Unit(0, SharedUnit(job.prefix, [], [job.suffixes[i] for i in ids])) for job, _, ids in reading]
+            units = [Unit(0, SharedUnit(job.prefix, [], [job.suffixes[i] for i in ids])) for job, _, ids, _ in reading]
             # Every unit is shared: read_units needs no sequence of a unit alone (None).
-            for (job, own, ids), fresh in zip(reading, read_units(self.backend, units, None, token_ids)):
+            for (job, own, ids, cache_keys), fresh in zip(reading, read_units(self.backend, units, None, token_ids)):
                 for i, (row,) in zip(ids, fresh):
                     own[i] = row[[column[t] for t in job.choices[i].token_ids]]
-                    self.cache.put(job.keys[i], own[i])
+                    self.cache.put(cache_keys[i], own[i])
         return [[self._logprob_result(c, row) for c, row in zip(job.choices, own)] for job, own in zip(jobs, rows)]
+
+
+def _own(unit: Unit[Any], key: Any) -> tuple[str | None, Any]:
+    """A judge cache key taken with the unit's tenant: no tenant reads another's."""
+    return (unit.scope.tenant if unit.scope is not None else None, key)
 
 
 def _logprob(job: Job[Any]) -> _Logprob:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from rewardserve.client.protocol import CompareItem, CompareOptions, CompareResult, Item, ItemResult, ScoreOptions
 from rewardserve.models.cache import LRUCache
-from rewardserve.models.planning import ItemError, Plan, Unit, UnitOutput, then
+from rewardserve.models.planning import ItemError, PeerLookup, Plan, Unit, UnitOutput, then
 
 if TYPE_CHECKING:
     from rewardserve.models.kinds.verifier import VerifierModel
@@ -30,9 +30,10 @@ def bradley_terry(scores: list[float]) -> list[list[float]]:
             for i in range(len(scores))]
 
 
-def compare_by_scores(model: RewardModel, items: list[CompareItem], cache: LRUCache | None) -> Plan[CompareResult]:
+def compare_by_scores(model: RewardModel, items: list[CompareItem], cache: LRUCache | None,
+                      peers: PeerLookup | None = None) -> Plan[CompareResult]:
     flat = [Item(prompt=it.prompt, response=r, reference=it.reference) for it in items for r in it.responses]
-    scoring = model.plan_score(flat, ScoreOptions(), cache)
+    scoring = model.plan_score(flat, ScoreOptions(), cache, peers)
 
     def preferences(scored: list[ItemResult]) -> list[CompareResult]:
         results, at = [], 0

@@ -29,7 +29,7 @@ def score_part(peers: PeerLookup, name: str, items: list[Item], param: str) -> t
     if "score" not in peer.model.endpoints:
         raise RequestError(f"model {name!r} is a {peer.model.kind} model; it gives no /v1/score score",
                            param=param)
-    return Part(name, peer.model.plan_score(items, ScoreOptions(), peer.cache)), peer.running
+    return Part(name, peer.model.plan_score(items, ScoreOptions(), peer.cache, peers)), peer.running
 
 
 def part_scores(part: Part[ItemResult]) -> list[float | ItemError]:

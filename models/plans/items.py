@@ -43,11 +43,15 @@ def plan_items(model: RewardModel, items: list[Item], options: Any, cache: LRUCa
                 first_of[job.key] = index
                 twins[index] = [index]
             todo.append((index, job))
-    units = model.combine([job for _, job in todo]) if todo else []
+    # A kind whose jobs are pool calls (a rule) sends each as a call, not a unit.
+    units = model.combine([job for _, job in todo]) if todo and not model.pooled else []
+    calls = [job.payload for _, job in todo] if model.pooled else []
     computed = {index for index, _ in todo}
 
-    def finish(outputs: list[UnitOutput], _values: list[Any]) -> list[R]:
-        for (_, members), produced in zip(units, outputs):
+    def finish(outputs: list[UnitOutput], values: list[Any]) -> list[R]:
+        produced_by = [(members, produced) for (_, members), produced in zip(units, outputs)] if units else \
+            [([k], [model.call_result(value)]) for k, value in enumerate(values)]
+        for members, produced in produced_by:
             for member, result in zip(members, produced):
                 index, job = todo[member]
                 for twin in twins.get(index, [index]):
@@ -61,6 +65,7 @@ def plan_items(model: RewardModel, items: list[Item], options: Any, cache: LRUCa
     return Plan(
         units=[unit for unit, _ in units],
         finish=finish,
+        calls=calls,
         prompt_tokens=sum(job.prompt_tokens for _, job in jobs),
         cached_tokens=sum(job.prompt_tokens for i, job in jobs if i not in computed)
         + sum(unit.shared_tokens for unit, _ in units),

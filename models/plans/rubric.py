@@ -222,6 +222,12 @@ class CheckedRubric:
         return any(c.text is not None for own in self.criteria for c in own)
 
 
+def asks_judge(body: RubricRequest) -> bool:
+    """Whether any criterion of the request is a judge question (no template parsed)."""
+    own = [item.criteria for item in body.items if item.criteria is not None]
+    return any(c.text is not None for criteria in [body.criteria or [], *own] for c in criteria)
+
+
 def check_rubric(body: RubricRequest) -> CheckedRubric:
     """Each item's criteria, checked (422 naming the field otherwise)."""
     criteria, params = [], []
@@ -236,11 +242,13 @@ def check_rubric(body: RubricRequest) -> CheckedRubric:
     return CheckedRubric(criteria, params)
 
 
-def plan_rubric(body: RubricRequest, checked: CheckedRubric, model: RewardModel | None,
+def plan_rubric(body: RubricRequest, model: RewardModel | None,
                 peers: PeerLookup | None = None) -> Plan[RubricResult]:
-    """Rule calls, pool-rendered texts and model criteria (parts on their models) first;
-    then the judge units (with the rule calls, when nothing had to be rendered); then each
-    item's aggregate, and the escalation stage when one is asked for."""
+    """The criteria checked (their templates parsed: off the event loop, as all
+    planning is); rule calls, pool-rendered texts and model criteria (parts on their
+    models) first; then the judge units (with the rule calls, when nothing had to be
+    rendered); then each item's aggregate, and the escalation stage when one is asked for."""
+    checked = check_rubric(body)
     judge = model if isinstance(model, Judge) else None
     work = plan_criteria(body.items, checked.criteria, checked.params)
     models = plan_model_criteria(body.items, checked.criteria, checked.params, peers)

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 
 from rewardserve.models.request_scope import RequestScope
 from rewardserve.models.rules import get_rule
-from rewardserve.models.rules.isolation import RenderCall, RuleCall, RulePool
+from rewardserve.models.rules.isolation import RenderCall, RuleCall
+from rewardserve.models.rules.pool import RulePool
 
 
 def default_workers() -> int:
@@ -34,8 +36,14 @@ class RuleLimits:
 
 
 class RuleRunner:
-    def __init__(self, limits: RuleLimits | None = None):
+    """``weight`` and ``on_charge``: the tenants' shares of the pools and their bill
+    (pool.py)."""
+
+    def __init__(self, limits: RuleLimits | None = None, *, weight: Callable[[str | None], float] | None = None,
+                 on_charge: Callable[[str | None, float], None] | None = None):
         self.limits = limits or RuleLimits()
+        self._weight = weight
+        self._on_charge = on_charge
         self._pools: dict[str, RulePool] = {}
         self._lock = threading.Lock()
 
@@ -56,7 +64,8 @@ class RuleRunner:
                 else:
                     workers, warm = limits.workers or default_workers(), ()
                 self._pools[name] = RulePool(workers, limits.timeout_s, limits.memory_mb,
-                                             max_queued=limits.max_queued, warm=warm)
+                                             max_queued=limits.max_queued, warm=warm, weight=self._weight,
+                                             on_charge=self._on_charge)
             return self._pools[name]
 
     def queued_calls(self) -> int:
@@ -65,7 +74,10 @@ class RuleRunner:
     def run(self, calls: list[RuleCall | RenderCall], scope: RequestScope | None = None,
             timeout_s: float | None = None) -> Future:
         """Every call's result in order (a value or a CallFailure). Raises PoolBusy
-        when a pool's queue is full."""
+        when a pool has no room for them. ``timeout_s``: per chunk of calls, by default
+        the longest the calls ask for, else the pools' own."""
+        if timeout_s is None:
+            timeout_s = max((c.timeout_s for c in calls if isinstance(c, RuleCall) and c.timeout_s), default=None)
         by_pool: dict[str, list[int]] = {}
         for index, call in enumerate(calls):
             name = get_rule(call.rule).pool if isinstance(call, RuleCall) else "light"

@@ -55,6 +55,9 @@ def json_schema(response: str, reference: Any = None, *, schema: dict | None = N
     schema = schema if schema is not None else reference
     if not isinstance(schema, dict):
         raise RuleError("json_schema needs a 'schema' object (or the reference as schema)")
+    from referencing import Registry
+    from referencing.exceptions import Unresolvable
+
     try:
         validator_class = jsonschema.validators.validator_for(schema)
         validator_class.check_schema(schema)
@@ -66,7 +69,14 @@ def json_schema(response: str, reference: Any = None, *, schema: dict | None = N
         raise
     except ValueError:
         return 0.0
-    return float(validator_class(schema).is_valid(value))
+    # An empty registry: a $ref resolves inside the schema (and to the bundled
+    # meta-schemas) or not at all. Without one, jsonschema falls back to fetching the URL,
+    # which would let a request make this worker GET any address, loopback included.
+    try:
+        return float(validator_class(schema, registry=Registry()).is_valid(value))
+    except Unresolvable as exc:
+        raise RuleError(f"json_schema: the $ref {str(exc.ref)[:200]!r} is not inside the schema; "
+                        "references outside it are never fetched") from None
 
 
 @rule("think_format")

@@ -53,7 +53,8 @@ _PLAIN_NODES = (nodes.Template, nodes.Output, nodes.TemplateData, nodes.Name, no
                 nodes.Getitem, nodes.Const)
 
 
-@cache
+# Bounded: the sources are the clients' own strings.
+@functools.lru_cache(maxsize=512)
 def is_plain(source: str) -> bool:
     """Only text and field lookups (``{{ a.b["c"] }}``): safe to render in process.
     Raises TemplateLimitError for a template that does not parse."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import os
 import signal
 import subprocess
@@ -15,7 +17,11 @@ import pytest
 from rewardserve.client import APITimeoutError, RewardClient
 from tests.harness import free_port, wait_ready
 
-OK = {"model": "m", "results": [{"score": 1.0, "valid": True}], "usage": {"items": 1}}
+def ok(request: httpx.Request) -> dict:
+    """A scoring answer to ``request``: each item's id back, as the service answers."""
+    items = json.loads(request.content)["items"] if request.content else []
+    return {"model": "m", "results": [{"id": item.get("id"), "score": 1.0, "valid": True} for item in items],
+            "usage": {"items": len(items)}}
 
 
 def test_round_robin_and_failover_on_scripted_replicas():
@@ -25,7 +31,7 @@ def test_round_robin_and_failover_on_scripted_replicas():
         seen.append(request.url.host)
         if request.url.host == "down":
             raise httpx.ConnectError("refused")
-        return httpx.Response(200, json=OK)
+        return httpx.Response(200, json=ok(request))
 
     client = RewardClient(["http://a", "http://down", "http://b"],
                           http_client=httpx.Client(transport=httpx.MockTransport(handle)))

@@ -18,7 +18,11 @@ from rewardserve.client import (
 from rewardserve.client._shared import ClientConfig, parse_retry_after, plan_chunks
 from rewardserve.client.protocol import Item
 
-OK = {"model": "m", "results": [{"score": 1.0, "valid": True}], "usage": {"items": 1}}
+def ok(request: httpx.Request) -> dict:
+    """A scoring answer to ``request``: each item's id back, as the service answers."""
+    items = json.loads(request.content)["items"] if request.content else []
+    return {"model": "m", "results": [{"id": item.get("id"), "score": 1.0, "valid": True} for item in items],
+            "usage": {"items": len(items)}}
 
 
 def scripted(*steps):
@@ -33,7 +37,7 @@ def scripted(*steps):
             raise step
         status, headers = step if isinstance(step, tuple) else (step, {})
         if status == 200:
-            return httpx.Response(200, json=OK)
+            return httpx.Response(200, json=ok(request))
         if headers == "plain":  # an intermediary's error page, not the service's JSON
             return httpx.Response(status, text="Internal Server Error")
         body = {"error": {"type": "x", "message": f"status {status}", "param": "items"}}
@@ -107,7 +111,8 @@ async def test_async_twin_retries(monkeypatch):
     out = await client.score("m", [{"response": "a"}])
     assert out.results[0].score == 1.0 and waited == [3.0]
     assert calls[0].headers["authorization"] == "Bearer k"
-    assert json.loads(calls[0].content) == {"model": "m", "items": [{"response": "a"}], "options": {}}
+    # Each item goes with an id of its own (the client made it), so results match by id.
+    assert json.loads(calls[0].content) == {"model": "m", "items": [{"id": "rs-0", "response": "a"}], "options": {}}
 
 
 def test_retry_after_forms():

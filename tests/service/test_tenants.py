@@ -303,7 +303,7 @@ def test_a_bad_tenants_file_stops_the_start_saying_why(tmp_path, monkeypatch, ca
 
 
 @pytest.fixture
-async def service(tmp_path):
+async def service(tmp_path, qwen3_rm):
     from tests.harness import serve_in_process
 
     path = tmp_path / "tenants.yaml"
@@ -311,7 +311,8 @@ async def service(tmp_path):
                     "  - {name: team-a, keys: [key-a], items_per_second: 5}\n"
                     "  - {name: team-b, keys: [key-b], weight: 2}\n")
     settings = Settings(tenants_file=path, api_keys=["admin"], models=[
-        ModelSpec(name="echo", kind="rule", source="exact_match")], builtin_rules=False)
+        ModelSpec(name="echo", kind="rule", source="exact_match"), ModelSpec(name="rm", source=str(qwen3_rm))],
+        builtin_rules=False)
     async with serve_in_process(settings) as (app, http):
         yield http
 
@@ -336,13 +337,16 @@ async def test_each_tenant_is_charged_its_tokens_share_of_the_model_s_time(servi
     http: httpx.AsyncClient = service
     for key, n in (("key-a", 2), ("key-b", 5)):  # items of their own: none answered from the cache
         items = [{"response": f"{key} {i}", "reference": "x"} for i in range(n)]
-        sent = await http.post("/v1/score", json={"model": "echo", "items": items},
-                               headers={"authorization": f"Bearer {key}"})
-        assert sent.status_code == 200
+        for model in ("rm", "echo"):
+            sent = await http.post("/v1/score", json={"model": model, "items": items},
+                                   headers={"authorization": f"Bearer {key}"})
+            assert sent.status_code == 200
     text = (await http.get("/metrics", headers={"authorization": "Bearer admin"})).text
     charged = {t: metric(text, "rewardserve_tenant_model_seconds_total", tenant=t) for t in ("team-a", "team-b")}
     assert all(seconds > 0 for seconds in charged.values()), charged
     assert sum(charged.values()) == pytest.approx(metric(text, "rewardserve_forward_duration_seconds_sum"))
+    # A rule model's items are rule-pool calls: their worker time is charged too.
+    assert all(metric(text, "rewardserve_tenant_rule_seconds_total", tenant=t) > 0 for t in ("team-a", "team-b"))
 
 
 async def test_a_tenant_sees_its_own_metrics_only(service):
@@ -412,10 +416,9 @@ def test_weights_split_a_saturated_model_3_to_1_in_a_real_process(tmp_path):
                     assert http.post(url + "/v1/score", json={"model": "rm", "items": items}).status_code == 200
 
         def served() -> dict[str, float]:
-            text = httpx.get(url + "/metrics", headers={"authorization": "Bearer key-a"}, timeout=10).text
-            admin = httpx.get(url + "/metrics", timeout=10).text  # names are public: every tenant
-            return {t: metric(admin if t == "b" else text, "rewardserve_tenant_queue_duration_seconds_count", tenant=t)
-                    for t in ("a", "b")}
+            # Each tenant's own view: no key, or another tenant's, sees none of its work.
+            return {t: metric(httpx.get(url + "/metrics", headers={"authorization": f"Bearer key-{t}"}, timeout=10).text,
+                              "rewardserve_tenant_queue_duration_seconds_count", tenant=t) for t in ("a", "b")}
 
         threads = [threading.Thread(target=caller, args=(key, 10 * k + i), daemon=True)
                    for k, key in enumerate(("key-a", "key-b")) for i in range(8)]

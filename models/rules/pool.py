@@ -1,0 +1,284 @@
+"""The rule pool: isolated worker processes (isolation.py) shared fairly between tenants,
+then between each tenant's requests.
+
+- calls go to the workers in chunks (one pickling, one round trip); a chunk that runs
+  past its time limit is killed with its worker (pebble starts a fresh one) and its
+  calls are retried one by one, so only the slow call is reported as timed out;
+- the pool's own queue, not pebble's, decides what runs next. Tenants take turns by
+  weighted fair queueing on the worker time their calls took (a tenant whose calls
+  burn their whole time limit falls behind one whose calls take a millisecond); within
+  a tenant, its requests take turns. One tenant, and one request, holds at most
+  ``workers - 1`` workers, so work arriving while another's slow calls run always finds
+  a worker;
+- the queue holds ``max_queued`` calls; past that a tenant may still queue up to its
+  weighted share of it among the tenants with work here (the queue then holds up to
+  twice its limit, never more), so one tenant's flood is refused (``PoolBusy``, a 429)
+  without shutting the others out;
+- work of a request that is cancelled (client gone, deadline passed) is dropped from
+  the queue, and its running calls are killed.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from concurrent.futures import CancelledError, Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
+from typing import Any
+
+from pebble import ProcessExpired, ProcessPool
+
+from rewardserve.models.request_scope import RequestScope
+from rewardserve.models.rules.isolation import CallFailure, init_worker, run_calls, worker_context
+
+CHUNK_CALLS = 16
+Tenant = str | None
+
+
+class PoolBusy(Exception):
+    """The queue has no room for this tenant's calls; retry later."""
+
+    def __init__(self, message: str, tenant: Tenant = None, retry_after_s: int = 1):
+        super().__init__(message)
+        self.tenant = tenant
+        self.retry_after_s = retry_after_s
+
+
+@dataclass
+class _Run:
+    """One ``run`` call: where its calls' results go."""
+
+    results: list[Any]
+    left: int
+    future: Future[list[Any]]
+    timeout_s: float
+
+
+@dataclass
+class _Chunk:
+    run: _Run
+    scope: RequestScope
+    calls: list[Any]
+    positions: list[int]
+
+
+@dataclass
+class _TenantQueue:
+    """One tenant's queued chunks, by request in round-robin order."""
+
+    requests: OrderedDict[int, deque[_Chunk]] = field(default_factory=OrderedDict)
+    queued: int = 0  # calls
+    running: int = 0  # chunks
+
+    @property
+    def active(self) -> bool:
+        return self.queued > 0 or self.running > 0
+
+
+class RulePool:
+    """A tenant-fair, cancellable process pool for rule calls. ``run`` is thread-safe.
+
+    ``weight(tenant)``: a tenant's share (1 by default); ``on_charge(tenant, seconds)``:
+    told the worker time each chunk took, for the tenant's bill."""
+
+    def __init__(self, workers: int, timeout_s: float, memory_mb: int = 1024, *,
+                 max_queued: int = 200_000, warm: tuple[str, ...] = (), max_tasks: int = 2000,
+                 weight: Callable[[Tenant], float] | None = None,
+                 on_charge: Callable[[Tenant, float], None] | None = None):
+        self.workers = workers
+        self.timeout_s = timeout_s
+        self.max_queued = max_queued
+        self._weight = weight or (lambda _tenant: 1.0)
+        self._on_charge = on_charge
+        self._pool = ProcessPool(
+            max_workers=workers, max_tasks=max_tasks, initializer=init_worker,
+            initargs=(memory_mb, warm), context=worker_context(),
+        )
+        # Reentrant: a cancelled pebble future runs its callbacks in the cancelling thread.
+        self._lock = threading.RLock()
+        self._tenants: dict[Tenant, _TenantQueue] = {}
+        self._virtual: dict[Tenant, float] = {}  # worker seconds served / weight
+        self._clock = 0.0
+        self._running: dict[int, set[Any]] = {}  # scope id -> pebble futures
+        self._scopes: dict[int, Any] = {}  # scope id -> unregister its cancel callback
+        self._free = workers
+        self._queued_calls = 0
+        self._closed = False
+
+    @property
+    def queued_calls(self) -> int:
+        return self._queued_calls
+
+    @property
+    def share(self) -> int:
+        """Workers one tenant (or request) may hold at once: all but one."""
+        return max(1, self.workers - 1)
+
+    def run(self, calls: list[Any], scope: RequestScope | None = None,
+            timeout_s: float | None = None) -> Future[list[Any]]:
+        """Queue ``calls`` for ``scope``'s request; the future resolves to their results
+        in order (a value or a CallFailure each). ``timeout_s`` per chunk of calls
+        (default: the pool's). Raises PoolBusy when the tenant has no room."""
+        scope = scope or RequestScope()
+        future: Future[list[Any]] = Future()
+        if not calls:
+            future.set_result([])
+            return future
+        run = _Run([None] * len(calls), len(calls), future, timeout_s or self.timeout_s)
+        chunks = [_Chunk(run, scope, calls[at: at + CHUNK_CALLS], list(range(at, min(at + CHUNK_CALLS, len(calls)))))
+                  for at in range(0, len(calls), CHUNK_CALLS)]
+        tenant = scope.tenant
+        with self._lock:
+            if self._closed:
+                raise PoolBusy("the rule pool is shut down")
+            self._check_room(tenant, len(calls))
+            queue = self._tenants.setdefault(tenant, _TenantQueue())
+            if not queue.active:  # back from idle: no credit for the time away
+                self._virtual[tenant] = max(self._virtual.get(tenant, 0.0), self._clock)
+            queue.requests.setdefault(scope.id, deque()).extend(chunks)
+            queue.queued += len(calls)
+            self._queued_calls += len(calls)
+            if scope.id not in self._scopes:
+                self._scopes[scope.id] = None
+                unregister = scope.on_cancel(lambda reason, s=scope: self._cancel(s, reason))
+                if scope.id in self._scopes:  # (a scope cancelled already was dropped just now)
+                    self._scopes[scope.id] = unregister
+        self._dispatch()
+        return future
+
+    def _check_room(self, tenant: Tenant, calls: int) -> None:
+        total = self._queued_calls + calls
+        if total <= self.max_queued:
+            return
+        queue = self._tenants.get(tenant)
+        queued = queue.queued if queue is not None else 0
+        active = {t for t, q in self._tenants.items() if q.active} | {tenant}
+        share = self.max_queued * self._weight(tenant) / sum(self._weight(t) for t in active)
+        if total > 2 * self.max_queued or queued + calls > share:
+            who = f"tenant {tenant!r}" if tenant is not None else "this service"
+            raise PoolBusy(f"{who} has {queued} rule calls queued and the pool {self._queued_calls}; "
+                           f"{calls} more would pass its share of {int(share)}", tenant)
+
+    def _dispatch(self) -> None:
+        with self._lock:
+            while self._free > 0 and not self._closed:
+                chunk = self._next_chunk()
+                if chunk is None:
+                    return
+                self._free -= 1
+                self._queued_calls -= len(chunk.calls)
+                task = self._pool.schedule(run_calls, args=(chunk.calls,), timeout=chunk.run.timeout_s)
+                self._running.setdefault(chunk.scope.id, set()).add(task)
+                started = time.monotonic()
+                task.add_done_callback(lambda t, c=chunk, s=started: self._done(c, t, s))
+
+    def _next_chunk(self) -> _Chunk | None:
+        """The tenant furthest behind among those with work queued and under their share
+        of the workers; its first request in turn under its share; that request moves to
+        the back of the tenant's turns."""
+        ready = [t for t, q in self._tenants.items() if q.queued and q.running < self.share]
+        for tenant in sorted(ready, key=lambda t: (self._virtual.get(t, self._clock), t or "")):
+            queue = self._tenants[tenant]
+            for scope_id, chunks in queue.requests.items():
+                if chunks and len(self._running.get(scope_id, ())) < self.share:
+                    chunk = chunks.popleft()
+                    queue.requests.move_to_end(scope_id)
+                    queue.queued -= len(chunk.calls)
+                    queue.running += 1
+                    self._clock = max(self._clock, self._virtual.get(tenant, self._clock))
+                    return chunk
+        return None
+
+    def _done(self, chunk: _Chunk, task: Any, started: float) -> None:
+        try:
+            outcome: Any = task.result()
+        except FutureTimeout:
+            outcome = "timeout"
+        except ProcessExpired as exc:
+            outcome = CallFailure("crashed", f"the worker died (exit code {exc.exitcode})")
+        except CancelledError:
+            outcome = CallFailure("cancelled", "the request was cancelled")
+        except Exception as exc:  # pickling problems, a broken pool
+            outcome = CallFailure("error", f"{type(exc).__name__}: {exc}")
+        seconds = time.monotonic() - started
+        tenant = chunk.scope.tenant
+        with self._lock:
+            self._free += 1
+            queue = self._tenants[tenant]
+            queue.running -= 1
+            self._virtual[tenant] = self._virtual.get(tenant, self._clock) + seconds / self._weight(tenant)
+            running = self._running.get(chunk.scope.id)
+            if running is not None:
+                running.discard(task)
+            retry = outcome == "timeout" and len(chunk.calls) > 1 and not chunk.scope.cancelled
+            if retry:  # find the slow call: each alone, ahead of the request's other work
+                singles = [_Chunk(chunk.run, chunk.scope, [c], [p]) for c, p in zip(chunk.calls, chunk.positions)]
+                queue.requests.setdefault(chunk.scope.id, deque()).extendleft(reversed(singles))
+                queue.requests.move_to_end(chunk.scope.id, last=False)
+                queue.queued += len(singles)
+                self._queued_calls += len(singles)
+        if self._on_charge is not None:
+            self._on_charge(tenant, seconds)
+        if not retry:
+            if outcome == "timeout":
+                outcome = CallFailure("timeout", f"timed out after {chunk.run.timeout_s:g}s")
+            values = outcome if isinstance(outcome, list) else [outcome] * len(chunk.calls)
+            self._finish(chunk, values)
+        self._dispatch()
+
+    def _finish(self, chunk: _Chunk, values: list[Any]) -> None:
+        run = chunk.run
+        for position, value in zip(chunk.positions, values):
+            run.results[position] = value
+        with self._lock:
+            run.left -= len(chunk.positions)
+            done = run.left == 0
+            if done:
+                self._forget_if_idle(chunk.scope)
+        if done and not run.future.done():
+            run.future.set_result(run.results)
+
+    def _forget_if_idle(self, scope: RequestScope) -> None:
+        """Drop a request's bookkeeping once nothing of it is queued or running."""
+        queue = self._tenants.get(scope.tenant)
+        if queue is not None and not queue.requests.get(scope.id) and not self._running.get(scope.id):
+            queue.requests.pop(scope.id, None)
+            self._running.pop(scope.id, None)
+            unregister = self._scopes.pop(scope.id, None)
+            if unregister is not None:
+                unregister()
+
+    def _cancel(self, scope: RequestScope, reason: str) -> None:
+        """The request is gone: fail its queued calls, kill its running ones."""
+        with self._lock:
+            queue = self._tenants.get(scope.tenant)
+            queued = list(queue.requests.get(scope.id, ())) if queue is not None else []
+            if queue is not None and scope.id in queue.requests:
+                queue.requests[scope.id].clear()
+            dropped = sum(len(c.calls) for c in queued)
+            self._queued_calls -= dropped
+            if queue is not None:
+                queue.queued -= dropped
+            running = list(self._running.get(scope.id, ()))
+        failure = CallFailure("cancelled", f"the request was cancelled ({reason})")
+        for chunk in queued:
+            self._finish(chunk, [failure] * len(chunk.calls))
+        for task in running:
+            task.cancel()  # pebble stops the worker and starts a new one
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            queued = [c for q in self._tenants.values() for chunks in q.requests.values() for c in chunks]
+            for q in self._tenants.values():
+                for chunks in q.requests.values():
+                    chunks.clear()
+                q.queued = 0
+        failure = CallFailure("cancelled", "the service is shutting down")
+        for chunk in queued:
+            self._finish(chunk, [failure] * len(chunk.calls))
+        self._pool.stop()
+        self._pool.join(timeout=5)
