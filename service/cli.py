@@ -14,7 +14,7 @@ import time
 
 from pydantic import ValidationError
 
-from rewardserve.client import __version__
+from rewardserve.client import RewardServeError, __version__
 from rewardserve.service.logs import configure_logging
 from rewardserve.service.settings import StartupError
 
@@ -216,9 +216,12 @@ def main(argv: list[str] | None = None) -> None:
         for problem in exc.problems:
             print(f"rewardserve: error: {problem}", file=sys.stderr)
         raise SystemExit(2) from exc
-    except (ValueError, KeyError, FileNotFoundError, ValidationError) as exc:
+    except (ValueError, KeyError, OSError, RecursionError, ValidationError, RewardServeError) as exc:
         print(f"rewardserve: error: {one_line(exc)}", file=sys.stderr)
         raise SystemExit(2) from exc
+    except KeyboardInterrupt:
+        print("rewardserve: stopped", file=sys.stderr)
+        raise SystemExit(130) from None
 
 
 def one_line(exc: Exception) -> str:
@@ -227,6 +230,10 @@ def one_line(exc: Exception) -> str:
         where = ".".join(str(p) for p in first.get("loc", ())) or exc.title
         more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
         return f"{where}: {first.get('msg')}{more}"
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror
+    if isinstance(exc, RecursionError):
+        return "the input is nested too deeply"
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 

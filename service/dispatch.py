@@ -112,6 +112,17 @@ async def execute(request: Request, served: Served | None, plan: Plan[R], n_item
         return Executed(done, usage, queue_s, inference_s)
 
 
+def refuse_over_limit(request: Request, work: int) -> None:
+    """413 for a request that makes more work than one request may (a route that knows
+    it before planning asks here first: nothing is planned for a request refused)."""
+    limit = request.app.state.svc.settings.max_work_per_request
+    if work > limit:
+        raise PayloadTooLarge(
+            f"this request asks for {work} model inputs and rule calls (each item, judge prompt, compared "
+            f"pair, rule call and template render), over the limit of {limit} per request; split it",
+            param="items")
+
+
 def charge_work(request: Request, work: int) -> None:
     """Count a plan stage's work (forward inputs: items, judge prompts, compared pairs;
     rule calls and template renders) against the request's limit (413) and, beyond the
@@ -121,12 +132,7 @@ def charge_work(request: Request, work: int) -> None:
     state = request.state
     total = getattr(state, "work_units", 0) + work
     state.work_units = total
-    limit = svc.settings.max_work_per_request
-    if total > limit:
-        raise PayloadTooLarge(
-            f"this request asks for {total} model inputs and rule calls (each item, judge prompt, compared "
-            f"pair, rule call and template render), over the limit of {limit} per request; split it",
-            param="items")
+    refuse_over_limit(request, total)
     extra = total - getattr(state, "work_charged", 0)
     if extra > 0 and svc.tenants.enabled:
         state.work_charged = total

@@ -13,10 +13,10 @@ from rewardserve.client.protocol import (
     VerifyRequest,
     VerifyResponse,
 )
-from rewardserve.models.plans.rubric import asks_judge, plan_rubric
+from rewardserve.models.plans.rubric import asks_judge, plan_rubric, rubric_work
 from rewardserve.service.admission import scope_of
 from rewardserve.service.body import BoundedRoute
-from rewardserve.service.dispatch import run_plan
+from rewardserve.service.dispatch import refuse_over_limit, run_plan
 from rewardserve.service.errors import InvalidRequest
 from rewardserve.service.routes import ERROR_RESPONSES, admit, json_response, serving
 
@@ -38,6 +38,7 @@ async def rubric(body: RubricRequest, request: Request) -> Response:
     """Weighted criteria per item (rules, judge questions, served models' scores),
     aggregated; escalated to an expensive model where the request says."""
     admit(request, len(body.items))
+    refuse_over_limit(request, rubric_work(body))
     judge = None
     if asks_judge(body):
         if body.judge is None:

@@ -67,15 +67,27 @@ def call_for(client: AsyncRewardClient, endpoint: str, model: str, options: dict
     raise ValueError(f"--endpoint is one of {', '.join(ENDPOINTS)}")
 
 
+MAX_LINE_BYTES = 16 * 1024 * 1024  # one item of a JSONL file
+
+
 def read_items(path: Path) -> list[dict[str, Any]]:
+    """The JSON objects of a JSONL file; ValueError naming the file and line for a line
+    that is not one (too long, nested too deeply, not JSON), or for a path that is not a
+    readable file."""
+    if path.is_dir():
+        raise ValueError(f"{path}: is a directory; give a JSONL file, one item per line")
     items = []
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
+    with open(path, "rb") as f:
+        for number, raw in enumerate(iter(lambda: f.readline(MAX_LINE_BYTES + 1), b""), 1):
+            if len(raw) > MAX_LINE_BYTES:
+                raise ValueError(f"{path}:{number}: the line is over {MAX_LINE_BYTES} bytes")
+            if not raw.strip():
                 continue
             try:
-                item = json.loads(line)
-            except ValueError as exc:
+                item = json.loads(raw.decode("utf-8"))
+            except RecursionError:
+                raise ValueError(f"{path}:{number}: nested too deeply") from None
+            except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError alike
                 raise ValueError(f"{path}:{number}: not JSON ({exc})") from None
             if not isinstance(item, dict):
                 raise ValueError(f"{path}:{number}: an item is a JSON object")
@@ -83,23 +95,36 @@ def read_items(path: Path) -> list[dict[str, Any]]:
     return items
 
 
+def check_output(source: Path, out: Path) -> bool:
+    """Whether ``out`` is a file this command may resume (a regular file or none);
+    False for a stream (/dev/stdout, a pipe), written straight. ValueError when ``out``
+    is the input itself."""
+    if out.exists() and source.exists() and os.path.samefile(source, out):
+        raise ValueError(f"{out} is the input file; write the results to another file (-o)")
+    return not out.exists() or out.is_file()
+
+
 def lines_written(path: Path) -> list[dict[str, Any]]:
-    """The complete result lines already in ``path``; a torn last line (a run stopped
-    while writing) is cut off the file."""
+    """The result lines a previous run wrote to ``path``; a torn last line (a run
+    stopped while writing) is cut off the file. ValueError, touching nothing, when the
+    file holds anything else: it is not this command's to overwrite."""
     if not path.exists():
         return []
-    done = []
+    done: list[dict[str, Any]] = []
     kept = 0
     with open(path, "rb") as f:
-        for line in f:
+        for raw in iter(lambda: f.readline(MAX_LINE_BYTES + 1), b""):
             try:
-                done.append(json.loads(line))
-            except ValueError:
-                break
-            if not line.endswith(b"\n"):
-                done.pop()
-                break
-            kept += len(line)
+                line = json.loads(raw) if len(raw) <= MAX_LINE_BYTES else None
+            except (ValueError, RecursionError):
+                line = None
+            if not raw.endswith(b"\n") and not f.read(1):
+                break  # a torn last line: cut off below
+            if not isinstance(line, dict) or line.get("index") != len(done):
+                raise ValueError(f"{path} exists and is not the output of this command (line {len(done) + 1}); "
+                                 "choose another -o, or delete it to start over")
+            done.append(line)
+            kept += len(raw)
     os.truncate(path, kept)
     return done
 
@@ -145,7 +170,8 @@ async def score_file(client: AsyncRewardClient, endpoint: str, model: str, optio
     """Score ``source`` into ``out``, skipping the items a previous run wrote; returns
     every result line of ``out``."""
     items = read_items(source)
-    written = lines_written(out)
+    resumable = check_output(source, out)
+    written = lines_written(out) if resumable else []
     if len(written) > len(items):
         raise ValueError(f"{out} has {len(written)} results for {len(items)} items: not a run of {source}")
     # A group cut by the stop is scored again whole: its normalisation needs all of it.
@@ -159,7 +185,7 @@ async def score_file(client: AsyncRewardClient, endpoint: str, model: str, optio
     stream = progress_stream or sys.stderr
     if resume:
         stream.write(f"{out}: resuming after {resume} results\n")
-    with open(out, "a", encoding="utf-8") as f:
+    with open(out, "a" if resumable else "w", encoding="utf-8") as f:
         progress = Progress(len(items), resume, stream, counted_from=resume)
         call = call_for(client, endpoint, model, options)
         for start, end in blocks(items, resume, BLOCK):

@@ -121,6 +121,10 @@ class Tenants:
         r = metrics.registry
         self.requests = Counter("rewardserve_tenant_requests", "Scoring requests admitted", ["tenant"], registry=r)
         self.items = Counter("rewardserve_tenant_items", "Items sent", ["tenant"], registry=r)
+        # What its requests made the service do: items, judge prompts, compared pairs, rule
+        # calls and renders (what items_per_second is charged).
+        self.work = Counter("rewardserve_tenant_work", "Model inputs and rule calls its requests made",
+                            ["tenant"], registry=r)
         self.tokens = Counter("rewardserve_tenant_tokens", "Tokens queued", ["tenant"], registry=r)
         self.queue_seconds = Histogram("rewardserve_tenant_queue_duration_seconds", "Time waiting for a batch",
                                        ["tenant"], buckets=_LATENCY_BUCKETS, registry=r)
@@ -177,6 +181,7 @@ class Tenants:
         """Take ``n`` units of work from the tenant's items per second: None, or the
         whole seconds to wait (retry-after)."""
         name = tenant or DEFAULT
+        self.work.labels(name).inc(n)
         bucket = self._buckets.get(name)
         if bucket is None:
             return None

@@ -231,15 +231,25 @@ def asks_judge(body: RubricRequest) -> bool:
 def check_rubric(body: RubricRequest) -> CheckedRubric:
     """Each item's criteria, checked (422 naming the field otherwise)."""
     criteria, params = [], []
+    shared_checked = False
     for index, item in enumerate(body.items):
         own = item.criteria if item.criteria is not None else body.criteria
         param = f"items[{index}].criteria" if item.criteria is not None else "criteria"
         if own is None:
             raise RequestError("no criteria: give 'criteria' for the request or the item", param=param)
-        check_criteria(own, body.aggregation, param)
+        if item.criteria is not None or not shared_checked:  # the request's own, once
+            check_criteria(own, body.aggregation, param)
+            shared_checked = shared_checked or item.criteria is None
         criteria.append(own)
         params.append(param)
     return CheckedRubric(criteria, params)
+
+
+def rubric_work(body: RubricRequest) -> int:
+    """The criteria the request asks scored, all items together (its rule calls, judge
+    questions and model scores): known before anything is planned."""
+    shared = len(body.criteria or [])
+    return sum(len(item.criteria) if item.criteria is not None else shared for item in body.items)
 
 
 def plan_rubric(body: RubricRequest, model: RewardModel | None,

@@ -157,6 +157,11 @@ def _trim() -> None:
         pass
 
 
+def ready() -> bool:
+    """Answered once a worker is up: the pool's sign that a replaced worker is back."""
+    return True
+
+
 def run_calls(calls: list) -> list:
     """Worker entry point: each call's result (a float, a rendered string) or its
     CallFailure, in order."""

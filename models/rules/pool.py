@@ -4,12 +4,15 @@ then between each tenant's requests.
 - calls go to the workers in chunks (one pickling, one round trip); a chunk that runs
   past its time limit is killed with its worker (pebble starts a fresh one) and its
   calls are retried one by one, so only the slow call is reported as timed out;
-- the pool's own queue, not pebble's, decides what runs next. Tenants take turns by
-  weighted fair queueing on the worker time their calls took (a tenant whose calls
-  burn their whole time limit falls behind one whose calls take a millisecond); within
-  a tenant, its requests take turns. One tenant, and one request, holds at most
-  ``workers - 1`` workers, so work arriving while another's slow calls run always finds
-  a worker;
+- the pool's own queue, not pebble's, decides what runs next, and on which worker: each
+  worker is a pebble pool of one, so a chunk goes to a worker that is idle now, never
+  into a queue behind a killed worker's restart. Tenants take turns by weighted fair
+  queueing on the worker time their calls took (a tenant whose calls burn their whole
+  time limit falls behind one whose calls take a millisecond); within a tenant, its
+  requests take turns. One tenant, and one request, holds at most ``workers - 1``
+  workers, a worker being replaced after its call was killed counting as held by the
+  tenant whose call it was (until the new worker answers), so work arriving while
+  another's slow calls run always finds a worker up;
 - the queue holds ``max_queued`` calls; past that a tenant may still queue up to its
   weighted share of it among the tenants with work here (the queue then holds up to
   twice its limit, never more), so one tenant's flood is refused (``PoolBusy``, a 429)
@@ -32,7 +35,7 @@ from typing import Any
 from pebble import ProcessExpired, ProcessPool
 
 from rewardserve.models.request_scope import RequestScope
-from rewardserve.models.rules.isolation import CallFailure, init_worker, run_calls, worker_context
+from rewardserve.models.rules.isolation import CallFailure, init_worker, ready, run_calls, worker_context
 
 CHUNK_CALLS = 16
 Tenant = str | None
@@ -93,10 +96,10 @@ class RulePool:
         self.max_queued = max_queued
         self._weight = weight or (lambda _tenant: 1.0)
         self._on_charge = on_charge
-        self._pool = ProcessPool(
-            max_workers=workers, max_tasks=max_tasks, initializer=init_worker,
-            initargs=(memory_mb, warm), context=worker_context(),
-        )
+        context = worker_context()
+        self._workers = [ProcessPool(max_workers=1, max_tasks=max_tasks, initializer=init_worker,
+                                     initargs=(memory_mb, warm), context=context) for _ in range(workers)]
+        self._idle: list[int] = []  # workers up and free; each joins once it has answered
         # Reentrant: a cancelled pebble future runs its callbacks in the cancelling thread.
         self._lock = threading.RLock()
         self._tenants: dict[Tenant, _TenantQueue] = {}
@@ -104,9 +107,10 @@ class RulePool:
         self._clock = 0.0
         self._running: dict[int, set[Any]] = {}  # scope id -> pebble futures
         self._scopes: dict[int, Any] = {}  # scope id -> unregister its cancel callback
-        self._free = workers
         self._queued_calls = 0
         self._closed = False
+        for worker, pool in enumerate(self._workers):  # all started now, not on first use
+            pool.schedule(ready).add_done_callback(lambda _t, w=worker: self._up(w))
 
     @property
     def queued_calls(self) -> int:
@@ -164,16 +168,16 @@ class RulePool:
 
     def _dispatch(self) -> None:
         with self._lock:
-            while self._free > 0 and not self._closed:
+            while self._idle and not self._closed:
                 chunk = self._next_chunk()
                 if chunk is None:
                     return
-                self._free -= 1
+                worker = self._idle.pop()
                 self._queued_calls -= len(chunk.calls)
-                task = self._pool.schedule(run_calls, args=(chunk.calls,), timeout=chunk.run.timeout_s)
+                task = self._workers[worker].schedule(run_calls, args=(chunk.calls,), timeout=chunk.run.timeout_s)
                 self._running.setdefault(chunk.scope.id, set()).add(task)
                 started = time.monotonic()
-                task.add_done_callback(lambda t, c=chunk, s=started: self._done(c, t, s))
+                task.add_done_callback(lambda t, c=chunk, w=worker, s=started: self._done(c, w, t, s))
 
     def _next_chunk(self) -> _Chunk | None:
         """The tenant furthest behind among those with work queued and under their share
@@ -192,9 +196,11 @@ class RulePool:
                     return chunk
         return None
 
-    def _done(self, chunk: _Chunk, task: Any, started: float) -> None:
+    def _done(self, chunk: _Chunk, worker: int, task: Any, started: float) -> None:
+        replaced = True  # the worker was killed (or may have been) and is being replaced
         try:
             outcome: Any = task.result()
+            replaced = False
         except FutureTimeout:
             outcome = "timeout"
         except ProcessExpired as exc:
@@ -203,13 +209,14 @@ class RulePool:
             outcome = CallFailure("cancelled", "the request was cancelled")
         except Exception as exc:  # pickling problems, a broken pool
             outcome = CallFailure("error", f"{type(exc).__name__}: {exc}")
-        seconds = time.monotonic() - started
         tenant = chunk.scope.tenant
         with self._lock:
-            self._free += 1
+            if replaced and not self._closed:  # still the tenant's until the new worker answers
+                self._workers[worker].schedule(ready).add_done_callback(
+                    lambda _t, w=worker, s=started: self._back(tenant, w, s))
+            else:
+                self._release(tenant, worker, started)
             queue = self._tenants[tenant]
-            queue.running -= 1
-            self._virtual[tenant] = self._virtual.get(tenant, self._clock) + seconds / self._weight(tenant)
             running = self._running.get(chunk.scope.id)
             if running is not None:
                 running.discard(task)
@@ -220,13 +227,30 @@ class RulePool:
                 queue.requests.move_to_end(chunk.scope.id, last=False)
                 queue.queued += len(singles)
                 self._queued_calls += len(singles)
-        if self._on_charge is not None:
-            self._on_charge(tenant, seconds)
         if not retry:
             if outcome == "timeout":
                 outcome = CallFailure("timeout", f"timed out after {chunk.run.timeout_s:g}s")
             values = outcome if isinstance(outcome, list) else [outcome] * len(chunk.calls)
             self._finish(chunk, values)
+        self._dispatch()
+
+    def _release(self, tenant: Tenant, worker: int, started: float) -> None:
+        """The worker is free again: the time since ``started`` is charged to ``tenant``."""
+        seconds = time.monotonic() - started
+        self._tenants[tenant].running -= 1
+        self._virtual[tenant] = self._virtual.get(tenant, self._clock) + seconds / self._weight(tenant)
+        self._idle.append(worker)
+        if self._on_charge is not None:
+            self._on_charge(tenant, seconds)
+
+    def _up(self, worker: int) -> None:
+        with self._lock:
+            self._idle.append(worker)
+        self._dispatch()
+
+    def _back(self, tenant: Tenant, worker: int, started: float) -> None:
+        with self._lock:
+            self._release(tenant, worker, started)
         self._dispatch()
 
     def _finish(self, chunk: _Chunk, values: list[Any]) -> None:
@@ -280,5 +304,7 @@ class RulePool:
         failure = CallFailure("cancelled", "the service is shutting down")
         for chunk in queued:
             self._finish(chunk, [failure] * len(chunk.calls))
-        self._pool.stop()
-        self._pool.join(timeout=5)
+        for pool in self._workers:
+            pool.stop()
+        for pool in self._workers:
+            pool.join(timeout=5)

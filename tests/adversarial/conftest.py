@@ -1,8 +1,11 @@
 """Attacks against a real service process, each watched from outside.
 
 One server process serves the attacked models: a small reward model (``rm``, the
-bystander every probe scores), a VLM and a CLIP goal model (image attacks), and the
-built-in rules. While an attack runs, ``Watch`` sends a fresh one-item request to
+bystander every probe scores), a VLM and a CLIP goal model (image attacks), a small
+judge (``judge``), a JSON-schema rule model whose reference is the schema (``schema``),
+and the built-in rules (``math`` shadowed by ``exact_match``). Two tenants share it,
+``a`` (the attacker, KEY_A) and ``b`` (the bystander, KEY_B); KEY is the operator's
+(a key of no tenant). While an attack runs, ``Watch`` sends a fresh one-item request to
 ``rm`` every 50 ms (fresh text, so no cache answers) and samples the server's RSS: every
 test asserts the probes' p99 stays under PROBE_P99_S and the RSS under RSS_BOUND_MB
 above where it started, and that the service answers normally afterwards.
@@ -23,6 +26,12 @@ from tests.harness import serve_process
 
 KEY = "adversary-has-a-key"
 AUTH = {"authorization": f"Bearer {KEY}"}
+KEY_A, KEY_B = "key-of-tenant-a", "key-of-tenant-b"
+AS_A = {"authorization": f"Bearer {KEY_A}"}
+AS_B = {"authorization": f"Bearer {KEY_B}"}
+BODY_TIMEOUT_S = 3.0
+REQUESTS_PER_TENANT = 40
+RULE_QUEUE_MAX = 3000
 PROBE_P99_S = 1.0
 RSS_BOUND_MB = 600  # above the server's RSS before the attack
 
@@ -52,16 +61,21 @@ class Attacked:
         response = self.post("/v1/score", {"model": "math", "items": [{"response": r"\boxed{2}", "reference": "2"}]})
         assert response.status_code == 200 and response.json()["results"][0]["score"] == 1.0
 
-    def watch(self) -> Watch:
-        return Watch(self)
+    def watch(self, **kw) -> Watch:
+        return Watch(self, **kw)
+
+    def metrics(self, headers: dict[str, str] | None = None) -> str:
+        return httpx.get(self.url + "/metrics", headers=AUTH if headers is None else headers, timeout=10).text
 
 
 class Watch:
-    """Probes ``rm`` and samples RSS while the ``with`` block runs the attack."""
+    """Probes ``rm`` (as ``headers``' key: the operator's by default) and samples RSS
+    while the ``with`` block runs the attack."""
 
-    def __init__(self, target: Attacked, every_s: float = 0.05):
+    def __init__(self, target: Attacked, every_s: float = 0.05, headers: dict[str, str] | None = None):
         self.target = target
         self.every_s = every_s
+        self.headers = headers or AUTH
         self.latencies: list[float] = []
         self.failures: list[str] = []
         self.rss_start = rss_mb(target.pid)
@@ -82,7 +96,7 @@ class Watch:
             self.check()
 
     def _run(self) -> None:
-        with httpx.Client(base_url=self.target.url, headers=AUTH, timeout=30) as http:
+        with httpx.Client(base_url=self.target.url, headers=self.headers, timeout=30) as http:
             while not self._stop.is_set():
                 n = next(self.target._probe_ids)
                 start = time.monotonic()
@@ -111,7 +125,7 @@ class Watch:
 
 
 @pytest.fixture(scope="package")  # stopped once tests/adversarial is done
-def attacked(tmp_path_factory, qwen3_rm, vl_value, clip_model) -> Attacked:
+def attacked(tmp_path_factory, qwen3_rm, vl_value, clip_model, judge_lm) -> Attacked:
     tmp = tmp_path_factory.mktemp("attacked")
     config = tmp / "models.yaml"
     config.write_text(
@@ -119,13 +133,22 @@ def attacked(tmp_path_factory, qwen3_rm, vl_value, clip_model) -> Attacked:
         f"  - {{name: rm, source: {qwen3_rm}, max_wait_ms: 2}}\n"
         f"  - {{name: vl, kind: vlm, source: {vl_value}}}\n"
         f"  - {{name: clip, kind: clip_goal, source: {clip_model}, options: {{goal: a red square}}}}\n"
+        f"  - {{name: judge, kind: verifier, source: {judge_lm}}}\n"
+        "  - {name: schema, kind: rule, source: json_schema}\n"
+        "  - {name: math, kind: rule, source: math_equiv, shadow: {model: exact_match, fraction: 1.0}}\n"
+        "tenants:\n"
+        f"  - {{name: a, keys: [{KEY_A}]}}\n"
+        f"  - {{name: b, keys: [{KEY_B}]}}\n"
     )
     env = {
         "REWARDSERVE_API_KEYS": KEY,
         "REWARDSERVE_RULE_TIMEOUT_S": "2",
         "REWARDSERVE_RULE_MEMORY_MB": "256",
+        "REWARDSERVE_RULE_QUEUE_MAX": str(RULE_QUEUE_MAX),
         "REWARDSERVE_MAX_CONNECTIONS": "200",
         "REWARDSERVE_HEADER_TIMEOUT_S": "2",
+        "REWARDSERVE_BODY_TIMEOUT_S": str(BODY_TIMEOUT_S),
+        "REWARDSERVE_MAX_REQUESTS_PER_TENANT": str(REQUESTS_PER_TENANT),
         "REWARDSERVE_PUBLIC_MODEL_NAMES": "false",
         "REWARDSERVE_LOG_LEVEL": "warning",
     }

@@ -94,7 +94,9 @@ def test_open_routes_name_no_model_and_docs_need_the_key(attacked):
     ready = httpx.get(attacked.url + "/ready", timeout=5).json()
     assert ready["status"] == "ready" and ready["models"] == {}
     metrics = httpx.get(attacked.url + "/metrics", timeout=5).text
-    assert "rewardserve_requests_total" in metrics and 'model="' not in metrics
+    # Without a key: no model named, and (tenants share this service) no tenant's work.
+    assert "rewardserve_model_ready" in metrics and 'model="' not in metrics
+    assert "rewardserve_requests_total" not in metrics
     assert 'model="rm"' in httpx.get(attacked.url + "/metrics", headers=AUTH, timeout=5).text
 
 

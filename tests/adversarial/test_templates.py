@@ -55,7 +55,7 @@ def test_constant_formula_parts_and_repeated_choices_are_422s(attacked):
                "aggregation": {"mode": "formula", "formula": "e * 9 ** 9 ** 9"}}
     response = attacked.post("/v1/rubric", formula)
     assert response.status_code == 422 and response.json()["error"]["param"] == "aggregation.formula"
-    choices = {"items": [ITEM], "judge": "rm", "criteria": [
+    choices = {"items": [ITEM], "judge": "judge", "criteria": [
         {"name": "e", "fn": "exact_match"}, {"name": "q", "text": "How good?", "choices": ["good", "good", "bad"]}]}
     response = attacked.post("/v1/rubric", choices)
     assert response.status_code == 422 and response.json()["error"]["param"] == "criteria[1].choices"

@@ -1,0 +1,87 @@
+"""The rule pool between tenants: turns by worker time, a worker being replaced counted
+as its tenant's, a full queue refusing only the tenant over its share, and each
+tenant charged the worker time its calls took."""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from collections import defaultdict
+
+import pytest
+
+from rewardserve.models.request_scope import RequestScope
+from rewardserve.models.rules.isolation import RuleCall
+from rewardserve.models.rules.pool import PoolBusy, RulePool
+
+# The pool's workers run niced: a test process beside them would eat their time limits.
+pytestmark = pytest.mark.alone
+
+BACKTRACKING = {"type": "string", "pattern": "^(a+)+$"}
+
+
+def slow(k: int) -> RuleCall:
+    return RuleCall("json_schema", '"' + "a" * 26 + "!" * (1 + k) + '"', None, {"schema": BACKTRACKING})
+
+
+QUICK = RuleCall("json_schema", '"aaaa"', None, {"schema": BACKTRACKING})
+
+
+def test_a_tenant_whose_calls_are_killed_leaves_a_worker_up_for_the_other():
+    """Tenant a's calls all run into the time limit, so its workers are killed and
+    replaced over and over; b's call still finds a worker that is up at once."""
+    charged: dict[str | None, float] = defaultdict(float)
+    pool = RulePool(workers=3, timeout_s=1.0, memory_mb=256, max_queued=1000,
+                    on_charge=lambda tenant, seconds: charged.__setitem__(tenant, charged[tenant] + seconds))
+    try:
+        pool.run([QUICK], RequestScope(tenant="b")).result(timeout=60)  # workers up
+        until = time.monotonic() + 7
+        scopes = []
+
+        def flood() -> None:
+            while time.monotonic() < until:
+                scope = RequestScope(tenant="a")
+                scopes.append(scope)
+                try:
+                    pool.run([slow(k) for k in range(6)], scope).result(timeout=max(0.1, until - time.monotonic()))
+                except Exception:
+                    scope.cancel("disconnected")
+
+        callers = [threading.Thread(target=flood, daemon=True) for _ in range(4)]
+        for caller in callers:
+            caller.start()
+        time.sleep(2)
+        waits = []
+        for _ in range(6):
+            start = time.monotonic()
+            assert pool.run([QUICK], RequestScope(tenant="b")).result(timeout=30) == [1.0]
+            waits.append(time.monotonic() - start)
+            time.sleep(0.4)
+        for caller in callers:
+            caller.join(timeout=30)
+        for scope in scopes:
+            scope.cancel("finished")
+    finally:
+        pool.close()
+    assert max(waits) < 0.5, waits
+    assert statistics.median(waits) < 0.2, waits
+    assert charged["a"] > 5 * charged["b"], dict(charged)
+
+
+def test_a_full_queue_refuses_only_the_tenant_over_its_share():
+    pool = RulePool(workers=2, timeout_s=5.0, memory_mb=256, max_queued=100)
+    hog = RequestScope(tenant="a")
+    try:
+        pool.run([slow(k % 7) for k in range(100)], hog)
+        with pytest.raises(PoolBusy) as refused:
+            pool.run([slow(1)] * 10, RequestScope(tenant="a"))
+        assert refused.value.tenant == "a"
+        other = RequestScope(tenant="b")
+        pool.run([QUICK] * 40, other)  # within b's half: taken though the queue is full
+        with pytest.raises(PoolBusy):
+            pool.run([QUICK] * 20, RequestScope(tenant="b"))  # past b's half of it
+        other.cancel("finished")
+    finally:
+        hog.cancel("finished")
+        pool.close()
