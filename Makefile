@@ -89,7 +89,8 @@ STRICT_MODULES := -p rewardserve.client -m rewardserve.models.planning -m reward
 	-m rewardserve.service.offline -m rewardserve.service.evaluate -m rewardserve.service.middleware \
 	-m rewardserve.models.plans.running -m rewardserve.models.plans.composite -m rewardserve.models.kinds.ensemble \
 	-m rewardserve.service.reward_health -m rewardserve.service.shadow -m rewardserve.service.tenants \
-	-m rewardserve.models.backends.dtype_probe -m rewardserve.service.work_queue -m rewardserve.service.batcher
+	-m rewardserve.models.backends.dtype_probe -m rewardserve.service.work_queue -m rewardserve.service.batcher \
+	-m rewardserve.models.rules.pool -m rewardserve.models.yaml_files -m rewardserve.models.cache
 typecheck: $(VENV)/.dev-installed
 	mkdir -p $(TYPECHECK)/rewardserve
 	for d in client models service; do ln -sfn "$(CURDIR)/$$d" "$(TYPECHECK)/rewardserve/$$d"; done

@@ -17,7 +17,7 @@ MAX_DEPTH = 64
 MAX_FILE_BYTES = 16 * 1024 * 1024
 
 
-class _BoundedLoader(yaml.SafeLoader):
+class _BoundedLoader(yaml.SafeLoader):  # type: ignore[misc]  # (yaml is untyped here)
     """YAML's safe loader without aliases and with bounded nesting."""
 
     _depth = 0

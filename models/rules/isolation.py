@@ -34,7 +34,7 @@ PRELOAD = (
 )
 
 
-def worker_context():
+def worker_context() -> Any:
     """A fork server with PRELOAD imported where there is one (Linux), else spawn."""
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from concurrent.futures import CancelledError, Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from pebble import ProcessExpired, ProcessPool
@@ -147,7 +148,7 @@ class RulePool:
             self._queued_calls += len(calls)
             if scope.id not in self._scopes:
                 self._scopes[scope.id] = None
-                unregister = scope.on_cancel(lambda reason, s=scope: self._cancel(s, reason))
+                unregister = scope.on_cancel(partial(self._cancel, scope))
                 if scope.id in self._scopes:  # (a scope cancelled already was dropped just now)
                     self._scopes[scope.id] = unregister
         self._dispatch()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from tests.adversarial.conftest import KEY_A
@@ -31,12 +32,16 @@ def test_score_never_destroys_a_file_that_is_not_its_output(attacked, tmp_path: 
     original = items.read_bytes()
     notes = tmp_path / "notes.txt"
     notes.write_text("my notes, not results\nsecond line\n")
-    one_line_error(score(attacked, str(items), "-o", str(notes)), "not the output of this command")
+    with ThreadPoolExecutor(3) as side_by_side:
+        into_notes = side_by_side.submit(score, attacked, str(items), "-o", str(notes))
+        into_input = side_by_side.submit(score, attacked, str(items), "-o", str(items))
+        # To a stream: written straight, never read back (a pipe here).
+        streaming = side_by_side.submit(score, attacked, str(items), "-o", "/dev/stdout")
+    one_line_error(into_notes.result(), "not the output of this command")
     assert notes.read_text() == "my notes, not results\nsecond line\n"
-    one_line_error(score(attacked, str(items), "-o", str(items)), "is the input file")
+    one_line_error(into_input.result(), "is the input file")
     assert items.read_bytes() == original
-    # To a stream: written straight, never read back (a pipe here).
-    streamed = score(attacked, str(items), "-o", "/dev/stdout")
+    streamed = streaming.result()
     assert streamed.returncode == 0, streamed.stderr
     lines = [json.loads(line) for line in streamed.stdout.splitlines() if line.startswith("{")]
     assert [line["score"] for line in lines] == [1.0, 1.0, 1.0]
@@ -53,6 +58,9 @@ def test_hostile_inputs_are_one_line_errors(attacked, tmp_path: Path):
     long = tmp_path / "long.jsonl"
     long.write_text(json.dumps({"response": "x" * 40_000_000}) + "\n")
     cases = {deep: "nested too deeply", long: "over 16777216 bytes", tmp_path: "is a directory"}
+    with ThreadPoolExecutor(len(cases)) as side_by_side:
+        runs = {path: side_by_side.submit(score, attacked, str(path), "-o", str(tmp_path / "out-never.jsonl"))
+                for path in cases}
     for path, says in cases.items():
-        one_line_error(score(attacked, str(path), "-o", str(tmp_path / "out-never.jsonl")), says)
+        one_line_error(runs[path].result(), says)
     assert not (tmp_path / "out-never.jsonl").exists()

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from tests.adversarial.conftest import AS_A, rss_mb
 
@@ -15,33 +16,33 @@ from tests.adversarial.conftest import AS_A, rss_mb
 def test_huge_templates_are_refused_and_leave_nothing_behind(attacked):
     start = rss_mb(attacked.pid)
     with attacked.watch():
-        for k in range(24):
+        for k in range(8):
             template = "{{ item.response }}" + "z" * 8_000_000 + str(k)
             response = attacked.post("/v1/rubric", {"items": [{"response": "x"}], "criteria": [
                 {"name": "t", "fn": "exact_match", "args": {"reference": template}}]}, headers=AS_A)
             assert response.status_code == 422, response.text
-        for k in range(200):  # many distinct templates under the cap: kept boundedly
-            template = "{{ item.response }}" + "z" * 60_000 + str(k)
-            response = attacked.post("/v1/rubric", {"items": [{"response": "x"}], "criteria": [
-                {"name": "t", "fn": "exact_match", "args": {"reference": template}}]}, headers=AS_A)
+        for k in range(12):  # 768 distinct templates under the cap: more than are kept
+            criteria = [{"name": f"t{c}", "fn": "exact_match",
+                         "args": {"reference": "{{ item.response }}" + "z" * 60_000 + f"{k}-{c}"}} for c in range(64)]
+            response = attacked.post("/v1/rubric", {"items": [{"response": "x"}], "criteria": criteria}, headers=AS_A)
             assert response.status_code == 200, response.text
     time.sleep(1)
     assert rss_mb(attacked.pid) - start < 150
 
 
 def test_judge_choices_are_capped_and_kept_boundedly(attacked):
-    def judged(choices: list[str]):
+    def judged(choices: list[list[str]]):
+        criteria = [{"name": f"q{k}", "text": "Is it right?", "choices": c} for k, c in enumerate(choices)]
         return attacked.post("/v1/rubric", {"judge": "judge", "items": [{"prompt": "2+2?", "response": "4"}],
-                                            "criteria": [{"name": "q", "text": "Is it right?", "choices": choices}]},
-                             headers=AS_A)
+                                            "criteria": criteria}, headers=AS_A)
 
     start = rss_mb(attacked.pid)
     with attacked.watch():
         for k in range(4):
-            big = judged([f"yes{k}" + "y" * 1_000_000, "no" + "n" * 1_000_000])
+            big = judged([[f"yes{k}" + "y" * 1_000_000, "no" + "n" * 1_000_000]])
             assert big.status_code == 422 and "choices" in big.json()["error"]["param"], big.text
-        for k in range(300):  # distinct choices each time: the judge keeps a bounded number
-            response = judged([f"good {k} " + "y" * 150, f"bad {k} " + "n" * 150])
+        for k in range(5):  # 320 distinct sets of choices: more than the judge keeps
+            response = judged([[f"good {k} {c} " + "y" * 150, f"bad {k} {c} " + "n" * 150] for c in range(64)])
             assert response.status_code == 200, response.text
     assert rss_mb(attacked.pid) - start < 150
 
@@ -74,8 +75,11 @@ def test_a_yaml_alias_bomb_or_deep_nesting_stops_the_start_in_one_line(tmp_path)
     deep.write_text("models: " + "[" * 5000 + "]" * 5000 + "\n")
     tenants = tmp_path / "tenants.yaml"
     tenants.write_text("tenants:\n  - &t {name: a, keys: [k]}\n  - *t\n")
-    runs = {"bomb": serve_once("--config", str(bomb)), "deep": serve_once("--config", str(deep)),
-            "tenants": serve_once(env={"REWARDSERVE_TENANTS_FILE": str(tenants)})}
+    with ThreadPoolExecutor(3) as side_by_side:
+        started = {"bomb": side_by_side.submit(serve_once, "--config", str(bomb)),
+                   "deep": side_by_side.submit(serve_once, "--config", str(deep)),
+                   "tenants": side_by_side.submit(serve_once, env={"REWARDSERVE_TENANTS_FILE": str(tenants)})}
+        runs = {name: future.result() for name, future in started.items()}
     for name, (code, err, seconds) in runs.items():
         assert code == 2 and seconds < 30, (name, code, err)
         lines = err.strip().splitlines()

@@ -78,6 +78,14 @@ def test_bodies_sent_a_byte_at_a_time_hold_no_more_than_their_tenant_s_share(att
             s.close()
 
 
+def gave_up(attacked, body: dict, after_s: float) -> None:
+    """Tenant a's rubric, its client gone after ``after_s``."""
+    try:
+        attacked.post("/v1/rubric", body, headers=AS_A, timeout=after_s)
+    except httpx.TimeoutException:
+        pass
+
+
 def flood(attacked, body: dict, threads: int, seconds: float, statuses: list[int]) -> list[threading.Thread]:
     """``threads`` callers as tenant a, each sending ``body`` again and again for
     ``seconds`` (a caller gives up on its request at the end: its work is dropped)."""
@@ -133,7 +141,7 @@ def test_a_tenant_s_slow_rule_calls_leave_the_workers_to_the_other(attacked):
             "criteria": [{"name": "s", "fn": "json_schema", "args": {"schema": BACKTRACKING}}]}
     statuses: list[int] = []
     with attacked.watch():
-        callers = flood(attacked, evil, threads=8, seconds=14, statuses=statuses)
+        callers = flood(attacked, evil, threads=8, seconds=10, statuses=statuses)
         time.sleep(3)
         beside = []
         for _ in range(6):
@@ -161,14 +169,15 @@ def test_work_is_charged_and_capped_by_what_a_request_makes_not_its_bytes(attack
             {"prompt": "Which is best?", "responses": [f"answer {k}" for k in range(16)]}]}, headers=AS_A)
         assert compared.status_code == 200, compared.text
         assert metric(attacked.metrics(), "rewardserve_tenant_work_total", tenant="a") - before == 240
-        # 64 slow templates cost their tenant's worker time, not b's turn.
+        # 64 slow templates cost their tenant's worker time, not b's turn (a's client gives
+        # up after 4 s: the rest of its work is dropped).
         slow = "{% for i in range(99000) %}{{ i % 7 }}{% endfor %}"
-        templates = threading.Thread(target=attacked.post, args=("/v1/rubric", {
+        templates = threading.Thread(target=gave_up, args=(attacked, {
             "items": [{"response": "x"}],
             "criteria": [{"name": f"t{k}", "fn": "exact_match", "args": {"reference": slow + str(k)}}
-                         for k in range(64)]}), kwargs={"headers": AS_A, "timeout": 120}, daemon=True)
+                         for k in range(64)]}, 4.0), daemon=True)
         templates.start()
         time.sleep(1)
         waits = [timed(lambda: math_as_b(attacked, n))[0] for n in range(5)]
-        templates.join(timeout=120)
+        templates.join(timeout=30)
     assert max(waits) < 1.5, waits
