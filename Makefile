@@ -86,14 +86,14 @@ STRICT_MODULES := -p rewardserve.client -m rewardserve.models.planning -m reward
 	-m rewardserve.models.plans.items -m rewardserve.models.plans.groups -m rewardserve.models.plans.compare \
 	-m rewardserve.models.prefix_sharing -m rewardserve.models.backends.backend -m rewardserve.service.dispatch \
 	-m rewardserve.models.checkpoints -m rewardserve.models.phases -m rewardserve.service.logs \
-	-m rewardserve.service.offline -m rewardserve.service.evaluate -m rewardserve.service.middleware \
+	-m rewardserve.cli.score -m rewardserve.cli.evaluate -m rewardserve.service.middleware \
 	-m rewardserve.models.plans.running -m rewardserve.models.plans.composite -m rewardserve.models.kinds.ensemble \
 	-m rewardserve.service.reward_health -m rewardserve.service.shadow -m rewardserve.service.tenants \
 	-m rewardserve.models.backends.dtype_probe -m rewardserve.service.work_queue -m rewardserve.service.batcher \
 	-m rewardserve.models.rules.pool -m rewardserve.models.yaml_files -m rewardserve.models.cache
 typecheck: $(VENV)/.dev-installed
 	mkdir -p $(TYPECHECK)/rewardserve
-	for d in client models service; do ln -sfn "$(CURDIR)/$$d" "$(TYPECHECK)/rewardserve/$$d"; done
+	for d in client models service cli; do ln -sfn "$(CURDIR)/$$d" "$(TYPECHECK)/rewardserve/$$d"; done
 	cd $(TYPECHECK) && MYPYPATH=. "$(CURDIR)/$(VENV)/bin/mypy" --config-file "$(CURDIR)/pyproject.toml" $(STRICT_MODULES)
 
 bench: install-dev vllm-venv
@@ -122,7 +122,7 @@ $(VLLM_VENV)/.rewardserve-installed: pyproject.toml $(VLLM_VENV)/.vllm-installed
 	$(UV_PIP) $(VLLM_VENV)/bin/python -c $(VLLM_VENV)/constraints.txt -e '.[serve]'
 	touch $@
 
-# rewardbench, whose own run checks `rewardserve eval` (tests/service/test_eval_rewardbench.py),
+# rewardbench, whose own run checks `rewardserve eval` (tests/cli/test_eval_rewardbench.py),
 # in its own virtualenv: it pins transformers 4.51. It imports pkg_resources (setuptools<80); its
 # datasets 2.14 needs pyarrow<20 (PyExtensionType) and fsspec<2023.10 (cached local datasets).
 RB_VENV := .venv-rewardbench

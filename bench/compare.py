@@ -404,7 +404,7 @@ def main() -> None:
                 config.write_text(yaml.safe_dump({"models": specs}))
                 port = free_port()
                 url = f"http://127.0.0.1:{port}"
-                run_http(label, [python, "-m", "rewardserve.service.cli", "serve", "--port", str(port), "--config",
+                run_http(label, [python, "-m", "rewardserve.cli", "serve", "--port", str(port), "--config",
                                  str(config)], tmp / f"{label}.log", vllm_env, url + "/ready", url,
                          rewardserve_sender, workloads, warmup, args.callers, table)
             if "c" in args.systems and Path(args.vllm_python).exists():

@@ -86,7 +86,7 @@ def command(system: str, model_dir: Path, tmp: Path, port: int, vllm_python: str
         config = tmp / "a.yaml"
         spec = {"name": "rm", "source": str(model_dir), "dtype": "float32", "options": {"score_cache_size": 0}}
         config.write_text(yaml.safe_dump({"models": [spec]}))
-        return [sys.executable, "-m", "rewardserve.service.cli", "serve", "--port", str(port),
+        return [sys.executable, "-m", "rewardserve.cli", "serve", "--port", str(port),
                 "--config", str(config)], url + "/ready"
     if system == "c":
         return vllm_server_command(vllm_python, model_dir, port, "float32"), url + "/health"

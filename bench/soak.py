@@ -261,7 +261,7 @@ def main() -> None:
         model = build_sequence_classifier(Path(tmp) / "rm", "qwen3", hidden=256, layers=4, heads=4, head_dim=64)
         port = free_port()
         env = {**os.environ, "REWARDSERVE_LOG_LEVEL": "warning", "REWARDSERVE_API_KEYS": KEY}
-        proc = subprocess.Popen([sys.executable, "-m", "rewardserve.service.cli", "serve", "--port", str(port),
+        proc = subprocess.Popen([sys.executable, "-m", "rewardserve.cli", "serve", "--port", str(port),
                                  "--model", f"rm={model}"], env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         url = f"http://127.0.0.1:{port}"

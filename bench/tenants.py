@@ -66,12 +66,17 @@ class Measured:
         return self.capacity * (1.0 - share)
 
 
+# A key of no tenant: the operator's view of /metrics (a tenant's key sees only its own
+# series, not the service's counts).
+OPERATOR_KEY = "key-operator"
+
+
 async def served(http, url: str) -> tuple[float, float, float, float | None]:
     """Now, the items the service has scored, its forwards' seconds, and the model time it
     has charged tenant B (None where it has no tenants): its own counts, in one read."""
     from tests.harness import metric
 
-    text = (await http.get(url + "/metrics", headers={"authorization": "Bearer key-b"})).text
+    text = (await http.get(url + "/metrics", headers={"authorization": f"Bearer {OPERATOR_KEY}"})).text
     charged = "rewardserve_tenant_model_seconds_total"
     return (time.perf_counter(), metric(text, "rewardserve_items_scored_total"),
             metric(text, "rewardserve_forward_duration_seconds_sum"),
@@ -138,10 +143,11 @@ def main() -> None:
                                        heads=args.hidden // 64, head_dim=64, max_positions=1024)
         tenants = Path(tmp) / "tenants.yaml"
         tenants.write_text("tenants:\n  - {name: a, keys: [key-a]}\n  - {name: b, keys: [key-b]}\n")
-        fair = {"REWARDSERVE_TENANTS_FILE": str(tenants)}
+        fair = {"REWARDSERVE_TENANTS_FILE": str(tenants), "REWARDSERVE_API_KEYS": OPERATOR_KEY}
+        one_queue = {"REWARDSERVE_API_KEYS": f"key-a,key-b,{OPERATOR_KEY}"}
         for label, extra, options in (("tenants (fair queueing)", fair, {}),
                                       ("tenants, whole batches", fair, {"layer_boundaries": False}),
-                                      ("no tenants (one queue)", {"REWARDSERVE_API_KEYS": "key-a,key-b"}, {})):
+                                      ("no tenants (one queue)", one_queue, {})):
             spec = [{"name": "rm", "source": str(rm), "options": {"score_cache_size": 0, **options}}]
             env = {"REWARDSERVE_MODELS": json.dumps(spec), "REWARDSERVE_LOG_LEVEL": "warning",
                    "REWARDSERVE_COMPILE": str(not args.no_compile).lower(), **extra}

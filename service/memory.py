@@ -4,7 +4,7 @@ Every batch allocates activations of a new shape; glibc keeps the freed blocks i
 heaps, fragmented, and the process's RSS creeps up for hours. Measured with bench/soak.py
 (10 minutes at 80% of capacity, RSS as the mean of the first and of the last minute):
 +18.8% without trimming; with ``malloc_trim(0)`` at most once a second after a batch
-(a few ms) and oneDNN's primitive cache capped (service/cli.py), -2.8%. Each trim costs
+(a few ms) and oneDNN's primitive cache capped (cli/main.py), -2.8%. Each trim costs
 the next batch its page faults again, so it now runs every 10 s by default, beside
 ``keep_activation_memory``.
 """

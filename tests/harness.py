@@ -56,7 +56,7 @@ def serve_process(
     port = free_port()
     log = open(log_path, "wb") if log_path else subprocess.DEVNULL
     proc = subprocess.Popen(
-        [python or sys.executable, "-m", "rewardserve.service.cli", "serve", "--port", str(port), *args],
+        [python or sys.executable, "-m", "rewardserve.cli", "serve", "--port", str(port), *args],
         # No drain by default: tests stop their servers at once (drain tests set their own).
         # No torch.compile at load: in-process tests and tests/models/backends/kernels
         # check the compiled layers; a process started for a test saves its seconds.

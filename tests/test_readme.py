@@ -161,7 +161,7 @@ def check_verl_config(body: str, cwd: Path) -> None:
     import yaml
 
     config = yaml.safe_load(body)["custom_reward_function"]
-    printed = subprocess.run([sys.executable, "-m", "rewardserve.service.cli", "paths"], capture_output=True,
+    printed = subprocess.run([sys.executable, "-m", "rewardserve.cli", "paths"], capture_output=True,
                              text=True, timeout=60, check=True).stdout
     (path,) = [line.split("\t")[0] for line in printed.splitlines() if line.split("\t")[0].endswith("/verl.py")]
     assert config["path"] == "/path/to/rewardserve/client/integrations/verl.py"

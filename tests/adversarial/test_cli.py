@@ -15,7 +15,7 @@ from tests.adversarial.conftest import KEY_A
 
 
 def score(attacked, *args: str, stdout=subprocess.PIPE) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rewardserve.service.cli", "score", "--url", attacked.url,
+    return subprocess.run([sys.executable, "-m", "rewardserve.cli", "score", "--url", attacked.url,
                            "--api-key", KEY_A, "--model", "math", *args], stdout=stdout, stderr=subprocess.PIPE,
                           text=True, timeout=120)
 

@@ -159,16 +159,18 @@ def test_work_is_charged_and_capped_by_what_a_request_makes_not_its_bytes(attack
     # 4,096 items x 64 criteria in 75 KB: 262,144 rule calls, refused before any is queued.
     body = {"items": [{"response": "x"}] * 4096,
             "criteria": [{"name": f"c{k}", "fn": "exact_match"} for k in range(64)]}
+    # One item of 16 responses makes 240 judge prompts: charged as 240, not 16. (Real
+    # work, not an attack: its forwards hold the CPU models' one compute thread, so the
+    # bystander probe is not watched here.)
+    before = metric(attacked.metrics(), "rewardserve_tenant_work_total", tenant="a")
+    compared = attacked.post("/v1/compare", {"model": "judge", "items": [
+        {"prompt": "Which is best?", "responses": [f"answer {k}" for k in range(16)]}]}, headers=AS_A)
+    assert compared.status_code == 200, compared.text
+    assert metric(attacked.metrics(), "rewardserve_tenant_work_total", tenant="a") - before == 240
     with attacked.watch():
         seconds, response = timed(lambda: attacked.post("/v1/rubric", body, headers=AS_A))
         assert response.status_code == 413, response.text
         assert "262144" in response.json()["error"]["message"] and seconds < 5
-        # One item of 16 responses makes 240 judge prompts: charged as 240, not 16.
-        before = metric(attacked.metrics(), "rewardserve_tenant_work_total", tenant="a")
-        compared = attacked.post("/v1/compare", {"model": "judge", "items": [
-            {"prompt": "Which is best?", "responses": [f"answer {k}" for k in range(16)]}]}, headers=AS_A)
-        assert compared.status_code == 200, compared.text
-        assert metric(attacked.metrics(), "rewardserve_tenant_work_total", tenant="a") - before == 240
         # 64 slow templates cost their tenant's worker time, not b's turn (a's client gives
         # up after 4 s: the rest of its work is dropped).
         slow = "{% for i in range(99000) %}{{ i % 7 }}{% endfor %}"

@@ -56,7 +56,7 @@ def test_deadline_bounds_the_whole_call(monkeypatch):
 
 def _start(port: int) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "rewardserve.service.cli", "serve", "--port", str(port)],
+        [sys.executable, "-m", "rewardserve.cli", "serve", "--port", str(port)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ},
     )
 

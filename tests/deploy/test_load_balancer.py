@@ -32,7 +32,7 @@ class Stack:
         env = {**os.environ, "REWARDSERVE_DRAIN_SECONDS": "2", "REWARDSERVE_LOG_LEVEL": "warning",
                "REWARDSERVE_COMPILE": "false"}
         self.replicas = [
-            subprocess.Popen([sys.executable, "-m", "rewardserve.service.cli", "serve", "--port", str(p),
+            subprocess.Popen([sys.executable, "-m", "rewardserve.cli", "serve", "--port", str(p),
                               "--model", f"rm={model_dir}", "--no-builtin-rules"],
                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             for p in self.ports

@@ -21,7 +21,7 @@ from tests.harness import free_port, wait_ready
 
 
 def rewardserve(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rewardserve.service.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "rewardserve.cli", *args], capture_output=True, text=True,
                           timeout=timeout, env={**os.environ, **(env or {})})
 
 
@@ -112,7 +112,7 @@ def test_start_up_says_what_it_chose_and_keep_going_serves_the_rest(tmp_path, qw
     log = tmp_path / "serve.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "rewardserve.service.cli", "serve", "--port", str(port), "--keep-going",
+            [sys.executable, "-m", "rewardserve.cli", "serve", "--port", str(port), "--keep-going",
              "--log-format", "json", "--model", f"rm={qwen3_rm}:outcome", "--model", f"bad={broken_checkpoint(tmp_path)}"],
             stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "REWARDSERVE_DRAIN_SECONDS": "0"})
         try:

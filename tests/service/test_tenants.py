@@ -292,7 +292,7 @@ async def test_without_tenants_a_full_queue_refuses_everyone():
 def test_a_bad_tenants_file_stops_the_start_saying_why(tmp_path, monkeypatch, capsys, text, message):
     path = tmp_path / "tenants.yaml"
     path.write_text(text)
-    from rewardserve.service.cli import main
+    from rewardserve.cli.main import main
 
     with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
         Tenants(load_tenants(path), Metrics())

@@ -18,7 +18,7 @@ import random
 import pytest
 
 from bench.open_loop import open_loop
-from bench.tenants import body, measure
+from bench.tenants import OPERATOR_KEY, body, measure
 from tests.builders import build_sequence_classifier
 from tests.harness import serve_subprocess
 
@@ -30,7 +30,7 @@ def test_a_flood_keeps_a_light_tenant_within_2x_of_its_latency_alone_and_takes_t
     tenants_file.write_text("tenants:\n  - {name: a, keys: [key-a]}\n  - {name: b, keys: [key-b]}\n")
     spec = [{"name": "rm", "source": str(rm), "options": {"score_cache_size": 0}}]
     env = {"REWARDSERVE_MODELS": json.dumps(spec), "REWARDSERVE_TENANTS_FILE": str(tenants_file),
-           "REWARDSERVE_LOG_LEVEL": "warning"}
+           "REWARDSERVE_API_KEYS": OPERATOR_KEY, "REWARDSERVE_LOG_LEVEL": "warning"}
     rng = random.Random(23)
     with serve_subprocess("--no-builtin-rules", env=env) as url:
         # B keeps the model at most ~40% busy alone, whatever this CPU's speed (5 requests

@@ -44,7 +44,7 @@ def test_grpo_learns_to_say_yes_and_resumes(tmp_path):
         assert len(first) == 20 and (tmp_path / "out" / "checkpoint-20").exists()
         # ...the rest through the CLI, resuming from checkpoint-20.
         env = {**os.environ, "TRANSFORMERS_VERBOSITY": "error"}
-        done = subprocess.run([sys.executable, "-m", "rewardserve.service.cli", "grpo", "--config", str(config_file)],
+        done = subprocess.run([sys.executable, "-m", "rewardserve.cli", "grpo", "--config", str(config_file)],
                               capture_output=True, text=True, timeout=150, env=env)
         assert done.returncode == 0, done.stderr[-2000:]
         assert f"resuming from {tmp_path / 'out' / 'checkpoint-20'} (step 20 of 40)" in done.stderr
@@ -53,7 +53,7 @@ def test_grpo_learns_to_say_yes_and_resumes(tmp_path):
         # completions apart: every group is flat, and the run says so.
         never = tmp_path / "never.yaml"
         never.write_text(config_file.read_text().replace("model: fuzzy", "model: never"))
-        flat = subprocess.run([sys.executable, "-m", "rewardserve.service.cli", "grpo", "--config", str(never),
+        flat = subprocess.run([sys.executable, "-m", "rewardserve.cli", "grpo", "--config", str(never),
                                "--steps", "1", "--no-resume"], capture_output=True, text=True, timeout=150, env=env)
         assert flat.returncode == 0, flat.stderr[-2000:]
         assert "starting over in" in flat.stderr and "100% of the groups have equal rewards" in flat.stderr

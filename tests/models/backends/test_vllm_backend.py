@@ -23,7 +23,11 @@ from tests.harness import serve_in_process, serve_subprocess
 ROOT = Path(__file__).resolve().parents[3]
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 
-pytestmark = pytest.mark.long(150)
+# Four engines start in one process: ~80 s on a quiet 2-core machine, over 300 s beside
+# another test on a slow one. The wait for them is bounded below this module's own
+# timeout, never pytest's default.
+START_S = 600
+pytestmark = [pytest.mark.long(150), pytest.mark.timeout(START_S + 60)]
 
 if os.environ.get("REWARDSERVE_SKIP_VLLM") == "1":
     pytest.skip("REWARDSERVE_SKIP_VLLM=1", allow_module_level=True)
@@ -72,7 +76,7 @@ def vllm_url(models, tmp_path_factory):
     env = {"VLLM_CPU_KVCACHE_SPACE": "1", "REWARDSERVE_BUILTIN_RULES": "false", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
     try:
         with serve_subprocess("--config", str(config), env=env, log_path=log, python=str(VLLM_PYTHON),
-                              ready_timeout=600) as url:
+                              ready_timeout=START_S) as url:
             yield url
     except Exception:
         print(log.read_text()[-5000:])

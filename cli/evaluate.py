@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from rewardserve.client import AsyncRewardClient
-from rewardserve.service.offline import read_items, table
+from rewardserve.cli.score import read_items, table
 
 
 def pair_items(line: dict[str, Any], number: int) -> list[dict[str, Any]]:

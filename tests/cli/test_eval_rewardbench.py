@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from rewardserve.service.cli import main
+from rewardserve.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[2]
 RB_PYTHON = ROOT / ".venv-rewardbench" / "bin" / "python"

@@ -15,8 +15,8 @@ import time
 from pydantic import ValidationError
 
 from rewardserve.client import RewardServeError, __version__
-from rewardserve.service.logs import configure_logging
-from rewardserve.service.settings import StartupError
+
+SERVE_EXTRA = "pip install 'rewardserve[serve]'"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -89,7 +89,14 @@ def settings_from(args: argparse.Namespace, models: list[str], **overrides: obje
     return settings
 
 
+def configure_logging(level: str, fmt: str = "text") -> None:
+    from rewardserve.service.logs import configure_logging as configure
+
+    configure(level, fmt)
+
+
 def grpo(args: argparse.Namespace) -> None:
+    need("torch", "transformers", "yaml", extra="pip install 'rewardserve[grpo]'")
     from rewardserve.client.grpo.config import load_config
     from rewardserve.client.grpo.loop import train
 
@@ -102,9 +109,10 @@ def grpo(args: argparse.Namespace) -> None:
 
 
 def models(args: argparse.Namespace) -> None:
+    need_serve()
     from rewardserve.models import presets
     from rewardserve.models.kinds import build_checked, known_kinds
-    from rewardserve.service.offline import table
+    from rewardserve.cli.score import table
 
     print("kinds: " + ", ".join(known_kinds()))
     print("\npresets:")
@@ -123,22 +131,25 @@ def models(args: argparse.Namespace) -> None:
 
 
 def paths(_: argparse.Namespace) -> None:
-    import importlib
+    from importlib.util import find_spec
 
+    # Found, not imported: a trainer's own stack need not be installed here.
     for name, what in [("verl", "custom_reward_function.path (verl)"),
                        ("openrlhf", "--remote_rm_url, python reward mode (OpenRLHF)"),
                        ("trl", "reward_function / async_reward_function (TRL, import it)")]:
-        module = importlib.import_module(f"rewardserve.client.integrations.{name}")
-        print(f"{module.__file__}\t{what}")
+        spec = find_spec(f"rewardserve.client.integrations.{name}")
+        print(f"{spec.origin if spec is not None else '?'}\t{what}")
 
 
 def score(args: argparse.Namespace) -> None:
     import asyncio
     from pathlib import Path
 
-    from rewardserve.service.offline import reward_client, score_file, summary, table
+    from rewardserve.cli.score import reward_client, score_file, summary, table
 
     configure_logging(args.log_level)
+    if not args.url:
+        need_serve("score without --url loads the models here")
     options = json.loads(args.options)
     if not isinstance(options, dict):
         raise ValueError("--options is a JSON object")
@@ -160,11 +171,13 @@ def evaluate(args: argparse.Namespace) -> None:
     import asyncio
     from pathlib import Path
 
-    from rewardserve.service.evaluate import accuracy_table
-    from rewardserve.service.evaluate import evaluate as run_eval
-    from rewardserve.service.offline import reward_client
+    from rewardserve.cli.evaluate import accuracy_table
+    from rewardserve.cli.evaluate import evaluate as run_eval
+    from rewardserve.cli.score import reward_client
 
     configure_logging(args.log_level)
+    if not args.url:
+        need_serve("eval without --url loads the models here")
 
     async def evaluated() -> dict:
         settings = None if args.url else settings_from(args, args.serve_models, builtin_rules=False)
@@ -183,6 +196,7 @@ def serve(args: argparse.Namespace) -> None:
     # OMP_WAIT_POLICY stays OpenMP's default (spin briefly, then sleep). PASSIVE (sleep at
     # once) puts a futex wake-up in front of every parallel op, which is slower with all
     # torch work on one thread (service/served_models.py); bench/results/design-measurements.md.
+    need_serve()
     from rewardserve.service.server import run
     from rewardserve.service.settings import Settings, parse_model_arg
 
@@ -208,15 +222,36 @@ def serve(args: argparse.Namespace) -> None:
     raise SystemExit(run(settings))
 
 
+class MissingExtra(Exception):
+    """A command needs packages of an extra that is not installed."""
+
+
+def need(*modules: str, extra: str, why: str = "") -> None:
+    from importlib.util import find_spec
+
+    missing = [m for m in modules if find_spec(m) is None]
+    if missing:
+        raise MissingExtra(f"{why or 'this command'} needs {', '.join(missing)}, which {'is' if len(missing) == 1 else 'are'}"
+                           f" not installed: {extra}")
+
+
+def need_serve(why: str = "") -> None:
+    need("torch", "transformers", "fastapi", "uvicorn", "yaml", "pydantic_settings", extra=SERVE_EXTRA, why=why)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     try:
         COMMANDS[args.command](args)
-    except StartupError as exc:
-        for problem in exc.problems:
+    except MissingExtra as exc:
+        print(f"rewardserve: error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except ValueError as exc:
+        # A StartupError (service/settings.py) is a ValueError with every problem, a line each.
+        for problem in getattr(exc, "problems", None) or [one_line(exc)]:
             print(f"rewardserve: error: {problem}", file=sys.stderr)
         raise SystemExit(2) from exc
-    except (ValueError, KeyError, OSError, RecursionError, ValidationError, RewardServeError) as exc:
+    except (KeyError, OSError, RecursionError, ValidationError, RewardServeError) as exc:
         print(f"rewardserve: error: {one_line(exc)}", file=sys.stderr)
         raise SystemExit(2) from exc
     except KeyboardInterrupt:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from rewardserve.service.cli import main
+from rewardserve.cli.main import main
 from tests.builders import reference_outcome_scores
 
 
@@ -36,7 +36,7 @@ def read_jsonl(path: Path) -> list[dict]:
 
 
 def test_version_and_paths(capsys):
-    done = subprocess.run([sys.executable, "-m", "rewardserve.service.cli", "--version"], capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "rewardserve.cli", "--version"], capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 0 and done.stdout.startswith("rewardserve ")
     main(["paths"])
@@ -98,7 +98,7 @@ def test_score_against_a_running_service_equals_transformers(live_service, qwen3
 
 
 def test_eval_decides_each_pair_as_rewardbench_does(qwen3_rm, tmp_path, capsys):
-    from rewardserve.service.evaluate import decision
+    from rewardserve.cli.evaluate import decision
 
     prompts = [f"Name a colour ({k})." for k in range(5)]
     responses = ["Red.", "Blue, I think.", "Green!", "I cannot say.", "Yellow."]

@@ -1,0 +1,3 @@
+from rewardserve.cli.main import main
+
+main()
