@@ -31,7 +31,7 @@ PYTEST_ARGS ?= -n 2 --dist loadfile --no-loadscope-reorder
 # docker-compose 1.29.2 wheel (not installed, only unpacked; its dependencies clash).
 COMPOSE_SCHEMA := $(VENV)/share/compose_spec.json
 
-.PHONY: serve test typecheck install install-dev system-deps bench vllm-venv rewardbench-venv ray-venv ray-venv-or-reason clean
+.PHONY: serve test typecheck lint install install-dev system-deps bench vllm-venv rewardbench-venv ray-venv ray-venv-or-reason clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -76,7 +76,7 @@ serve: install
 # more than on the CPU).
 test:
 	$(MAKE) -j3 install-dev vllm-venv ray-venv-or-reason rewardbench-venv
-	$(MAKE) typecheck
+	$(MAKE) typecheck lint
 	$(PY) -m pytest $(PYTEST_ARGS) -m "not alone"
 	$(PY) -m pytest -m alone
 
@@ -91,10 +91,21 @@ STRICT_MODULES := -p rewardserve.client -m rewardserve.models.planning -m reward
 	-m rewardserve.service.reward_health -m rewardserve.service.shadow -m rewardserve.service.tenants \
 	-m rewardserve.models.backends.dtype_probe -m rewardserve.service.work_queue -m rewardserve.service.batcher \
 	-m rewardserve.models.rules.pool -m rewardserve.models.yaml_files -m rewardserve.models.cache
-typecheck: $(VENV)/.dev-installed
+$(TYPECHECK)/.linked: | $(PY)
 	mkdir -p $(TYPECHECK)/rewardserve
 	for d in client models service cli; do ln -sfn "$(CURDIR)/$$d" "$(TYPECHECK)/rewardserve/$$d"; done
+	touch $@
+
+typecheck: $(VENV)/.dev-installed $(TYPECHECK)/.linked
 	cd $(TYPECHECK) && MYPYPATH=. "$(CURDIR)/$(VENV)/bin/mypy" --config-file "$(CURDIR)/pyproject.toml" $(STRICT_MODULES)
+
+PY_TREE := client models service cli tests bench
+# ruff's lint and format over the whole tree, and the layers' import contracts
+# (pyproject.toml), read from the typecheck's links.
+lint: $(VENV)/.dev-installed $(TYPECHECK)/.linked
+	$(VENV)/bin/ruff check --quiet $(PY_TREE)
+	$(VENV)/bin/ruff format --check --quiet $(PY_TREE)
+	cd $(TYPECHECK) && "$(CURDIR)/$(VENV)/bin/lint-imports" --no-cache "$(CURDIR)/pyproject.toml"
 
 bench: install-dev vllm-venv
 	$(PY) bench/outcome.py

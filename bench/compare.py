@@ -62,8 +62,12 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 TAG = "<extra_0>"
-CRITERIA = ["Is the answer correct?", "Is the reasoning complete?", "Is it concise?",
-            "Does it follow the requested format?"]
+CRITERIA = [
+    "Is the answer correct?",
+    "Is the reasoning complete?",
+    "Is it concise?",
+    "Does it follow the requested format?",
+]
 
 
 @dataclass
@@ -103,15 +107,17 @@ def build_workloads(seed: int, scale: float = 1.0, stream_seconds: float = 20.0)
     prm = [{"prompt": words(rng, 20, 40), "steps": [words(rng, 8, 20) for _ in range(8)]} for _ in range(n(32))]
     rubric = []
     for _ in range(n(16)):
-        context = [{"role": "user", "content": words(rng, 60, 120)},
-                   {"role": "assistant", "content": words(rng, 60, 120)}]
+        context = [
+            {"role": "user", "content": words(rng, 60, 120)},
+            {"role": "assistant", "content": words(rng, 60, 120)},
+        ]
         rubric.append([{"messages": context + [{"role": "user", "content": c}]} for c in CRITERIA])
     burst = groups_with_repeats(rng, n(32), 8, REPEAT_SHARE, "b")
     stream = groups_with_repeats(rng, n(32), 8, REPEAT_SHARE, "s")
     return [
         Workload("grpo", "/v1/score", "rm", grpo),
-        Workload("pairs", "/v1/score", "rm", [pairs[k:k + 4] for k in range(0, len(pairs), 4)]),
-        Workload("prm", "/v1/score/steps", "rm_steps", [prm[k:k + 2] for k in range(0, len(prm), 2)]),
+        Workload("pairs", "/v1/score", "rm", [pairs[k : k + 4] for k in range(0, len(pairs), 4)]),
+        Workload("prm", "/v1/score/steps", "rm_steps", [prm[k : k + 2] for k in range(0, len(prm), 2)]),
         Workload("rubric", "/v1/score", "rm", rubric),
         Workload("burst", "/v1/score", "rm", burst),
         Workload("stream", "/v1/score", "rm", stream, every=stream_seconds / len(stream)),
@@ -161,8 +167,13 @@ def model_spec(name: str, model_dir: Path, backend: str, dtype: str = "float32",
         options["block_size"] = block_size
     if name == "rm":
         return ModelSpec(name="rm", kind="outcome", source=str(model_dir), options=options, **engine)
-    return ModelSpec(name="rm_steps", kind="process", source=str(model_dir),
-                     options={**options, "format": "classifier_tags", "tag": TAG, "activation": "none"}, **engine)
+    return ModelSpec(
+        name="rm_steps",
+        kind="process",
+        source=str(model_dir),
+        options={**options, "format": "classifier_tags", "tag": TAG, "activation": "none"},
+        **engine,
+    )
 
 
 # --------------------------------------------------------------------------- driving
@@ -223,6 +234,7 @@ def rewardserve_sender(url: str, w: Workload):
             raise RuntimeError(f"{url}{w.route}: {r.status_code} {r.text[:300]}")
         results = r.json()["results"]
         return [x["step_scores"] if w.route == "/v1/score/steps" else [x["score"]] for x in results]
+
     return send
 
 
@@ -237,6 +249,7 @@ def vllm_sender(url: str, w: Workload):
         if r.status_code != 200:
             raise RuntimeError(f"{url}/classify: {r.status_code} {r.text[:300]}")
         return [d["probs"][:1] for d in r.json()["data"]]
+
     return send
 
 
@@ -246,6 +259,7 @@ def naive_sender(url: str, w: Workload):
         r = await http.post(url + "/score", json=body)
         r.raise_for_status()
         return [[row[0] for row in rows] for rows in r.json()["scores"]]
+
     return send
 
 
@@ -269,13 +283,13 @@ def raw_forward(model_dir: Path, w: Workload, dtype: str, batch: int = 8) -> tup
         model(input_ids=torch.tensor([flat[0][0]]))  # warm-up
         start = time.perf_counter()
         for k in range(0, len(order), batch):
-            rows = order[k:k + batch]
+            rows = order[k : k + batch]
             width = max(len(flat[i][0]) for i in rows)
             ids = torch.full((len(rows), width), pad, dtype=torch.long)
             mask = torch.zeros((len(rows), width), dtype=torch.long)
             for r, i in enumerate(rows):
-                ids[r, :len(flat[i][0])] = torch.tensor(flat[i][0])
-                mask[r, :len(flat[i][0])] = 1
+                ids[r, : len(flat[i][0])] = torch.tensor(flat[i][0])
+                mask[r, : len(flat[i][0])] = 1
             hidden = model.model(input_ids=ids, attention_mask=mask).last_hidden_state
             for r, i in enumerate(rows):
                 out[i] = model.score(hidden[r, flat[i][1]]).float()[:, 0].tolist()
@@ -290,15 +304,37 @@ def raw_forward(model_dir: Path, w: Workload, dtype: str, batch: int = 8) -> tup
 def server_env(vllm_reserved_cpus: str = "0") -> dict[str, str]:
     """The environment every server process of a bench run starts with: vLLM's KV cache
     space (GiB) and reserved cores, quiet logs, no built-in rule models."""
-    return {"VLLM_CPU_KVCACHE_SPACE": "4", "VLLM_CPU_NUM_OF_RESERVED_CPU": vllm_reserved_cpus,
-            "VLLM_LOGGING_LEVEL": "WARNING", "REWARDSERVE_BUILTIN_RULES": "false", "REWARDSERVE_LOG_LEVEL": "warning"}
+    return {
+        "VLLM_CPU_KVCACHE_SPACE": "4",
+        "VLLM_CPU_NUM_OF_RESERVED_CPU": vllm_reserved_cpus,
+        "VLLM_LOGGING_LEVEL": "WARNING",
+        "REWARDSERVE_BUILTIN_RULES": "false",
+        "REWARDSERVE_LOG_LEVEL": "warning",
+    }
 
 
 def vllm_server_command(python: str, model_dir: Path, port: int, dtype: str, pooler: dict | None = None) -> list[str]:
     """(c): vLLM's own OpenAI server on the bench model, pooling runner, prefix caching on."""
-    cmd = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir), "--runner", "pooling",
-           "--served-model-name", "rm", "--port", str(port), "--host", "127.0.0.1", "--dtype", dtype,
-           "--max-model-len", "2048", "--enable-prefix-caching"]
+    cmd = [
+        python,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(model_dir),
+        "--runner",
+        "pooling",
+        "--served-model-name",
+        "rm",
+        "--port",
+        str(port),
+        "--host",
+        "127.0.0.1",
+        "--dtype",
+        dtype,
+        "--max-model-len",
+        "2048",
+        "--enable-prefix-caching",
+    ]
     return cmd + (["--pooler-config", json.dumps(pooler)] if pooler else [])
 
 
@@ -344,7 +380,9 @@ def run_http(label: str, cmd, log, env, health, url, sender, workloads, warmup, 
             asyncio.run(drive(sender(url, warm), warm.requests, callers))
             seconds, latencies, scores = asyncio.run(drive(sender(url, w), w.requests, callers, w.every))
             keep_best(table, (label, w.name), (seconds, latencies, scores))
-            print(f"  {w.name}: {seconds:.2f} s" + ("" if w.every else f", {w.items / seconds:.2f} items/s"), flush=True)
+            print(
+                f"  {w.name}: {seconds:.2f} s" + ("" if w.every else f", {w.items / seconds:.2f} items/s"), flush=True
+            )
     finally:
         stop(proc)
 
@@ -358,8 +396,12 @@ def main() -> None:
     parser.add_argument("--systems", default="abcd", help="which of a-d run besides (e)")
     parser.add_argument("--scale", type=float, default=1.0, help="shrink the workloads (smoke runs)")
     parser.add_argument("--rounds", type=int, default=2, help="run every system this many times; best kept")
-    parser.add_argument("--stream-seconds", type=float, default=20.0,
-                        help="the stream workload's groups arrive over this long (the rate: 256 items over it)")
+    parser.add_argument(
+        "--stream-seconds",
+        type=float,
+        default=20.0,
+        help="the stream workload's groups arrive over this long (the rate: 256 items over it)",
+    )
     # vLLM on CPU keeps a core for its scheduler by default; on 2 cores that halves its
     # compute. 0 gives it both (measured faster here); the value is printed with the table.
     parser.add_argument("--vllm-reserved-cpus", default="0")
@@ -374,16 +416,19 @@ def main() -> None:
     from tests.harness import free_port
 
     chosen = args.only.split(",")
-    workloads = [w for w in build_workloads(seed=1, scale=args.scale, stream_seconds=args.stream_seconds)
-                 if w.name in chosen]
-    warmup = [w for w in build_workloads(seed=2, scale=0.25, stream_seconds=args.stream_seconds / 4)
-              if w.name in chosen]
+    workloads = [
+        w for w in build_workloads(seed=1, scale=args.scale, stream_seconds=args.stream_seconds) if w.name in chosen
+    ]
+    warmup = [
+        w for w in build_workloads(seed=2, scale=0.25, stream_seconds=args.stream_seconds / 4) if w.name in chosen
+    ]
     vllm_env = server_env(args.vllm_reserved_cpus)
     table: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        model_dir = build_sequence_classifier(tmp / "rm", "qwen3", hidden=1024, layers=8, heads=8, head_dim=128,
-                                              max_positions=4096, extra_tokens=(TAG,))
+        model_dir = build_sequence_classifier(
+            tmp / "rm", "qwen3", hidden=1024, layers=8, heads=8, head_dim=128, max_positions=4096, extra_tokens=(TAG,)
+        )
         attach_token_ids(model_dir, workloads + warmup)
         for w in workloads:
             print(f"{w.name}: {len(w.requests)} requests, {w.items} items, {w.tokens} tokens", flush=True)
@@ -400,31 +445,71 @@ def main() -> None:
                     print(f"({label}) skipped: {python} missing (make vllm-venv)")
                     continue
                 config = tmp / f"{label}.yaml"
-                specs = [model_spec(n, model_dir, backend, args.dtype, args.b_block_size).model_dump(exclude_defaults=True) for n in ("rm", "rm_steps")]
+                specs = [
+                    model_spec(n, model_dir, backend, args.dtype, args.b_block_size).model_dump(exclude_defaults=True)
+                    for n in ("rm", "rm_steps")
+                ]
                 config.write_text(yaml.safe_dump({"models": specs}))
                 port = free_port()
                 url = f"http://127.0.0.1:{port}"
-                run_http(label, [python, "-m", "rewardserve.cli", "serve", "--port", str(port), "--config",
-                                 str(config)], tmp / f"{label}.log", vllm_env, url + "/ready", url,
-                         rewardserve_sender, workloads, warmup, args.callers, table)
+                run_http(
+                    label,
+                    [python, "-m", "rewardserve.cli", "serve", "--port", str(port), "--config", str(config)],
+                    tmp / f"{label}.log",
+                    vllm_env,
+                    url + "/ready",
+                    url,
+                    rewardserve_sender,
+                    workloads,
+                    warmup,
+                    args.callers,
+                    table,
+                )
             if "c" in args.systems and Path(args.vllm_python).exists():
                 # vLLM's server serves one pooling task: classify for sequence scores, and a
                 # second start with token_classify (only the step tags' rows) for the PRM.
                 for task in ("classify", "token_classify"):
-                    chosen_w = [(w, warm) for w, warm in zip(workloads, warmup) if (w.name == "prm") == (task != "classify")]
+                    chosen_w = [
+                        (w, warm) for w, warm in zip(workloads, warmup) if (w.name == "prm") == (task != "classify")
+                    ]
                     if not chosen_w:
                         continue
                     port = free_port()
                     url = f"http://127.0.0.1:{port}"
-                    pooler = {"task": task, "tok_pooling_type": "STEP", "step_tag_id": tag_id} if task != "classify" else {"task": task}
-                    run_http("c", vllm_server_command(args.vllm_python, model_dir, port, args.dtype, pooler),
-                             tmp / f"c-{task}.log", vllm_env, url + "/health", url, vllm_sender,
-                             [w for w, _ in chosen_w], [warm for _, warm in chosen_w], args.callers, table)
+                    pooler = (
+                        {"task": task, "tok_pooling_type": "STEP", "step_tag_id": tag_id}
+                        if task != "classify"
+                        else {"task": task}
+                    )
+                    run_http(
+                        "c",
+                        vllm_server_command(args.vllm_python, model_dir, port, args.dtype, pooler),
+                        tmp / f"c-{task}.log",
+                        vllm_env,
+                        url + "/health",
+                        url,
+                        vllm_sender,
+                        [w for w, _ in chosen_w],
+                        [warm for _, warm in chosen_w],
+                        args.callers,
+                        table,
+                    )
             if "d" in args.systems:
                 port = free_port()
                 url = f"http://127.0.0.1:{port}"
-                run_http("d", [sys.executable, str(ROOT / "bench" / "naive_server.py"), str(model_dir), str(port),
-                               args.dtype], tmp / "d.log", {}, url + "/health", url, naive_sender, workloads, warmup, args.callers, table)
+                run_http(
+                    "d",
+                    [sys.executable, str(ROOT / "bench" / "naive_server.py"), str(model_dir), str(port), args.dtype],
+                    tmp / "d.log",
+                    {},
+                    url + "/health",
+                    url,
+                    naive_sender,
+                    workloads,
+                    warmup,
+                    args.callers,
+                    table,
+                )
             print("e: in process", flush=True)
             for w in workloads:
                 seconds, scores = raw_forward(model_dir, w, args.dtype)
@@ -434,22 +519,33 @@ def main() -> None:
 
 
 def report(workloads: list[Workload], table: dict, args) -> None:
-    names = {"a": "rewardserve (transformers)", "b": "rewardserve (vLLM backend)", "c": "vLLM server",
-             "d": "naive server", "e": "raw forward, unshared"}
+    names = {
+        "a": "rewardserve (transformers)",
+        "b": "rewardserve (vLLM backend)",
+        "c": "vLLM server",
+        "d": "naive server",
+        "e": "raw forward, unshared",
+    }
     import torch
 
     # Ratios move with the machine (oneDNN vs MKL, bf16 kernels): say which one ran them.
     capability = torch.backends.cpu.get_cpu_capability()
-    print(f"\n{cpu_name()}, {os.cpu_count()} CPUs; torch {torch.__version__} ({capability}); "
-          f"Python {platform.python_version()}")
-    print(f"dtype {args.dtype}; vLLM reserved CPUs: {args.vllm_reserved_cpus}; callers: {args.callers}; "
-          f"best of {args.rounds} rounds; stream over {args.stream_seconds:g} s")
+    print(
+        f"\n{cpu_name()}, {os.cpu_count()} CPUs; torch {torch.__version__} ({capability}); "
+        f"Python {platform.python_version()}"
+    )
+    print(
+        f"dtype {args.dtype}; vLLM reserved CPUs: {args.vllm_reserved_cpus}; callers: {args.callers}; "
+        f"best of {args.rounds} rounds; stream over {args.stream_seconds:g} s"
+    )
     for w in workloads:
         print(f"\n{w.name}: {len(w.requests)} requests, {w.items} items, {w.tokens} tokens")
         # burst: seconds from the first request to the last reward; stream: from the last
         # group sent to its reward (rates mean nothing there).
-        print(f"  {'system':<28}{'items/s':>9}{'tokens/s':>10}{'seconds':>9}{'p50 ms':>9}{'p99 ms':>9}"
-              f"{'max |diff| vs e':>17}")
+        print(
+            f"  {'system':<28}{'items/s':>9}{'tokens/s':>10}{'seconds':>9}{'p50 ms':>9}{'p99 ms':>9}"
+            f"{'max |diff| vs e':>17}"
+        )
         rate, took = {}, {}
         ref = [x for r in table[("e", w.name)][2] for item in r for x in item]
         for label in "abcde":
@@ -471,7 +567,10 @@ def report(workloads: list[Workload], table: dict, args) -> None:
             print(f"  {names[label]:<28}{rates[0]:>9}{rates[1]:>10}{seconds:>9.2f}{p50:>9}{p99:>9}{diff:>17.2e}")
         pairs = [("a", "c"), ("a", "e"), ("a", "d"), ("b", "c")]
         if w.every or w.name == "burst":
-            print("  time: " + ",  ".join(f"{x}/{y} = {took[x] / took[y]:.2f}" for x, y in pairs if x in took and y in took))
+            print(
+                "  time: "
+                + ",  ".join(f"{x}/{y} = {took[x] / took[y]:.2f}" for x, y in pairs if x in took and y in took)
+            )
         else:
             print("  " + ",  ".join(f"{x}/{y} = {rate[x] / rate[y]:.2f}" for x, y in pairs if x in rate and y in rate))
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 MiB = 1024 * 1024
 
@@ -40,35 +40,94 @@ def attacks(seed: int = 0) -> list[Attack]:
     words = " ".join(["word"] * 10_000)
     tiny_items = b'{"model":"math","items":[' + b",".join([b'{"response":"1"}'] * 1_970_000) + b"]}"
     return [
-        Attack("fuzzy partial_ratio 50k", "/v1/rubric", _rubric(
-            [{"response": text, "reference": text[::-1]}], [{"name": "f", "fn": "fuzzy", "args": {"method": "partial_ratio"}}])),
-        Attack("backtracking schema pattern", "/v1/rubric", _rubric(
-            [{"response": '"' + "a" * 28 + '!"'}],
-            [{"name": "s", "fn": "json_schema", "args": {"schema": {"type": "string", "pattern": "^(a+)+$"}}}])),
-        Attack("template 'x' * 1e9", "/v1/rubric", _rubric(
-            [{"response": "x", "reference": "x"}],
-            [{"name": "e", "fn": "exact_match", "args": {"extract": "{{ 'x' * 1000000000 }}"}}])),
-        Attack("template nested ranges", "/v1/rubric", _rubric(
-            [{"response": "x", "reference": "x"}],
-            [{"name": "e", "fn": "exact_match", "args": {
-                "extract": "{% for i in range(99999) %}{% for j in range(99999) %}{% endfor %}{% endfor %}"}}])),
-        Attack("rouge 10k words", "/v1/rubric", _rubric([{"response": words, "reference": words}],
-                                                         [{"name": "r", "fn": "rouge"}])),
-        Attack("similarity 300 references", "/v1/rubric", _rubric(
-            [{"response": "a cat", "reference": ["a dog"] * 300}], [{"name": "s", "fn": "similarity"}])),
-        Attack("unclosed JSON brackets", "/v1/rubric", _rubric(
-            [{"response": "[" * 900 + "1," * 200_000}],
-            [{"name": "s", "fn": "json_schema", "args": {"schema": {"type": "array"}}}])),
+        Attack(
+            "fuzzy partial_ratio 50k",
+            "/v1/rubric",
+            _rubric(
+                [{"response": text, "reference": text[::-1]}],
+                [{"name": "f", "fn": "fuzzy", "args": {"method": "partial_ratio"}}],
+            ),
+        ),
+        Attack(
+            "backtracking schema pattern",
+            "/v1/rubric",
+            _rubric(
+                [{"response": '"' + "a" * 28 + '!"'}],
+                [{"name": "s", "fn": "json_schema", "args": {"schema": {"type": "string", "pattern": "^(a+)+$"}}}],
+            ),
+        ),
+        Attack(
+            "template 'x' * 1e9",
+            "/v1/rubric",
+            _rubric(
+                [{"response": "x", "reference": "x"}],
+                [{"name": "e", "fn": "exact_match", "args": {"extract": "{{ 'x' * 1000000000 }}"}}],
+            ),
+        ),
+        Attack(
+            "template nested ranges",
+            "/v1/rubric",
+            _rubric(
+                [{"response": "x", "reference": "x"}],
+                [
+                    {
+                        "name": "e",
+                        "fn": "exact_match",
+                        "args": {
+                            "extract": "{% for i in range(99999) %}{% for j in range(99999) %}{% endfor %}{% endfor %}"
+                        },
+                    }
+                ],
+            ),
+        ),
+        Attack(
+            "rouge 10k words",
+            "/v1/rubric",
+            _rubric([{"response": words, "reference": words}], [{"name": "r", "fn": "rouge"}]),
+        ),
+        Attack(
+            "similarity 300 references",
+            "/v1/rubric",
+            _rubric([{"response": "a cat", "reference": ["a dog"] * 300}], [{"name": "s", "fn": "similarity"}]),
+        ),
+        Attack(
+            "unclosed JSON brackets",
+            "/v1/rubric",
+            _rubric(
+                [{"response": "[" * 900 + "1," * 200_000}],
+                [{"name": "s", "fn": "json_schema", "args": {"schema": {"type": "array"}}}],
+            ),
+        ),
         Attack("1.97M tiny items", "/v1/score", tiny_items),
-        Attack("31.9 MiB body, no key", "/v1/score", json.dumps(
-            {"model": "rm", "items": [{"response": "x" * (31 * MiB)}]}).encode(), auth=False),
+        Attack(
+            "31.9 MiB body, no key",
+            "/v1/score",
+            json.dumps({"model": "rm", "items": [{"response": "x" * (31 * MiB)}]}).encode(),
+            auth=False,
+        ),
         Attack("lone surrogate", "/v1/score", rb'{"model":"math","items":[{"response":"\ud800","reference":"1"}]}'),
-        Attack("slow math, client hangs up", "/v1/score", json.dumps(
-            {"model": "math", "items": [{"response": r"\boxed{9^{9^{9^{9}}}}", "reference": str(k)} for k in range(12)]}
-        ).encode(), client_timeout_s=1.0),
-        Attack("formula 9**9**9", "/v1/rubric", json.dumps({
-            "items": [{"response": "x", "reference": "x"}], "criteria": [{"name": "e", "fn": "exact_match"}],
-            "aggregation": {"mode": "formula", "formula": "e * 9 ** 9 ** 9"}}).encode()),
+        Attack(
+            "slow math, client hangs up",
+            "/v1/score",
+            json.dumps(
+                {
+                    "model": "math",
+                    "items": [{"response": r"\boxed{9^{9^{9^{9}}}}", "reference": str(k)} for k in range(12)],
+                }
+            ).encode(),
+            client_timeout_s=1.0,
+        ),
+        Attack(
+            "formula 9**9**9",
+            "/v1/rubric",
+            json.dumps(
+                {
+                    "items": [{"response": "x", "reference": "x"}],
+                    "criteria": [{"name": "e", "fn": "exact_match"}],
+                    "aggregation": {"mode": "formula", "formula": "e * 9 ** 9 ** 9"},
+                }
+            ).encode(),
+        ),
     ]
 
 

@@ -86,11 +86,25 @@ def command(system: str, model_dir: Path, tmp: Path, port: int, vllm_python: str
         config = tmp / "a.yaml"
         spec = {"name": "rm", "source": str(model_dir), "dtype": "float32", "options": {"score_cache_size": 0}}
         config.write_text(yaml.safe_dump({"models": [spec]}))
-        return [sys.executable, "-m", "rewardserve.cli", "serve", "--port", str(port),
-                "--config", str(config)], url + "/ready"
+        return [
+            sys.executable,
+            "-m",
+            "rewardserve.cli",
+            "serve",
+            "--port",
+            str(port),
+            "--config",
+            str(config),
+        ], url + "/ready"
     if system == "c":
         return vllm_server_command(vllm_python, model_dir, port, "float32"), url + "/health"
-    return [sys.executable, str(ROOT / "bench" / "naive_server.py"), str(model_dir), str(port), "float32"], url + "/health"
+    return [
+        sys.executable,
+        str(ROOT / "bench" / "naive_server.py"),
+        str(model_dir),
+        str(port),
+        "float32",
+    ], url + "/health"
 
 
 def main() -> None:
@@ -113,8 +127,9 @@ def main() -> None:
     table: dict[str, list[tuple[str, float]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         tmp_dir = Path(tmp)
-        model_dir = build_sequence_classifier(tmp_dir / "rm", "qwen3", hidden=1024, layers=8, heads=8,
-                                              head_dim=128, max_positions=4096)
+        model_dir = build_sequence_classifier(
+            tmp_dir / "rm", "qwen3", hidden=1024, layers=8, heads=8, head_dim=128, max_positions=4096
+        )
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
         for system in args.systems:
             if system == "c" and not Path(args.vllm_python).exists():
@@ -140,14 +155,22 @@ def main() -> None:
                 stop(proc)
 
     print()
-    print(f"CPU: {cpu_name()}, {os.cpu_count()} cores; fp32; seed {seed}; "
-          f"{args.requests} requests x 8 items per round, 8 callers")
-    print(f"{'system':<28}{'loaded MiB':>12}" + "".join(f"{'round ' + str(k + 1):>10}" for k in range(args.rounds))
-          + f"{'growth r1->r' + str(args.rounds):>16}")
+    print(
+        f"CPU: {cpu_name()}, {os.cpu_count()} cores; fp32; seed {seed}; "
+        f"{args.requests} requests x 8 items per round, 8 callers"
+    )
+    print(
+        f"{'system':<28}{'loaded MiB':>12}"
+        + "".join(f"{'round ' + str(k + 1):>10}" for k in range(args.rounds))
+        + f"{'growth r1->r' + str(args.rounds):>16}"
+    )
     for system, rows in table.items():
         growth = rows[-1][1] - rows[1][1]
-        print(f"{NAMES[system]:<28}{rows[0][1]:>12.0f}" + "".join(f"{mb:>10.0f}" for _, mb in rows[1:])
-              + f"{growth:>+16.0f}")
+        print(
+            f"{NAMES[system]:<28}{rows[0][1]:>12.0f}"
+            + "".join(f"{mb:>10.0f}" for _, mb in rows[1:])
+            + f"{growth:>+16.0f}"
+        )
 
 
 if __name__ == "__main__":

@@ -71,9 +71,16 @@ async def _response(reader: asyncio.StreamReader) -> tuple[int, bool, bytes]:
     return status, headers.get("connection", "").lower() != "close", payload
 
 
-async def open_loop(url: str, path: str, body: Callable[[], dict], rate: float, seconds: float,
-                    key: str | None = None, items_of: Callable[[dict], int] = lambda b: len(b["items"]),
-                    max_connections: int = 900) -> LoadResult:
+async def open_loop(
+    url: str,
+    path: str,
+    body: Callable[[], dict],
+    rate: float,
+    seconds: float,
+    key: str | None = None,
+    items_of: Callable[[dict], int] = lambda b: len(b["items"]),
+    max_connections: int = 900,
+) -> LoadResult:
     """POST ``body()`` to ``url + path`` every ``1 / rate`` s for ``seconds``; waits for
     every answer."""
     connections = _Connections(url, max_connections)
@@ -82,8 +89,10 @@ async def open_loop(url: str, path: str, body: Callable[[], dict], rate: float, 
 
     async def one(scheduled: float, payload: dict) -> None:
         data = json.dumps(payload).encode()
-        head = (f"POST {path} HTTP/1.1\r\nhost: {connections.host}\r\ncontent-type: application/json\r\n"
-                f"{auth}content-length: {len(data)}\r\n\r\n").encode()
+        head = (
+            f"POST {path} HTTP/1.1\r\nhost: {connections.host}\r\ncontent-type: application/json\r\n"
+            f"{auth}content-length: {len(data)}\r\n\r\n"
+        ).encode()
         try:
             status, _ = await connections.request(head, data)
         except (OSError, asyncio.IncompleteReadError, ValueError):

@@ -46,9 +46,7 @@ def build_items(n: int, seed: int = 0) -> list[dict]:
 def build_model(out: Path) -> Path:
     from tests.builders import build_sequence_classifier
 
-    return build_sequence_classifier(
-        out, "qwen3", hidden=1024, layers=8, heads=8, head_dim=128, max_positions=4096
-    )
+    return build_sequence_classifier(out, "qwen3", hidden=1024, layers=8, heads=8, head_dim=128, max_positions=4096)
 
 
 def tokenize(model_dir: Path, items: list[dict]) -> list[list[int]]:
@@ -58,11 +56,10 @@ def tokenize(model_dir: Path, items: list[dict]) -> list[list[int]]:
     tok = AutoTokenizer.from_pretrained(model_dir)
     out = []
     for item in items:
-        conv = [{"role": "user", "content": item["prompt"]},
-                {"role": "assistant", "content": item["response"]}]
+        conv = [{"role": "user", "content": item["prompt"]}, {"role": "assistant", "content": item["response"]}]
         text = tok.apply_chat_template(conv, tokenize=False)
         if tok.bos_token and text.startswith(tok.bos_token):
-            text = text[len(tok.bos_token):]
+            text = text[len(tok.bos_token) :]
         out.append(tok(text)["input_ids"])
     return out
 
@@ -158,16 +155,15 @@ def main() -> None:
         # This machine's speed drifts by 10% over minutes, so raw and service alternate
         # for --rounds rounds and each keeps its best time.
         service_s = float("inf")
-        with serve_subprocess("--model", f"bench={model_dir}", "--no-builtin-rules",
-                              env={"REWARDSERVE_LOG_LEVEL": "warning"}) as url:
+        with serve_subprocess(
+            "--model", f"bench={model_dir}", "--no-builtin-rules", env={"REWARDSERVE_LOG_LEVEL": "warning"}
+        ) as url:
             for round_ in range(args.rounds):
                 if round_:
                     again, _ = raw_forward(model_dir, seqs, batch_sizes=(best_bs,), onednn=True)
                     raw_s = min(raw_s, again[best_bs])
                 print(f"service over HTTP ({args.callers} callers, {args.per_request} items/request):", flush=True)
-                seconds, scores = asyncio.run(
-                    drive_service(url, items, args.callers, args.per_request)
-                )
+                seconds, scores = asyncio.run(drive_service(url, items, args.callers, args.per_request))
                 print(f"  service: {seconds:.2f} s", flush=True)
                 service_s = min(service_s, seconds)
             text = httpx.get(url + "/metrics").text

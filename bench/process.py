@@ -42,9 +42,14 @@ def build_trajectories(n: int, steps: int, seed: int = 0) -> list[dict]:
 
     rng = random.Random(seed)
     return [
-        {"id": str(i), "prompt": [{"role": "system", "content": SYSTEM},
-                                  {"role": "user", "content": random_text(rng, rng.randint(20, 40))}],
-         "steps": [random_text(rng, rng.randint(10, 25)) for _ in range(steps)]}
+        {
+            "id": str(i),
+            "prompt": [
+                {"role": "system", "content": SYSTEM},
+                {"role": "user", "content": random_text(rng, rng.randint(20, 40))},
+            ],
+            "steps": [random_text(rng, rng.randint(10, 25)) for _ in range(steps)],
+        }
         for i in range(n)
     ]
 
@@ -109,11 +114,30 @@ def run_vllm(python: str, model_dir: Path, tag_id: int, texts: list[str], caller
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "2", "VLLM_LOGGING_LEVEL": "WARNING"}
     log = open(model_dir.parent / "vllm.log", "wb")
     proc = subprocess.Popen(
-        [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
-         "--runner", "pooling", "--port", str(port), "--host", "127.0.0.1",
-         "--served-model-name", "prm", "--dtype", "float32", "--max-model-len", "2048",
-         "--pooler-config", json.dumps({"step_tag_id": tag_id})],
-        env=env, stdout=log, stderr=subprocess.STDOUT,
+        [
+            python,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(model_dir),
+            "--runner",
+            "pooling",
+            "--port",
+            str(port),
+            "--host",
+            "127.0.0.1",
+            "--served-model-name",
+            "prm",
+            "--dtype",
+            "float32",
+            "--max-model-len",
+            "2048",
+            "--pooler-config",
+            json.dumps({"step_tag_id": tag_id}),
+        ],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -153,8 +177,7 @@ def main() -> None:
     from tests.harness import serve_subprocess
 
     with tempfile.TemporaryDirectory() as tmp:
-        model_dir = build_qwen2_prm(Path(tmp) / "qwen2-prm-1024x8", hidden=1024, layers=8,
-                                    heads=16, head_dim=64)
+        model_dir = build_qwen2_prm(Path(tmp) / "qwen2-prm-1024x8", hidden=1024, layers=8, heads=16, head_dim=64)
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
         trajectories = build_trajectories(args.trajectories, args.steps)
         texts = [templated(tokenizer, t) for t in trajectories]
@@ -164,10 +187,10 @@ def main() -> None:
 
         rows = {}
         print("rewardserve over HTTP ...", flush=True)
-        with serve_subprocess("--model", f"prm={model_dir}", "--no-builtin-rules",
-                              env={"REWARDSERVE_LOG_LEVEL": "warning"}) as url:
-            bodies = [{"model": "prm", "items": [{k: t[k] for k in ("prompt", "steps")}]}
-                      for t in trajectories]
+        with serve_subprocess(
+            "--model", f"prm={model_dir}", "--no-builtin-rules", env={"REWARDSERVE_LOG_LEVEL": "warning"}
+        ) as url:
+            bodies = [{"model": "prm", "items": [{k: t[k] for k in ("prompt", "steps")}]} for t in trajectories]
             seconds, answers = asyncio.run(drive(url, bodies, args.callers, "/v1/score/steps"))
         ours = [a["results"][0]["step_scores"] for a in answers]
         rows["rewardserve /v1/score/steps"] = seconds
@@ -195,8 +218,10 @@ def main() -> None:
     print(f"rewardserve / naive: {rows['naive per-prefix (transformers)'] / ours_s:.2f}x (target >= 4)")
     if "vLLM-cpu /pooling" in rows:
         print(f"rewardserve / vLLM-cpu: {rows['vLLM-cpu /pooling'] / ours_s:.2f}x (target >= 1.0)")
-    print(f"max |step score difference|: vs naive {diff:.2e}"
-          + (f", vs vLLM {vllm_diff:.2e}" if vllm_diff is not None else ""))
+    print(
+        f"max |step score difference|: vs naive {diff:.2e}"
+        + (f", vs vLLM {vllm_diff:.2e}" if vllm_diff is not None else "")
+    )
 
 
 if __name__ == "__main__":

@@ -53,14 +53,15 @@ def main() -> None:
     from tests.builders import build_sequence_classifier
 
     with tempfile.TemporaryDirectory() as tmp:
-        model_dir = build_sequence_classifier(Path(tmp) / "rm", "qwen3", hidden=1024, layers=8, heads=8,
-                                              head_dim=128, max_positions=4096)
+        model_dir = build_sequence_classifier(
+            Path(tmp) / "rm", "qwen3", hidden=1024, layers=8, heads=8, head_dim=128, max_positions=4096
+        )
         backend = make_backend(ModelSpec(name="rm", source=str(model_dir), dtype=args.dtype), "classify")
         config = backend.base.config
         vocab = config.vocab_size
         items = [[rng.randrange(10, vocab) for _ in range(args.tokens)] for _ in range(args.items)]
         per_batch = max(1, args.batch_tokens // args.tokens)
-        batches = [items[k:k + per_batch] for k in range(0, len(items), per_batch)]
+        batches = [items[k : k + per_batch] for k in range(0, len(items), per_batch)]
 
         def forward(batch):
             units = [([], [Sequence(ids, (len(ids) - 1,))]) for ids in batch]
@@ -74,8 +75,11 @@ def main() -> None:
 
         # A fused projection's parts (bf16: q, k, v as one GEMM) name shapes whose work the
         # fused linear does: counted once, there.
-        linears = [m for m in backend.base.modules() if hasattr(m, "in_features") and hasattr(m, "out_features")
-                   and not isinstance(m, ProjectionPart)]
+        linears = [
+            m
+            for m in backend.base.modules()
+            if hasattr(m, "in_features") and hasattr(m, "out_features") and not isinstance(m, ProjectionPart)
+        ]
         weights = sum(m.in_features * m.out_features for m in linears)
         layers = config.num_hidden_layers
         heads_dim = config.num_attention_heads * config.head_dim
@@ -105,13 +109,18 @@ def main() -> None:
         table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12)
 
     print()
-    print(f"CPU: {cpu_name()}, {os.cpu_count()} cores, torch threads {torch.get_num_threads()}; "
-          f"{args.dtype}; seed {seed}")
-    print(f"{args.items} items x {args.tokens} tokens, {per_batch} items per batch; linear weights "
-          f"{weights / 1e6:.1f} M; {flops / tokens / 1e6:.1f} MFLOP per token")
+    print(
+        f"CPU: {cpu_name()}, {os.cpu_count()} cores, torch threads {torch.get_num_threads()}; {args.dtype}; seed {seed}"
+    )
+    print(
+        f"{args.items} items x {args.tokens} tokens, {per_batch} items per batch; linear weights "
+        f"{weights / 1e6:.1f} M; {flops / tokens / 1e6:.1f} MFLOP per token"
+    )
     print(f"forward (the service's backend, {kind} linears): {tokens / seconds:,.0f} tokens/s, {achieved:.1f} GFLOP/s")
-    print(f"GEMM alone ({kind}, [{rows} x {largest.in_features}] x [{largest.in_features} x {largest.out_features}]): "
-          f"{gemm:.1f} GFLOP/s")
+    print(
+        f"GEMM alone ({kind}, [{rows} x {largest.in_features}] x [{largest.in_features} x {largest.out_features}]): "
+        f"{gemm:.1f} GFLOP/s"
+    )
     print(f"fraction of the GEMM: {achieved / gemm:.0%} (target >= 80%)")
     print()
     print(table)

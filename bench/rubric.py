@@ -48,9 +48,16 @@ def build_judge(out: Path) -> Path:
     tokenizer = build_tokenizer("qwen")
     torch.manual_seed(0)
     config = Qwen3Config(
-        vocab_size=len(tokenizer), hidden_size=1024, intermediate_size=3072, num_hidden_layers=8,
-        num_attention_heads=8, num_key_value_heads=8, head_dim=128, max_position_embeddings=4096,
-        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+        vocab_size=len(tokenizer),
+        hidden_size=1024,
+        intermediate_size=3072,
+        num_hidden_layers=8,
+        num_attention_heads=8,
+        num_key_value_heads=8,
+        head_dim=128,
+        max_position_embeddings=4096,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
         tie_word_embeddings=False,
     )
     Qwen3ForCausalLM(config).save_pretrained(out)
@@ -62,8 +69,14 @@ def build_items(n: int, seed: int = 0) -> list[dict]:
     from tests.builders import random_text
 
     rng = random.Random(seed)
-    return [{"id": str(i), "prompt": random_text(rng, rng.randint(20, 40)),
-             "response": random_text(rng, rng.randint(150, 250))} for i in range(n)]
+    return [
+        {
+            "id": str(i),
+            "prompt": random_text(rng, rng.randint(20, 40)),
+            "response": random_text(rng, rng.randint(150, 250)),
+        }
+        for i in range(n)
+    ]
 
 
 async def run(url: str, bodies: list[tuple[str, dict]], callers: int) -> tuple[float, list[dict]]:
@@ -104,24 +117,28 @@ def main() -> None:
         items = build_items(args.items)
         chunks = [items[k : k + args.per_request] for k in range(0, len(items), args.per_request)]
         spec = [{"name": "judge", "kind": "verifier", "source": str(judge), "options": {"cache_size": 0}}]
-        with serve_subprocess("--no-builtin-rules", env={
-            "REWARDSERVE_MODELS": json.dumps(spec), "REWARDSERVE_LOG_LEVEL": "warning"}) as url:
+        with serve_subprocess(
+            "--no-builtin-rules", env={"REWARDSERVE_MODELS": json.dumps(spec), "REWARDSERVE_LOG_LEVEL": "warning"}
+        ) as url:
             warm = [("/v1/rubric", {"judge": "judge", "items": items[:1], "criteria": criteria})]
             asyncio.run(run(url, warm, 1))
             shared_bodies = [("/v1/rubric", {"judge": "judge", "items": c, "criteria": criteria}) for c in chunks]
             print("shared context (/v1/rubric) ...", flush=True)
             shared_s, shared = asyncio.run(run(url, shared_bodies, args.callers))
             alone_bodies = [
-                ("/v1/verify", {"model": "judge", "items": c,
-                                "options": {"template": "criterion", "variables": {"criterion": t}}})
-                for c in chunks for t in texts
+                (
+                    "/v1/verify",
+                    {"model": "judge", "items": c, "options": {"template": "criterion", "variables": {"criterion": t}}},
+                )
+                for c in chunks
+                for t in texts
             ]
             print("independent passes (/v1/verify, one per criterion) ...", flush=True)
             alone_s, alone = asyncio.run(run(url, alone_bodies, args.callers))
 
     shared_scores = {(r["id"], c["name"]): c["score"] for a in shared for r in a["results"] for c in r["criteria"]}
     alone_scores = {}
-    for (route, body), answer in zip(alone_bodies, alone):
+    for (_route, body), answer in zip(alone_bodies, alone):
         name = f"c{texts.index(body['options']['variables']['criterion'])}"
         for r in answer["results"]:
             alone_scores[(r["id"], name)] = r["score"]

@@ -48,8 +48,10 @@ def request_body(rng: random.Random) -> dict:
     from tests.builders import random_text
 
     if rng.random() < 0.75:
-        items = [{"prompt": random_text(rng, rng.randint(5, 30)), "response": random_text(rng, rng.randint(5, 80))}
-                 for _ in range(4)]
+        items = [
+            {"prompt": random_text(rng, rng.randint(5, 30)), "response": random_text(rng, rng.randint(5, 80))}
+            for _ in range(4)
+        ]
         return {"model": "rm", "items": items}
     k = rng.randint(1, 50)
     items = [{"response": f"\\boxed{{{k}}}", "reference": str(k + rng.randint(0, 1))} for _ in range(2)]
@@ -118,8 +120,7 @@ class Phase:
         return sum(first) / len(first), sum(last) / len(last), max(m for _, m in self.samples)
 
 
-async def open_loop(url: str, rate: float, seconds: float, pid: int, *, seed: int = 2,
-                    record: bool = True) -> Phase:
+async def open_loop(url: str, rate: float, seconds: float, pid: int, *, seed: int = 2, record: bool = True) -> Phase:
     """Legitimate requests at ``rate`` per second on a fixed schedule."""
     import httpx
 
@@ -152,8 +153,11 @@ async def open_loop(url: str, rate: float, seconds: float, pid: int, *, seed: in
                 phase.samples.append((now - begin, rss_mb(pid)))
                 next_sample += 5
             if now >= next_report:
-                print(f"  {now - begin:5.0f} s: {phase.sent} sent, {phase.errors} errors, "
-                      f"{phase.server_errors} 5xx, RSS {rss_mb(pid):.0f} MB", flush=True)
+                print(
+                    f"  {now - begin:5.0f} s: {phase.sent} sent, {phase.errors} errors, "
+                    f"{phase.server_errors} 5xx, RSS {rss_mb(pid):.0f} MB",
+                    flush=True,
+                )
                 next_report += 60
                 tasks = [t for t in tasks if not t.done()]
             await asyncio.sleep(max(0.0, begin + phase.sent / rate - time.monotonic()))
@@ -181,8 +185,9 @@ async def attack_loop(url: str, rate: float, seconds: float, seed: int, only: st
         else:
             headers = {"content-type": "application/json", **(AUTH if chosen.auth else {})}
             try:
-                response = await http.post(url + chosen.path, content=chosen.body, headers=headers,
-                                           timeout=chosen.client_timeout_s or 120)
+                response = await http.post(
+                    url + chosen.path, content=chosen.body, headers=headers, timeout=chosen.client_timeout_s or 120
+                )
                 outcome = response.status_code
                 if response.status_code >= 500:
                     print(f"  5xx on attack {chosen.name}: {response.status_code} {response.text[:200]}", flush=True)
@@ -211,8 +216,9 @@ def _attacker(url: str, rate: float, seconds: float, seed: int, only: str, resul
     results.put(asyncio.run(attack_loop(url, rate, seconds, seed, only)))
 
 
-def hostile_phase(url: str, rate: float, seconds: float, pid: int, share: float, only: str = "",
-                  seed: int = 3) -> Phase:
+def hostile_phase(
+    url: str, rate: float, seconds: float, pid: int, share: float, only: str = "", seed: int = 3
+) -> Phase:
     import multiprocessing
 
     context = multiprocessing.get_context("spawn")
@@ -222,23 +228,30 @@ def hostile_phase(url: str, rate: float, seconds: float, pid: int, share: float,
     phase = asyncio.run(open_loop(url, (1 - share) * rate, seconds, pid, seed=seed))
     phase.hostile = results.get(timeout=600)
     attacker.join(timeout=60)
-    phase.server_errors += sum(n for counts in phase.hostile.values() for code, n in counts.items()
-                               if isinstance(code, int) and code >= 500)
+    phase.server_errors += sum(
+        n for counts in phase.hostile.values() for code, n in counts.items() if isinstance(code, int) and code >= 500
+    )
     return phase
 
 
 def report(name: str, phase: Phase) -> None:
     start, end, peak = phase.rss_trend()
     legit = len(phase.latencies)
-    print(f"[{name}] requests {phase.sent} ({legit} legitimate), legitimate errors {phase.errors}, "
-          f"5xx {phase.server_errors} (target 0)")
+    print(
+        f"[{name}] requests {phase.sent} ({legit} legitimate), legitimate errors {phase.errors}, "
+        f"5xx {phase.server_errors} (target 0)"
+    )
     print(f"[{name}] legitimate latency p50 {phase.pct(0.50):.1f} ms, p99 {phase.pct(0.99):.1f} ms")
     for model, latencies in sorted(phase.by_model.items()):
         ordered = sorted(latencies)
-        print(f"[{name}]   {model}: p50 {ordered[len(ordered) // 2] * 1000:.1f} ms, "
-              f"p99 {ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] * 1000:.1f} ms")
-    print(f"[{name}] server RSS (mean of the first / last minute) {start:.0f} MB -> {end:.0f} MB: "
-          f"{(end / start - 1) * 100:+.1f}% (target < 5%); peak {peak:.0f} MB")
+        print(
+            f"[{name}]   {model}: p50 {ordered[len(ordered) // 2] * 1000:.1f} ms, "
+            f"p99 {ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] * 1000:.1f} ms"
+        )
+    print(
+        f"[{name}] server RSS (mean of the first / last minute) {start:.0f} MB -> {end:.0f} MB: "
+        f"{(end / start - 1) * 100:+.1f}% (target < 5%); peak {peak:.0f} MB"
+    )
     for attack, outcomes in sorted(phase.hostile.items()):
         print(f"[{name}]   attack {attack}: {dict(outcomes)}")
 
@@ -247,7 +260,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--minutes", type=float, default=10.0, help="of load (with --hostile: of each kind)")
     parser.add_argument("--load", type=float, default=0.8)
-    parser.add_argument("--hostile", action="store_true", help="alternate clean minutes with ones with attacks mixed in")
+    parser.add_argument(
+        "--hostile", action="store_true", help="alternate clean minutes with ones with attacks mixed in"
+    )
     parser.add_argument("--hostile-share", type=float, default=0.1)
     parser.add_argument("--attacks", default="", help="only attacks whose names hold one of these (comma-separated)")
     args = parser.parse_args()
@@ -255,39 +270,50 @@ def main() -> None:
     from tests.builders import build_sequence_classifier
     from tests.harness import free_port, wait_ready
 
-    print(f"CPU: {platform.processor() or platform.machine()} ({os.cpu_count()} cores), "
-          f"{_cpu_model()}", flush=True)
+    print(f"CPU: {platform.processor() or platform.machine()} ({os.cpu_count()} cores), {_cpu_model()}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         model = build_sequence_classifier(Path(tmp) / "rm", "qwen3", hidden=256, layers=4, heads=4, head_dim=64)
         port = free_port()
         env = {**os.environ, "REWARDSERVE_LOG_LEVEL": "warning", "REWARDSERVE_API_KEYS": KEY}
-        proc = subprocess.Popen([sys.executable, "-m", "rewardserve.cli", "serve", "--port", str(port),
-                                 "--model", f"rm={model}"], env=env,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "rewardserve.cli", "serve", "--port", str(port), "--model", f"rm={model}"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         url = f"http://127.0.0.1:{port}"
         try:
             wait_ready(url, proc, 120)
             capacity = asyncio.run(closed_loop(url, 60))
             rate = args.load * capacity
-            print(f"capacity {capacity:.1f} requests/s; warming up 1 min, then {rate:.1f}/s for "
-                  f"{args.minutes:g} min", flush=True)
+            print(
+                f"capacity {capacity:.1f} requests/s; warming up 1 min, then {rate:.1f}/s for {args.minutes:g} min",
+                flush=True,
+            )
             asyncio.run(open_loop(url, rate, 60, proc.pid, record=False))  # every shape seen once, caches filled
             if not args.hostile:
                 report("clean", asyncio.run(open_loop(url, rate, args.minutes * 60, proc.pid)))
                 return
             # Clean and hostile minutes alternate, so the machine's drift (this VM's speed
             # moves by tens of percent over minutes) weighs on both alike.
-            print(f"alternating clean and hostile minutes ({args.hostile_share:.0%} of the hostile ones' "
-                  f"requests are attacks), {args.minutes:g} min of each", flush=True)
+            print(
+                f"alternating clean and hostile minutes ({args.hostile_share:.0%} of the hostile ones' "
+                f"requests are attacks), {args.minutes:g} min of each",
+                flush=True,
+            )
             clean, hostile = Phase(), Phase()
             blocks = max(1, round(args.minutes))
             for block in range(blocks):
                 seconds = args.minutes * 60 / blocks
                 clean.merge(asyncio.run(open_loop(url, rate, seconds, proc.pid, seed=10 + block)))
-                hostile.merge(hostile_phase(url, rate, seconds, proc.pid, args.hostile_share, args.attacks,
-                                            seed=100 + block))
-                print(f"  block {block + 1}/{blocks}: legitimate p99 clean {clean.pct(0.99):.0f} ms, "
-                      f"hostile {hostile.pct(0.99):.0f} ms", flush=True)
+                hostile.merge(
+                    hostile_phase(url, rate, seconds, proc.pid, args.hostile_share, args.attacks, seed=100 + block)
+                )
+                print(
+                    f"  block {block + 1}/{blocks}: legitimate p99 clean {clean.pct(0.99):.0f} ms, "
+                    f"hostile {hostile.pct(0.99):.0f} ms",
+                    flush=True,
+                )
             report("clean", clean)
             report("hostile", hostile)
             print(f"legitimate p99 hostile / clean: {hostile.pct(0.99) / clean.pct(0.99):.2f} (target <= 1.5)")

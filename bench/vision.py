@@ -44,11 +44,21 @@ def build_items(n: int, seed: int = 0) -> list[dict]:
         pixels = np.random.RandomState(i).randint(0, 255, (224, 224, 3), dtype=np.uint8)
         buffer = io.BytesIO()
         Image.fromarray(pixels).save(buffer, format="PNG")
-        items.append({"id": str(i), "messages": [
-            {"role": "user", "content": [image_part(buffer.getvalue()),
-                                         {"type": "text", "text": random_text(rng, rng.randint(5, 15))}]},
-            {"role": "assistant", "content": random_text(rng, rng.randint(10, 40))},
-        ]})
+        items.append(
+            {
+                "id": str(i),
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [
+                            image_part(buffer.getvalue()),
+                            {"type": "text", "text": random_text(rng, rng.randint(5, 15))},
+                        ],
+                    },
+                    {"role": "assistant", "content": random_text(rng, rng.randint(10, 40))},
+                ],
+            }
+        )
     return items
 
 
@@ -58,8 +68,8 @@ def raw(model_dir: Path, items: list[dict], batch_sizes) -> tuple[dict[int, floa
 
     from rewardserve.client.protocol import Item, ScoreOptions
     from rewardserve.models.kinds import build_model
-    from rewardserve.models.spec import ModelSpec
     from rewardserve.models.planning import Unit
+    from rewardserve.models.spec import ModelSpec
 
     model = build_model(ModelSpec(name="raw", kind="vlm", source=str(model_dir)))
     model.load()  # same weights, same oneDNN linears
@@ -115,8 +125,9 @@ def main() -> None:
     from tests.harness import serve_subprocess
 
     with tempfile.TemporaryDirectory() as tmp:
-        model_dir = build_qwen2_vl(Path(tmp) / "qwen2-vl-1024x8", hidden=1024, layers=8,
-                                   vision_depth=4, max_pixels=224 * 224)
+        model_dir = build_qwen2_vl(
+            Path(tmp) / "qwen2-vl-1024x8", hidden=1024, layers=8, vision_depth=4, max_pixels=224 * 224
+        )
         items = build_items(args.items)
         print(f"{len(items)} items, one 224x224 PNG each", flush=True)
         print("raw in-process forward (inputs prepared beforehand):", flush=True)
@@ -124,8 +135,9 @@ def main() -> None:
         best_bs = min(times, key=times.get)
         raw_s, service_s = times[best_bs], float("inf")
         spec = [{"name": "vl", "kind": "vlm", "source": str(model_dir)}]
-        with serve_subprocess("--no-builtin-rules", env={
-            "REWARDSERVE_MODELS": json.dumps(spec), "REWARDSERVE_LOG_LEVEL": "warning"}) as url:
+        with serve_subprocess(
+            "--no-builtin-rules", env={"REWARDSERVE_MODELS": json.dumps(spec), "REWARDSERVE_LOG_LEVEL": "warning"}
+        ) as url:
             for round_ in range(args.rounds):
                 if round_:
                     again, _ = raw(model_dir, items, (best_bs,))

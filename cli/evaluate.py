@@ -15,8 +15,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from rewardserve.client import AsyncRewardClient
 from rewardserve.cli.score import read_items, table
+from rewardserve.client import AsyncRewardClient
 
 
 def pair_items(line: dict[str, Any], number: int) -> list[dict[str, Any]]:
@@ -49,7 +49,7 @@ async def evaluate(client: AsyncRewardClient, model: str, source: Path, out_dir:
     at = 0
     with open(out_dir / "pairs.jsonl", "w", encoding="utf-8") as f:
         for number, (line, items) in enumerate(zip(lines, per_line)):
-            scored = results[at:at + len(items)]
+            scored = results[at : at + len(items)]
             at += len(items)
             subset = str(line.get("subset", "all"))
             row: dict[str, Any] = {"index": number, "id": line.get("id"), "subset": subset}

@@ -26,15 +26,21 @@ def _parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="run the HTTP service")
     serve.add_argument("--config", help="YAML file with a 'models:' list")
     serve.add_argument(
-        "--model", action="append", default=[], metavar="NAME=SOURCE[:KIND]",
+        "--model",
+        action="append",
+        default=[],
+        metavar="NAME=SOURCE[:KIND]",
         help="serve SOURCE (a local path or hub id) as NAME, of KIND when given; repeatable",
     )
     serve.add_argument("--kind", help="the kind of the --model sources that name none")
     serve.add_argument("--host", help="bind address (default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port (default 8000)")
     serve.add_argument("--no-builtin-rules", action="store_true", help="do not serve math / exact_match")
-    serve.add_argument("--keep-going", action="store_true",
-                       help="serve the models that load; by default one that fails stops the service")
+    serve.add_argument(
+        "--keep-going",
+        action="store_true",
+        help="serve the models that load; by default one that fails stops the service",
+    )
     serve.add_argument("--log-level", help="debug, info, warning, error")
     serve.add_argument("--log-format", choices=["text", "json"], help="log lines as text (default) or JSON")
     models = commands.add_parser("models", help="the kinds and presets, and what a config would serve")
@@ -44,11 +50,15 @@ def _parser() -> argparse.ArgumentParser:
     score.add_argument("-o", "--output", required=True, help="JSONL results, in input order; a re-run resumes")
     score.add_argument("--model", dest="name", help="the served model to score with (the judge for rubric)")
     score.add_argument("--endpoint", choices=["score", "steps", "verify", "rubric"], default="score")
-    score.add_argument("--options", default="{}", help="the endpoint's options as JSON, e.g. '{\"normalize\": \"group\"}'")
+    score.add_argument(
+        "--options", default="{}", help='the endpoint\'s options as JSON, e.g. \'{"normalize": "group"}\''
+    )
     add_service_args(score)
     evaluate = commands.add_parser("eval", help="a reward model's accuracy on preference pairs")
     evaluate.add_argument("input", help="JSONL: prompt, chosen, rejected (one or a list), optional subset")
-    evaluate.add_argument("-o", "--output", required=True, help="directory for pairs.jsonl, accuracy.json, accuracy.png")
+    evaluate.add_argument(
+        "-o", "--output", required=True, help="directory for pairs.jsonl, accuracy.json, accuracy.png"
+    )
     evaluate.add_argument("--model", dest="name", required=True, help="the served reward model")
     add_service_args(evaluate)
     commands.add_parser("paths", help="the files to point verl and OpenRLHF at")
@@ -65,8 +75,13 @@ def _parser() -> argparse.ArgumentParser:
 
 def add_model_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", help="YAML file with a 'models:' list")
-    parser.add_argument("--model", action="append", default=[], metavar="NAME=SOURCE[:KIND]",
-                        help="a model as serve takes it; repeatable")
+    parser.add_argument(
+        "--model",
+        action="append",
+        default=[],
+        metavar="NAME=SOURCE[:KIND]",
+        help="a model as serve takes it; repeatable",
+    )
     parser.add_argument("--kind", help="the kind of the --model sources that name none")
     parser.add_argument("--no-builtin-rules", action="store_true", help="without math / exact_match")
 
@@ -74,8 +89,14 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
 def add_service_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--url", help="a running service; without it the models are loaded here")
     parser.add_argument("--api-key", default=os.environ.get("REWARDSERVE_API_KEY"), help="for --url")
-    parser.add_argument("--serve", action="append", default=[], metavar="NAME=SOURCE[:KIND]", dest="serve_models",
-                        help="load this model here (no --url); repeatable, beside --config")
+    parser.add_argument(
+        "--serve",
+        action="append",
+        default=[],
+        metavar="NAME=SOURCE[:KIND]",
+        dest="serve_models",
+        help="load this model here (no --url); repeatable, beside --config",
+    )
     parser.add_argument("--config", help="YAML with the models to load here (no --url)")
     parser.add_argument("--log-level", default="warning")
 
@@ -101,8 +122,14 @@ def grpo(args: argparse.Namespace) -> None:
     from rewardserve.client.grpo.loop import train
 
     configure_logging("info")
-    overrides = {"policy": args.policy, "prompts": args.prompts, "output_dir": args.output_dir,
-                 "service": args.service, "steps": args.steps, "resume": False if args.no_resume else None}
+    overrides = {
+        "policy": args.policy,
+        "prompts": args.prompts,
+        "output_dir": args.output_dir,
+        "service": args.service,
+        "steps": args.steps,
+        "resume": False if args.no_resume else None,
+    }
     history = train(load_config(args.config, overrides))
     if history:
         print(json.dumps(history[-1]))
@@ -110,14 +137,20 @@ def grpo(args: argparse.Namespace) -> None:
 
 def models(args: argparse.Namespace) -> None:
     need_serve()
+    from rewardserve.cli.score import table
     from rewardserve.models import presets
     from rewardserve.models.kinds import build_checked, known_kinds
-    from rewardserve.cli.score import table
 
     print("kinds: " + ", ".join(known_kinds()))
     print("\npresets:")
-    print(table([("name", "kind", "description"),
-                 *[(p["name"], p["kind"], p.get("description", "")) for p in presets.all_presets()]]))
+    print(
+        table(
+            [
+                ("name", "kind", "description"),
+                *[(p["name"], p["kind"], p.get("description", "")) for p in presets.all_presets()],
+            ]
+        )
+    )
     settings = settings_from(args, args.model, builtin_rules=False if args.no_builtin_rules else None)
     rows = [("model", "kind", "preset", "source", "status")]
     for spec in settings.model_specs():
@@ -134,9 +167,11 @@ def paths(_: argparse.Namespace) -> None:
     from importlib.util import find_spec
 
     # Found, not imported: a trainer's own stack need not be installed here.
-    for name, what in [("verl", "custom_reward_function.path (verl)"),
-                       ("openrlhf", "--remote_rm_url, python reward mode (OpenRLHF)"),
-                       ("trl", "reward_function / async_reward_function (TRL, import it)")]:
+    for name, what in [
+        ("verl", "custom_reward_function.path (verl)"),
+        ("openrlhf", "--remote_rm_url, python reward mode (OpenRLHF)"),
+        ("trl", "reward_function / async_reward_function (TRL, import it)"),
+    ]:
         spec = find_spec(f"rewardserve.client.integrations.{name}")
         print(f"{spec.origin if spec is not None else '?'}\t{what}")
 
@@ -159,8 +194,9 @@ def score(args: argparse.Namespace) -> None:
     async def scored() -> list[dict]:
         settings = None if args.url else settings_from(args, args.serve_models)
         async with reward_client(args.url, settings, args.api_key) as client:
-            return await score_file(client, args.endpoint, args.name or "", options, Path(args.input),
-                                    Path(args.output))
+            return await score_file(
+                client, args.endpoint, args.name or "", options, Path(args.input), Path(args.output)
+            )
 
     started = time.monotonic()
     results = asyncio.run(scored())
@@ -231,8 +267,10 @@ def need(*modules: str, extra: str, why: str = "") -> None:
 
     missing = [m for m in modules if find_spec(m) is None]
     if missing:
-        raise MissingExtra(f"{why or 'this command'} needs {', '.join(missing)}, which {'is' if len(missing) == 1 else 'are'}"
-                           f" not installed: {extra}")
+        raise MissingExtra(
+            f"{why or 'this command'} needs {', '.join(missing)}, which {'is' if len(missing) == 1 else 'are'}"
+            f" not installed: {extra}"
+        )
 
 
 def need_serve(why: str = "") -> None:

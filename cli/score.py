@@ -29,8 +29,9 @@ BLOCK = 512  # items per block: written (and resumable) one block at a time
 
 
 @asynccontextmanager
-async def reward_client(url: str | None, settings: Any = None, api_key: str | None = None,
-                        ready_timeout_s: float = 600.0) -> AsyncIterator[AsyncRewardClient]:
+async def reward_client(
+    url: str | None, settings: Any = None, api_key: str | None = None, ready_timeout_s: float = 600.0
+) -> AsyncIterator[AsyncRewardClient]:
     """A client of the service at ``url``, or of an in-process one built from
     ``settings`` (models loaded before the first call)."""
     if url is not None:
@@ -62,8 +63,12 @@ def call_for(client: AsyncRewardClient, endpoint: str, model: str, options: dict
     if endpoint == "verify":
         return lambda items: client.verify(model, items, **options)
     if endpoint == "rubric":
-        return lambda items: client.rubric(items, judge=options.get("judge", model or None),
-                                           criteria=options.get("criteria"), aggregation=options.get("aggregation"))
+        return lambda items: client.rubric(
+            items,
+            judge=options.get("judge", model or None),
+            criteria=options.get("criteria"),
+            aggregation=options.get("aggregation"),
+        )
     raise ValueError(f"--endpoint is one of {', '.join(ENDPOINTS)}")
 
 
@@ -121,8 +126,10 @@ def lines_written(path: Path) -> list[dict[str, Any]]:
             if not raw.endswith(b"\n") and not f.read(1):
                 break  # a torn last line: cut off below
             if not isinstance(line, dict) or line.get("index") != len(done):
-                raise ValueError(f"{path} exists and is not the output of this command (line {len(done) + 1}); "
-                                 "choose another -o, or delete it to start over")
+                raise ValueError(
+                    f"{path} exists and is not the output of this command (line {len(done) + 1}); "
+                    "choose another -o, or delete it to start over"
+                )
             done.append(line)
             kept += len(raw)
     os.truncate(path, kept)
@@ -160,13 +167,22 @@ class Progress:
         filled = int(width * done / self.total) if self.total else width
         eta_text = f"{eta:.0f}s" if math.isfinite(eta) else "?"
         end = "\n" if done >= self.total else ""
-        self.stream.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{self.total} items "
-                          f"{rate:.1f} items/s ETA {eta_text}  {end}")
+        self.stream.write(
+            f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{self.total} items "
+            f"{rate:.1f} items/s ETA {eta_text}  {end}"
+        )
         self.stream.flush()
 
 
-async def score_file(client: AsyncRewardClient, endpoint: str, model: str, options: dict[str, Any],
-                     source: Path, out: Path, progress_stream: TextIO | None = None) -> list[dict[str, Any]]:
+async def score_file(
+    client: AsyncRewardClient,
+    endpoint: str,
+    model: str,
+    options: dict[str, Any],
+    source: Path,
+    out: Path,
+    progress_stream: TextIO | None = None,
+) -> list[dict[str, Any]]:
     """Score ``source`` into ``out``, skipping the items a previous run wrote; returns
     every result line of ``out``."""
     items = read_items(source)
@@ -176,8 +192,11 @@ async def score_file(client: AsyncRewardClient, endpoint: str, model: str, optio
         raise ValueError(f"{out} has {len(written)} results for {len(items)} items: not a run of {source}")
     # A group cut by the stop is scored again whole: its normalisation needs all of it.
     resume = len(written)
-    while 0 < resume < len(items) and items[resume].get("group_id") is not None \
-            and items[resume - 1].get("group_id") == items[resume].get("group_id"):
+    while (
+        0 < resume < len(items)
+        and items[resume].get("group_id") is not None
+        and items[resume - 1].get("group_id") == items[resume].get("group_id")
+    ):
         resume -= 1
     if resume < len(written):
         written = written[:resume]

@@ -39,15 +39,15 @@ def parsed(response_cls: type[M], content: bytes, what: str) -> M:
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first.get("loc", ())) or "body"
-        raise APIResponseValidationError(f"{what}: the service's answer is not valid: {where}: "
-                                         f"{first.get('msg')}") from None
+        raise APIResponseValidationError(
+            f"{what}: the service's answer is not valid: {where}: {first.get('msg')}"
+        ) from None
 
 
 def in_sent_order(results: Sequence[Any], sent: list[str], given: list[Any], what: str) -> list[Any]:
     """``results`` in the order of ``sent`` ids, each with the caller's id back."""
     if len(results) != len(sent):
-        raise APIResponseValidationError(f"{what}: the service returned {len(results)} results for "
-                                         f"{len(sent)} items")
+        raise APIResponseValidationError(f"{what}: the service returned {len(results)} results for {len(sent)} items")
     position = {rid: k for k, rid in enumerate(sent)}
     ordered: list[Any] = [None] * len(sent)
     for result in results:
@@ -56,7 +56,8 @@ def in_sent_order(results: Sequence[Any], sent: list[str], given: list[Any], wha
         if k < 0 or ordered[k] is not None:
             raise APIResponseValidationError(
                 f"{what}: the service returned a result for id {rid!r}, which "
-                f"{'was answered twice' if k >= 0 else 'matches no item sent'}")
+                f"{'was answered twice' if k >= 0 else 'matches no item sent'}"
+            )
         _check_score(result, what)
         ordered[k] = result if result.id == given[k] else result.model_copy(update={"id": given[k]})
     return ordered
@@ -70,5 +71,7 @@ def _check_score(result: Any, what: str) -> None:
     scores = [result.score] if "score" in fields else list(result.scores or []) if "scores" in fields else []
     for score in scores:
         if not isinstance(score, (int, float)) or not math.isfinite(score):
-            raise APIResponseValidationError(f"{what}: the result for id {result.id!r} is marked valid but its "
-                                             f"score is {score!r}, not a finite number")
+            raise APIResponseValidationError(
+                f"{what}: the result for id {result.id!r} is marked valid but its "
+                f"score is {score!r}, not a finite number"
+            )

@@ -7,8 +7,8 @@ import os
 import random
 import time
 import warnings
-from dataclasses import dataclass, field, replace
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 import httpx
@@ -42,7 +42,6 @@ if TYPE_CHECKING:
     from rewardserve.client._replicas import CallPlan, Replicas
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000"
-
 
 
 class ListResponse(Protocol):
@@ -192,44 +191,73 @@ Given = Iterable[Any]  # items as models or plain mappings
 
 def score_call(model: str, items: Given, options: dict[str, Any]) -> ListCall[ScoreResponse]:
     score_options = ScoreOptions(**options)
-    return ListCall("/v1/score", ScoreResponse, as_items(items, Item),
-                    lambda chunk: ScoreRequest(model=model, items=chunk, options=score_options))
+    return ListCall(
+        "/v1/score",
+        ScoreResponse,
+        as_items(items, Item),
+        lambda chunk: ScoreRequest(model=model, items=chunk, options=score_options),
+    )
 
 
 def steps_call(model: str, items: Given, options: dict[str, Any]) -> ListCall[StepsResponse]:
     step_options = StepOptions(**options)
-    return ListCall("/v1/score/steps", StepsResponse, as_items(items, Item),
-                    lambda chunk: StepsRequest(model=model, items=chunk, options=step_options))
+    return ListCall(
+        "/v1/score/steps",
+        StepsResponse,
+        as_items(items, Item),
+        lambda chunk: StepsRequest(model=model, items=chunk, options=step_options),
+    )
 
 
 def verify_call(model: str, items: Given, options: dict[str, Any]) -> ListCall[VerifyResponse]:
     verify_options = VerifyOptions(**options)
     if verify_options.mode == "generate" and verify_options.n > 1 and verify_options.temperature == 0:
-        warnings.warn(f"n={verify_options.n} at temperature 0: greedy decoding gives one sample, not "
-                      f"{verify_options.n}; set a temperature to average several", stacklevel=3)
-    return ListCall("/v1/verify", VerifyResponse, as_items(items, Item),
-                    lambda chunk: VerifyRequest(model=model, items=chunk, options=verify_options))
+        warnings.warn(
+            f"n={verify_options.n} at temperature 0: greedy decoding gives one sample, not "
+            f"{verify_options.n}; set a temperature to average several",
+            stacklevel=3,
+        )
+    return ListCall(
+        "/v1/verify",
+        VerifyResponse,
+        as_items(items, Item),
+        lambda chunk: VerifyRequest(model=model, items=chunk, options=verify_options),
+    )
 
 
-def rubric_call(items: Given, criteria: Any, judge: str | None, aggregation: Any,
-                escalate: Any = None) -> ListCall[RubricResponse]:
-    base = RubricRequest.model_validate({
-        "items": [{"response": ""}], "criteria": criteria, "judge": judge,
-        **({"aggregation": aggregation} if aggregation is not None else {}),
-        **({"escalate": escalate} if escalate is not None else {}),
-    })
-    return ListCall("/v1/rubric", RubricResponse, as_items(items, RubricItem),
-                    lambda chunk: base.model_copy(update={"items": chunk}))
+def rubric_call(
+    items: Given, criteria: Any, judge: str | None, aggregation: Any, escalate: Any = None
+) -> ListCall[RubricResponse]:
+    base = RubricRequest.model_validate(
+        {
+            "items": [{"response": ""}],
+            "criteria": criteria,
+            "judge": judge,
+            **({"aggregation": aggregation} if aggregation is not None else {}),
+            **({"escalate": escalate} if escalate is not None else {}),
+        }
+    )
+    return ListCall(
+        "/v1/rubric",
+        RubricResponse,
+        as_items(items, RubricItem),
+        lambda chunk: base.model_copy(update={"items": chunk}),
+    )
 
 
 def compare_call(model: str, items: Given, options: dict[str, Any]) -> ListCall[CompareResponse]:
     compare_options = CompareOptions(**options)
-    return ListCall("/v1/compare", CompareResponse, as_items(items, CompareItem),
-                    lambda chunk: CompareRequest(model=model, items=chunk, options=compare_options))
+    return ListCall(
+        "/v1/compare",
+        CompareResponse,
+        as_items(items, CompareItem),
+        lambda chunk: CompareRequest(model=model, items=chunk, options=compare_options),
+    )
 
 
-def attempt_error(response: httpx.Response | None, exc: Exception | None,
-                  what: str) -> tuple[Exception | None, bool, str | None]:
+def attempt_error(
+    response: httpx.Response | None, exc: Exception | None, what: str
+) -> tuple[Exception | None, bool, str | None]:
     """What one attempt came to: (error, retryable, retry-after). ``(None, ...)`` when the
     response is a success."""
     if isinstance(exc, httpx.TimeoutException):
@@ -259,10 +287,21 @@ class BaseClient:
 
     _http: Any  # httpx.Client or httpx.AsyncClient: the twin decides
 
-    def __init__(self, base_url: str | list[str] | tuple[str, ...] | None, *, api_key: str | None,
-                 timeout: float, max_retries: int, chunk_size: int, max_concurrency: int,
-                 headers: Mapping[str, str] | None, http_client: Any, make_http: Callable[..., Any],
-                 deadline: float | None = None, max_response_bytes: int = 64 * 1024 * 1024):
+    def __init__(
+        self,
+        base_url: str | list[str] | tuple[str, ...] | None,
+        *,
+        api_key: str | None,
+        timeout: float,
+        max_retries: int,
+        chunk_size: int,
+        max_concurrency: int,
+        headers: Mapping[str, str] | None,
+        http_client: Any,
+        make_http: Callable[..., Any],
+        deadline: float | None = None,
+        max_response_bytes: int = 64 * 1024 * 1024,
+    ):
         if isinstance(base_url, (list, tuple)):
             base_url = ",".join(base_url)
         self._config = ClientConfig(
@@ -277,9 +316,7 @@ class BaseClient:
             max_response_bytes=max_response_bytes,
         )
         self._owns_http = http_client is None
-        self._http = http_client or make_http(
-            limits=httpx.Limits(max_connections=max(max_concurrency, 10))
-        )
+        self._http = http_client or make_http(limits=httpx.Limits(max_connections=max(max_concurrency, 10)))
         self._replicas = self._make_replicas()
 
     @property

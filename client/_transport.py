@@ -60,8 +60,9 @@ class _Stream(httpcore.NetworkStream):
     def close(self) -> None:
         self._inner.close()
 
-    def start_tls(self, ssl_context: Any, server_hostname: str | None = None,
-                  timeout: float | None = None) -> httpcore.NetworkStream:
+    def start_tls(
+        self, ssl_context: Any, server_hostname: str | None = None, timeout: float | None = None
+    ) -> httpcore.NetworkStream:
         return _Stream(self._inner.start_tls(ssl_context, server_hostname, _left(timeout)))
 
     def get_extra_info(self, info: str) -> Any:
@@ -81,8 +82,9 @@ class _AsyncStream(httpcore.AsyncNetworkStream):
     async def aclose(self) -> None:
         await self._inner.aclose()
 
-    async def start_tls(self, ssl_context: Any, server_hostname: str | None = None,
-                        timeout: float | None = None) -> httpcore.AsyncNetworkStream:
+    async def start_tls(
+        self, ssl_context: Any, server_hostname: str | None = None, timeout: float | None = None
+    ) -> httpcore.AsyncNetworkStream:
         return _AsyncStream(await self._inner.start_tls(ssl_context, server_hostname, _left(timeout)))
 
     def get_extra_info(self, info: str) -> Any:
@@ -93,12 +95,19 @@ class _Backend(httpcore.NetworkBackend):
     def __init__(self, inner: httpcore.NetworkBackend):
         self._inner = inner
 
-    def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
-                    socket_options: Iterable[Any] | None = None) -> httpcore.NetworkStream:
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.NetworkStream:
         return _Stream(self._inner.connect_tcp(host, port, _left(timeout), local_address, socket_options))
 
-    def connect_unix_socket(self, path: str, timeout: float | None = None,
-                            socket_options: Iterable[Any] | None = None) -> httpcore.NetworkStream:
+    def connect_unix_socket(
+        self, path: str, timeout: float | None = None, socket_options: Iterable[Any] | None = None
+    ) -> httpcore.NetworkStream:
         return _Stream(self._inner.connect_unix_socket(path, _left(timeout), socket_options))
 
     def sleep(self, seconds: float) -> None:
@@ -109,13 +118,19 @@ class _AsyncBackend(httpcore.AsyncNetworkBackend):
     def __init__(self, inner: httpcore.AsyncNetworkBackend):
         self._inner = inner
 
-    async def connect_tcp(self, host: str, port: int, timeout: float | None = None,
-                          local_address: str | None = None,
-                          socket_options: Iterable[Any] | None = None) -> httpcore.AsyncNetworkStream:
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
         return _AsyncStream(await self._inner.connect_tcp(host, port, _left(timeout), local_address, socket_options))
 
-    async def connect_unix_socket(self, path: str, timeout: float | None = None,
-                                  socket_options: Iterable[Any] | None = None) -> httpcore.AsyncNetworkStream:
+    async def connect_unix_socket(
+        self, path: str, timeout: float | None = None, socket_options: Iterable[Any] | None = None
+    ) -> httpcore.AsyncNetworkStream:
         return _AsyncStream(await self._inner.connect_unix_socket(path, _left(timeout), socket_options))
 
     async def sleep(self, seconds: float) -> None:
@@ -142,8 +157,10 @@ def bounded_async_client(limits: httpx.Limits) -> httpx.AsyncClient:
 
 
 def _too_large(response: httpx.Response, max_bytes: int) -> ResponseTooLargeError:
-    return ResponseTooLargeError(f"{response.request.method} {response.request.url}: the response is over "
-                                 f"{max_bytes} bytes, the client's limit (max_response_bytes)")
+    return ResponseTooLargeError(
+        f"{response.request.method} {response.request.url}: the response is over "
+        f"{max_bytes} bytes, the client's limit (max_response_bytes)"
+    )
 
 
 def _checked_length(response: httpx.Response, max_bytes: int) -> None:
@@ -155,8 +172,9 @@ def _checked_length(response: httpx.Response, max_bytes: int) -> None:
 def _whole(response: httpx.Response, body: bytes) -> httpx.Response:
     """The response with its (decoded) body read."""
     headers = [(k, v) for k, v in response.headers.multi_items() if k.lower() not in _DROPPED_HEADERS]
-    return httpx.Response(response.status_code, headers=headers, content=body, request=response.request,
-                          extensions=response.extensions)
+    return httpx.Response(
+        response.status_code, headers=headers, content=body, request=response.request, extensions=response.extensions
+    )
 
 
 def read_capped(response: httpx.Response, max_bytes: int) -> httpx.Response:

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import httpx
 
-from rewardserve.client._transport import aread_capped, attempt_deadline, bounded_async_client
 from rewardserve.client._shared import (
     BaseClient,
     ListCall,
     R,
-    attempt_error,
     compare_call,
     merge_responses,
     plan_chunks,
@@ -22,6 +20,7 @@ from rewardserve.client._shared import (
     steps_call,
     verify_call,
 )
+from rewardserve.client._transport import aread_capped, attempt_deadline, bounded_async_client
 from rewardserve.client.protocol import (
     Aggregation,
     CompareItem,
@@ -59,9 +58,16 @@ class AsyncRewardClient(BaseClient):
         max_response_bytes: int = 64 * 1024 * 1024,
     ):
         super().__init__(
-            base_url, api_key=api_key, timeout=timeout, max_retries=max_retries,
-            chunk_size=chunk_size, max_concurrency=max_concurrency, headers=headers,
-            http_client=http_client, make_http=bounded_async_client, deadline=deadline,
+            base_url,
+            api_key=api_key,
+            timeout=timeout,
+            max_retries=max_retries,
+            chunk_size=chunk_size,
+            max_concurrency=max_concurrency,
+            headers=headers,
+            http_client=http_client,
+            make_http=bounded_async_client,
+            deadline=deadline,
             max_response_bytes=max_response_bytes,
         )
 
@@ -92,7 +98,9 @@ class AsyncRewardClient(BaseClient):
         """Weighted criteria per item (``POST /v1/rubric``); see ``RewardClient.rubric``."""
         return await self._list_call(rubric_call(items, criteria, judge, aggregation, escalate))
 
-    async def compare(self, model: str, items: Iterable[CompareItem | Mapping[str, Any]], **options: Any) -> CompareResponse:
+    async def compare(
+        self, model: str, items: Iterable[CompareItem | Mapping[str, Any]], **options: Any
+    ) -> CompareResponse:
         """Preference between responses (``POST /v1/compare``)."""
         return await self._list_call(compare_call(model, items, options))
 
@@ -134,19 +142,24 @@ class AsyncRewardClient(BaseClient):
                 # The deadline bounds every socket operation of the attempt; wait_for bounds
                 # the attempt too where the caller lent its own httpx client.
                 with attempt_deadline(limit):
-                    response = await asyncio.wait_for(self._attempt(method, base + path, content, plan.headers(headers),
-                                                                    limit), limit + 1.0)
+                    response = await asyncio.wait_for(
+                        self._attempt(method, base + path, content, plan.headers(headers), limit), limit + 1.0
+                    )
             except (httpx.RequestError, asyncio.TimeoutError) as caught:  # transport, decoding, or time
-                exc = caught if isinstance(caught, httpx.RequestError) else httpx.ReadTimeout(
-                    f"no answer within {limit:g}s")
+                exc = (
+                    caught
+                    if isinstance(caught, httpx.RequestError)
+                    else httpx.ReadTimeout(f"no answer within {limit:g}s")
+                )
             delay = plan.after(base, response, exc)
             if delay is None:
                 assert response is not None  # no delay: the response is the answer
                 return response
             await asyncio.sleep(delay)
 
-    async def _attempt(self, method: str, url: str, content: bytes | None, headers: dict[str, str],
-                       limit: float) -> httpx.Response:
+    async def _attempt(
+        self, method: str, url: str, content: bytes | None, headers: dict[str, str], limit: float
+    ) -> httpx.Response:
         async with self._http.stream(method, url, content=content, headers=headers, timeout=limit) as streamed:
             return await aread_capped(streamed, self._config.max_response_bytes)
 

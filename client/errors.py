@@ -1,20 +1,20 @@
 """The client's error hierarchy.
 
-    RewardServeError
-    ├── APIConnectionError          the service could not be reached
-    │   └── APITimeoutError         ...or did not answer in time
-    ├── APIResponseValidationError  its answer is not one (malformed, results that do not
-    │   │                           match the items sent, a valid result with no finite score)
-    │   └── ResponseTooLargeError   ...or is over max_response_bytes
-    └── APIStatusError              the service answered with an error status
-        ├── AuthenticationError     401
-        ├── NotFoundError           404
-        ├── PayloadTooLargeError    413
-        ├── UnprocessableEntityError 422
-        ├── RateLimitError          429 (retried, honouring retry-after)
-        └── InternalServerError     5xx
-            ├── ServiceUnavailableError 503 (retried)
-            └── DeadlineExceededError   504
+RewardServeError
+├── APIConnectionError          the service could not be reached
+│   └── APITimeoutError         ...or did not answer in time
+├── APIResponseValidationError  its answer is not one (malformed, results that do not
+│   │                           match the items sent, a valid result with no finite score)
+│   └── ResponseTooLargeError   ...or is over max_response_bytes
+└── APIStatusError              the service answered with an error status
+    ├── AuthenticationError     401
+    ├── NotFoundError           404
+    ├── PayloadTooLargeError    413
+    ├── UnprocessableEntityError 422
+    ├── RateLimitError          429 (retried, honouring retry-after)
+    └── InternalServerError     5xx
+        ├── ServiceUnavailableError 503 (retried)
+        └── DeadlineExceededError   504
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from rewardserve.client.protocol import Item
 
@@ -19,8 +20,13 @@ def _jsonable(value: Any) -> bool:
         return False
 
 
-def make_item(prompt: Any, completion: Any, reference: Any = None, columns: Mapping[str, Any] | None = None,
-              group_id: str | None = None) -> Item:
+def make_item(
+    prompt: Any,
+    completion: Any,
+    reference: Any = None,
+    columns: Mapping[str, Any] | None = None,
+    group_id: str | None = None,
+) -> Item:
     """A TRL-style prompt / completion pair (plain strings, or conversational message
     lists) as an item; other dataset columns travel as metadata, for templates."""
     metadata = {k: v for k, v in (columns or {}).items() if k not in _NOT_COLUMNS and _jsonable(v)}
@@ -45,5 +51,5 @@ def column_rows(kwargs: Mapping[str, Any], n: int) -> list[dict[str, Any]]:
 def split_query(query: str, prompt: str | None) -> tuple[str | None, str]:
     """OpenRLHF's query is prompt + response: the response is what follows the prompt."""
     if prompt and query.startswith(prompt):
-        return prompt, query[len(prompt):]
+        return prompt, query[len(prompt) :]
     return prompt, query

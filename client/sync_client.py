@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from collections.abc import Sequence
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import httpx
 
-from rewardserve.client._transport import attempt_deadline, bounded_client, read_capped
 from rewardserve.client._shared import (
     BaseClient,
     ListCall,
     R,
-    attempt_error,
     compare_call,
     merge_responses,
     plan_chunks,
@@ -23,6 +21,7 @@ from rewardserve.client._shared import (
     steps_call,
     verify_call,
 )
+from rewardserve.client._transport import attempt_deadline, bounded_client, read_capped
 from rewardserve.client.protocol import (
     Aggregation,
     CompareItem,
@@ -69,9 +68,16 @@ class RewardClient(BaseClient):
         max_response_bytes: int = 64 * 1024 * 1024,
     ):
         super().__init__(
-            base_url, api_key=api_key, timeout=timeout, max_retries=max_retries,
-            chunk_size=chunk_size, max_concurrency=max_concurrency, headers=headers,
-            http_client=http_client, make_http=bounded_client, deadline=deadline,
+            base_url,
+            api_key=api_key,
+            timeout=timeout,
+            max_retries=max_retries,
+            chunk_size=chunk_size,
+            max_concurrency=max_concurrency,
+            headers=headers,
+            http_client=http_client,
+            make_http=bounded_client,
+            deadline=deadline,
             max_response_bytes=max_response_bytes,
         )
 
@@ -145,8 +151,12 @@ class RewardClient(BaseClient):
             response = exc = None
             limit = plan.timeout()
             try:
-                with attempt_deadline(limit), self._http.stream(
-                        method, base + path, content=content, headers=plan.headers(headers), timeout=limit) as streamed:
+                with (
+                    attempt_deadline(limit),
+                    self._http.stream(
+                        method, base + path, content=content, headers=plan.headers(headers), timeout=limit
+                    ) as streamed,
+                ):
                     response = read_capped(streamed, self._config.max_response_bytes)
             except httpx.RequestError as caught:  # a transport failure or a body that does not decode
                 exc = caught

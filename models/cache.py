@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import Any, Hashable
+from collections.abc import Hashable
+from typing import Any
 
 
 class LRUCache:
@@ -41,7 +42,7 @@ class TenantCache(LRUCache):
     """One tenant's part of a shared cache: every key is taken with the tenant's name, so
     a tenant never learns from a hit (or its speed) that another sent the same item."""
 
-    def __init__(self, shared: LRUCache, tenant: str | None):  # noqa: super().__init__ not called: a view
+    def __init__(self, shared: LRUCache, tenant: str | None):  # a view: no storage of its own (no super().__init__)
         self.shared = shared
         self.tenant = tenant
         self.max_entries = shared.max_entries

@@ -60,12 +60,16 @@ def checkpoint_problem(source: str) -> str | None:
     if in_hub_cache(source):
         return None
     if hub_offline():
-        return (f"{source} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set: "
-                f"download it first (huggingface-cli download {source}) or give a local directory")
+        return (
+            f"{source} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set: "
+            f"download it first (huggingface-cli download {source}) or give a local directory"
+        )
     unreachable = hub_unreachable()
     if unreachable is not None:
-        return (f"{source} is not in the local Hugging Face cache and {unreachable}: download it "
-                f"where there is a network, or give a local directory")
+        return (
+            f"{source} is not in the local Hugging Face cache and {unreachable}: download it "
+            f"where there is a network, or give a local directory"
+        )
     return None
 
 

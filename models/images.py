@@ -23,8 +23,8 @@ import binascii
 import io
 import ipaddress
 import socket
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Iterator
 from urllib.parse import urlsplit
 
 from rewardserve.client.protocol import ImagePart, ImageURLPart, Item, Message
@@ -61,7 +61,8 @@ class PixelBudget:
             raise RequestError(
                 f"the request's images add up to over {self.limit} pixels (this one brings it to "
                 f"{self.used + pixels}); send fewer or smaller images per request",
-                param=where, type="payload_too_large",
+                param=where,
+                type="payload_too_large",
             )
         self.used += pixels
 
@@ -91,7 +92,8 @@ def load_item_images(item: Item, index: int, policy: ImagePolicy, budget: PixelB
     if len(parts) > policy.max_images:
         raise RequestError(
             f"items[{index}] has {len(parts)} images, over the limit of {policy.max_images}",
-            param=f"items[{index}]", type="payload_too_large",
+            param=f"items[{index}]",
+            type="payload_too_large",
         )
     return [load_image(source, policy, where, budget) for where, source in parts]
 
@@ -107,7 +109,9 @@ def _fetch_bytes(source: str, policy: ImagePolicy, where: str) -> bytes:
         if not sep or ";base64" not in header:
             raise RequestError("an image data URL must be base64: data:image/png;base64,...", param=where)
         if len(payload) * 3 // 4 > policy.max_bytes:
-            raise RequestError(f"the image is over the {policy.max_bytes}-byte limit", param=where, type="payload_too_large")
+            raise RequestError(
+                f"the image is over the {policy.max_bytes}-byte limit", param=where, type="payload_too_large"
+            )
         try:
             return base64.b64decode(payload, validate=True)
         except (binascii.Error, ValueError) as exc:
@@ -143,16 +147,20 @@ def _fetch_url(url: str, policy: ImagePolicy, where: str) -> bytes:
     target = parts._replace(netloc=f"[{address}]:{port}" if ":" in address else f"{address}:{port}")
     try:
         with httpx.Client(timeout=policy.fetch_timeout_s, follow_redirects=False) as client:
-            with client.stream("GET", target.geturl(), headers={"host": parts.netloc},
-                               extensions={"sni_hostname": host}) as response:
+            with client.stream(
+                "GET", target.geturl(), headers={"host": parts.netloc}, extensions={"sni_hostname": host}
+            ) as response:
                 if response.status_code != 200:
                     raise RequestError(f"fetching the image gave HTTP {response.status_code}", param=where)
                 data = bytearray()
                 for chunk in response.iter_bytes():
                     data += chunk
                     if len(data) > policy.max_bytes:
-                        raise RequestError(f"the image is over the {policy.max_bytes}-byte limit",
-                                           param=where, type="payload_too_large")
+                        raise RequestError(
+                            f"the image is over the {policy.max_bytes}-byte limit",
+                            param=where,
+                            type="payload_too_large",
+                        )
                 return bytes(data)
     except httpx.HTTPError as exc:
         raise RequestError(f"fetching the image failed: {type(exc).__name__}", param=where) from exc
@@ -162,7 +170,9 @@ def decode_image(data: bytes, policy: ImagePolicy, where: str, budget: PixelBudg
     from PIL import Image, ImageOps, UnidentifiedImageError
 
     if len(data) > policy.max_bytes:
-        raise RequestError(f"the image is over the {policy.max_bytes}-byte limit", param=where, type="payload_too_large")
+        raise RequestError(
+            f"the image is over the {policy.max_bytes}-byte limit", param=where, type="payload_too_large"
+        )
     try:
         image = Image.open(io.BytesIO(data))  # reads the header only
     except Image.DecompressionBombError as exc:
@@ -177,7 +187,8 @@ def decode_image(data: bytes, policy: ImagePolicy, where: str, budget: PixelBudg
     if width * height > policy.max_pixels:
         raise RequestError(
             f"the image is {width}x{height}, over the limit of {policy.max_pixels} pixels",
-            param=where, type="payload_too_large",
+            param=where,
+            type="payload_too_large",
         )
     if width < 1 or height < 1 or max(width, height) > policy.max_aspect_ratio * min(width, height):
         raise RequestError(

@@ -21,7 +21,10 @@ class KindOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     score_cache_size: int = Field(
-        20_000, ge=0, description="Finished results kept by what they depend on (GRPO sends a completion many times); 0 turns the cache off."
+        20_000,
+        ge=0,
+        description="Finished results kept by what they depend on (GRPO sends a completion many times); "
+        "0 turns the cache off.",
     )
 
 
@@ -34,8 +37,9 @@ class BackendOptions(BaseModel):
         True, description="transformers: many sequences in one unpadded row, each prefix once (off: padded batches)."
     )
     attention: Literal["auto", "segments", "flex"] = Field(
-        "auto", description="transformers, packed rows: an SDPA call per segment, or one FlexAttention call per row "
-        "and layer (compiled on CUDA); auto: flex on CUDA, segments on CPU."
+        "auto",
+        description="transformers, packed rows: an SDPA call per segment, or one FlexAttention call per row "
+        "and layer (compiled on CUDA); auto: flex on CUDA, segments on CPU.",
     )
     cpu_linear: Literal["onednn", "torch"] = Field(
         "onednn", description="transformers on CPU: the backbone's linears as prepacked oneDNN kernels, or torch's own."
@@ -43,15 +47,22 @@ class BackendOptions(BaseModel):
     compile_layers: bool = Field(True, description="transformers on CPU: decoder layers through torch.compile.")
     compile_norms: bool = Field(True, description="transformers on CPU in bfloat16: RMSNorms through torch.compile.")
     layer_boundaries: bool = Field(
-        True, description="transformers: while tenants share the model, another tenant's batch may run between two "
-        "layers of the batch in flight (off: it waits for the whole batch)."
+        True,
+        description="transformers: while tenants share the model, another tenant's batch may run between two "
+        "layers of the batch in flight (off: it waits for the whole batch).",
     )
-    gpu_memory_utilization: float = Field(0.85, gt=0, le=1, description="vllm: the share of GPU memory the engine may take.")
+    gpu_memory_utilization: float = Field(
+        0.85, gt=0, le=1, description="vllm: the share of GPU memory the engine may take."
+    )
     seed: int = Field(0, description="vllm: the engine's sampling seed.")
-    enforce_eager: bool = Field(False, description="vllm: no graph capture or compilation (starts in seconds, runs slower).")
+    enforce_eager: bool = Field(
+        False, description="vllm: no graph capture or compilation (starts in seconds, runs slower)."
+    )
     block_size: int | None = Field(
-        None, gt=0, description="vllm: tokens per KV-cache block, the unit its prefix cache shares (a prompt's tail "
-        "past the last full block is computed again for every completion); unset: 32 on a CPU, vLLM's own on a GPU."
+        None,
+        gt=0,
+        description="vllm: tokens per KV-cache block, the unit its prefix cache shares (a prompt's tail "
+        "past the last full block is computed again for every completion); unset: 32 on a CPU, vLLM's own on a GPU.",
     )
 
 
@@ -62,14 +73,14 @@ class WeightedKindOptions(KindOptions, BackendOptions):
         return BackendOptions(**{name: getattr(self, name) for name in BackendOptions.model_fields})
 
 
-O = TypeVar("O", bound=BaseModel)
+OptionsT = TypeVar("OptionsT", bound=BaseModel)
 
 
 class OptionsError(ValueError):
     """A model's options are not what its kind takes."""
 
 
-def validate_options(model_name: str, kind: str, options_type: type[O], given: dict[str, Any]) -> O:
+def validate_options(model_name: str, kind: str, options_type: type[OptionsT], given: dict[str, Any]) -> OptionsT:
     """``given`` as ``options_type``, or an OptionsError naming the model, each bad key
     and, for an unknown key, the closest valid one."""
     try:

@@ -42,8 +42,14 @@ class RequestError(Exception):
     """The request as a whole is unacceptable: answered with the error ``type``'s status
     (client/protocol/errors.py ERROR_STATUS), naming ``param``."""
 
-    def __init__(self, message: str, *, param: str | None = None, type: ErrorType = "invalid_request",
-                 headers: dict[str, str] | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        param: str | None = None,
+        type: ErrorType = "invalid_request",
+        headers: dict[str, str] | None = None,
+    ):
         super().__init__(message)
         self.message = message
         self.param = param
@@ -114,7 +120,7 @@ class Plan(Generic[R]):
     under (None: not cached)."""
 
     units: list[Unit[Any]]
-    finish: Callable[[list[UnitOutput], list[Any]], "list[R] | Plan[R]"]
+    finish: Callable[[list[UnitOutput], list[Any]], list[R] | Plan[R]]
     calls: list[Any] = field(default_factory=list)
     keys: Sequence[bytes | None] = ()
     prompt_tokens: int = 0
@@ -168,4 +174,3 @@ class PeerLookup(Protocol):
     def __call__(self, name: str, param: str | None = None) -> Peer:
         """The served model ``name``, ready; a RequestError naming ``param`` otherwise."""
         ...
-

@@ -26,9 +26,7 @@ def common_prefix(a: list[int], b: list[int]) -> int:
     return k
 
 
-def shared_prefix_groups(
-    seqs: list[list[int]], first_readout: list[int] | None = None
-) -> list[tuple[int, list[int]]]:
+def shared_prefix_groups(seqs: list[list[int]], first_readout: list[int] | None = None) -> list[tuple[int, list[int]]]:
     """``(prefix length, member indices)`` covering every sequence once. Members of a
     group share their first ``prefix length`` tokens; a sequence alone has prefix 0. The
     prefix stops before each member's first read position (``first_readout``) and leaves
@@ -100,8 +98,12 @@ def share_prefixes(jobs: list[Job[Any]], seq_of: Callable[[Job[Any]], Sequence])
 Rows = np.ndarray  # what the backend read at one sequence's positions: [positions, k]
 
 
-def read_units(backend: Backend, units: list[Unit[Any]], seq_of: Callable[[Job[Any]], Sequence] | None,
-               token_ids: list[int] | None = None) -> list[list[Rows]]:
+def read_units(
+    backend: Backend,
+    units: list[Unit[Any]],
+    seq_of: Callable[[Job[Any]], Sequence] | None,
+    token_ids: list[int] | None = None,
+) -> list[list[Rows]]:
     """What the backend reads for each unit of a batch, per member: a unit alone reads
     its job's sequence (``seq_of``), a shared unit its prefix and continuations.
 
@@ -111,6 +113,7 @@ def read_units(backend: Backend, units: list[Unit[Any]], seq_of: Callable[[Job[A
     at once (a read per unit would wait for each before sending the next). Elsewhere the
     lone sequences go as one padded batch and each shared unit runs its prefix once,
     then its continuations on the prefix's KV cache."""
+
     def parts(unit: Unit[Any]) -> tuple[list[int], list[Sequence]]:
         if isinstance(unit.payload, SharedUnit):
             return unit.payload.prefix, unit.payload.suffixes

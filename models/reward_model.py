@@ -23,7 +23,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import numpy as np
 
@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from rewardserve.models.images import ImagePolicy
     from rewardserve.models.rules.runner import RuleRunner
 
-O = TypeVar("O", bound=KindOptions)
+OptionsT = TypeVar("OptionsT", bound=KindOptions)
 R = TypeVar("R", bound=ItemResult)
 
 
@@ -123,8 +123,11 @@ class BatchPolicy:
         if count <= 1:
             return True
         cost = self.cost_sized(count, total, longest)
-        return cost <= self.max_batch_tokens and count <= self.max_batch_items \
+        return (
+            cost <= self.max_batch_tokens
+            and count <= self.max_batch_items
             and (not cost or 1.0 - total / cost <= self.max_padding_ratio)
+        )
 
 
 class RewardModel(ABC):
@@ -156,9 +159,7 @@ class RewardModel(ABC):
         not ready unless they are."""
         return []
 
-    def __init__(
-        self, spec: ModelSpec, preset: dict[str, Any] | None = None, context: ModelContext | None = None
-    ):
+    def __init__(self, spec: ModelSpec, preset: dict[str, Any] | None = None, context: ModelContext | None = None):
         from rewardserve.models.images import ImagePolicy
 
         self.spec = spec
@@ -196,40 +197,60 @@ class RewardModel(ABC):
 
     # ---- plans, one per route
 
-    def plan_score(self, items: list[Item], options: ScoreOptions, cache: LRUCache | None = None,
-                   peers: PeerLookup | None = None) -> Plan[ItemResult]:
+    def plan_score(
+        self, items: list[Item], options: ScoreOptions, cache: LRUCache | None = None, peers: PeerLookup | None = None
+    ) -> Plan[ItemResult]:
         """``cache``: the score cache as the request's tenant sees it; ``peers``: the other
         served models as that tenant sees them (kinds that mix their scores read them)."""
         from rewardserve.models.plans.groups import group_advantages
 
         normalize = options.normalize == "group"
-        return self.plan_items(items, options, cache, ItemResult,
-                               lambda results: group_advantages(items, results) if normalize else results)
+        return self.plan_items(
+            items,
+            options,
+            cache,
+            ItemResult,
+            lambda results: group_advantages(items, results) if normalize else results,
+        )
 
     def plan_steps(self, items: list[Item], options: StepOptions, cache: LRUCache | None = None) -> Plan[StepsResult]:
         from rewardserve.models.plans.groups import shape_steps
 
-        return self.plan_items(items, options, cache, StepsResult,
-                               lambda results: shape_steps(items, results, options.shaping))
+        return self.plan_items(
+            items, options, cache, StepsResult, lambda results: shape_steps(items, results, options.shaping)
+        )
 
-    def plan_verify(self, items: list[Item], options: VerifyOptions,
-                    cache: LRUCache | None = None) -> Plan[VerifyResult]:
+    def plan_verify(
+        self, items: list[Item], options: VerifyOptions, cache: LRUCache | None = None
+    ) -> Plan[VerifyResult]:
         return self.plan_items(items, options, cache, VerifyResult)
 
-    def plan_compare(self, items: list[CompareItem], options: CompareOptions,
-                     cache: LRUCache | None = None, peers: PeerLookup | None = None) -> Plan[CompareResult]:
+    def plan_compare(
+        self,
+        items: list[CompareItem],
+        options: CompareOptions,
+        cache: LRUCache | None = None,
+        peers: PeerLookup | None = None,
+    ) -> Plan[CompareResult]:
         """Bradley-Terry preferences from this model's scores of each response."""
         from rewardserve.models.plans.compare import compare_by_scores
 
         return compare_by_scores(self, items, cache, peers)
 
-    def plan_pooling(self, inputs: list[str | list[int]], keep: int | None = None,
-                     side: str = "right") -> Plan[list[list[float]]]:
+    def plan_pooling(
+        self, inputs: list[str | list[int]], keep: int | None = None, side: str = "right"
+    ) -> Plan[list[list[float]]]:
         """vLLM's /pooling: per input, the vectors read at its step tags (process kinds)."""
         raise RequestError(f"model {self.name!r} is a {self.kind} model; it does not answer /pooling", param="model")
 
-    def plan_items(self, items: list[Item], options: Any, cache: LRUCache | None, result_type: type[R],
-                   then: Callable[[list[R]], list[R]] | None = None) -> Plan[R]:
+    def plan_items(
+        self,
+        items: list[Item],
+        options: Any,
+        cache: LRUCache | None,
+        result_type: type[R],
+        then: Callable[[list[R]], list[R]] | None = None,
+    ) -> Plan[R]:
         """``prepare``, the score cache, one computation per distinct key, ``combine``;
         the plan's finish puts each item's result (or its error, ``valid: false``) back
         in request order as ``result_type``, then applies ``then``."""
@@ -255,9 +276,10 @@ class RewardModel(ABC):
             except RequestError as exc:
                 param = exc.param or ""
                 if param.startswith("items[0]"):
-                    param = f"items[{index}]" + param[len("items[0]"):]
-                raise RequestError(exc.message.replace("items[0]", f"items[{index}]"), param=param or None,
-                                   type=exc.type) from exc
+                    param = f"items[{index}]" + param[len("items[0]") :]
+                raise RequestError(
+                    exc.message.replace("items[0]", f"items[{index}]"), param=param or None, type=exc.type
+                ) from exc
             except Exception as exc:
                 entry = ItemError(f"the item could not be prepared: {type(exc).__name__}: {exc}")
             entries.append(entry)
@@ -301,8 +323,12 @@ class RewardModel(ABC):
         """What will be served and how, in one line for the start-up log: the device and
         dtype ``auto`` resolves to, the token limit against the checkpoint's context."""
         spec = self.spec
-        parts = [f"source={spec.source}", f"kind={self.kind}", f"preset={self.preset_name or '-'}",
-                 f"backend={spec.backend}"]
+        parts = [
+            f"source={spec.source}",
+            f"kind={self.kind}",
+            f"preset={self.preset_name or '-'}",
+            f"backend={spec.backend}",
+        ]
         if self.runs_torch:
             from rewardserve.models.backends.transformers_backend import pick_device, pick_dtype
             from rewardserve.models.checkpoints import checkpoint_context
@@ -311,8 +337,11 @@ class RewardModel(ABC):
             dtype = str(pick_dtype(spec.dtype, device)).removeprefix("torch.")
             context = checkpoint_context(spec.source)
             limit = spec.max_tokens or "the checkpoint's"
-            parts += [f"dtype={dtype}", f"device={device}",
-                      f"max_tokens={limit} (checkpoint context {context or 'unknown'})"]
+            parts += [
+                f"dtype={dtype}",
+                f"device={device}",
+                f"max_tokens={limit} (checkpoint context {context or 'unknown'})",
+            ]
         return " ".join(parts)
 
     @property

@@ -26,13 +26,14 @@ class _BoundedLoader(yaml.SafeLoader):  # type: ignore[misc]  # (yaml is untyped
         if self.check_event(yaml.AliasEvent):
             event = self.peek_event()
             raise yaml.composer.ComposerError(
-                None, None, f"an alias (*{event.anchor}) is not allowed here: write the value out",
-                event.start_mark)
+                None, None, f"an alias (*{event.anchor}) is not allowed here: write the value out", event.start_mark
+            )
         self._depth += 1
         try:
             if self._depth > MAX_DEPTH:
-                raise yaml.composer.ComposerError(None, None, f"nested deeper than {MAX_DEPTH} levels",
-                                                  self.peek_event().start_mark)
+                raise yaml.composer.ComposerError(
+                    None, None, f"nested deeper than {MAX_DEPTH} levels", self.peek_event().start_mark
+                )
             return super().compose_node(parent, index)
         finally:
             self._depth -= 1

@@ -48,8 +48,9 @@ def scope_of(request) -> RequestScope:
     return state["request_scope"]
 
 
-async def send_error(send: Send, status: int, kind: str, message: str, param: str | None = None,
-                     headers: dict[str, str] | None = None) -> None:
+async def send_error(
+    send: Send, status: int, kind: str, message: str, param: str | None = None, headers: dict[str, str] | None = None
+) -> None:
     """Our error body, written straight to ASGI (before or instead of the app)."""
     error = {"type": kind, "message": message}
     if param is not None:
@@ -108,18 +109,27 @@ class Admission:
         if "content-length" in headers and "transfer-encoding" in headers:
             # Framed two ways: a proxy in front may have read another body than this
             # server did (request smuggling). RFC 9112 section 6.1: refuse, then close.
-            await send_error(send, 400, "invalid_request", "the request has both Content-Length and "
-                             "Transfer-Encoding; send one of them", headers={"connection": "close"})
+            await send_error(
+                send,
+                400,
+                "invalid_request",
+                "the request has both Content-Length and Transfer-Encoding; send one of them",
+                headers={"connection": "close"},
+            )
             return
         if path not in OPEN_PATHS and method != "OPTIONS":
             try:
                 check_bearer(headers.get("authorization"), self.state.api_keys)
             except AuthError as exc:
-                await send_error(send, 401, "authentication_error", str(exc),
-                                 headers={"www-authenticate": "Bearer", **unread})
+                await send_error(
+                    send, 401, "authentication_error", str(exc), headers={"www-authenticate": "Bearer", **unread}
+                )
                 return
-        tenant = self.state.tenants.of_key(bearer_token(headers.get("authorization"))) \
-            if self.state.tenants.enabled else None
+        tenant = (
+            self.state.tenants.of_key(bearer_token(headers.get("authorization")))
+            if self.state.tenants.enabled
+            else None
+        )
         who = tenant or DEFAULT
         counted = path not in OPEN_PATHS
         open_now = self.state.open_requests.get(who, 0)
@@ -127,12 +137,22 @@ class Admission:
             # One tenant's requests (a flood of bodies sent a byte at a time, say) hold at
             # most this many connections: the others' requests still find one.
             self.state.tenants.rejected.labels(who, "open_requests").inc()
-            await send_error(send, 429, "overloaded", f"tenant {who!r} has {open_now} requests open, its "
-                             "limit; retry after 1s", headers={"retry-after": "1", **unread})
+            await send_error(
+                send,
+                429,
+                "overloaded",
+                f"tenant {who!r} has {open_now} requests open, its limit; retry after 1s",
+                headers={"retry-after": "1", **unread},
+            )
             return
         if method == "POST" and self.state.draining:
-            await send_error(send, 503, "not_ready", "this replica is shutting down; send the request to another one",
-                             headers={"retry-after": "1", **unread})
+            await send_error(
+                send,
+                503,
+                "not_ready",
+                "this replica is shutting down; send the request to another one",
+                headers={"retry-after": "1", **unread},
+            )
             return
         deadline = None
         if DEADLINE_HEADER in headers:
@@ -141,9 +161,14 @@ class Admission:
             except ValueError:
                 ms = -1.0
             if not math.isfinite(ms) or ms < 0:
-                await send_error(send, 422, "invalid_request",
-                                 f"{DEADLINE_HEADER} must be a non-negative number of milliseconds",
-                                 param=DEADLINE_HEADER, headers=unread)
+                await send_error(
+                    send,
+                    422,
+                    "invalid_request",
+                    f"{DEADLINE_HEADER} must be a non-negative number of milliseconds",
+                    param=DEADLINE_HEADER,
+                    headers=unread,
+                )
                 return
             deadline = time.monotonic() + ms / 1000.0
         request_scope = RequestScope(deadline, tenant=tenant)
@@ -182,9 +207,13 @@ class Admission:
                 raise
             if not entry.started:
                 entry.started = True
-                await send_error(send, 503, "not_ready",
-                                 "the replica shut down before this request finished; retry it",
-                                 headers={"retry-after": "1"})
+                await send_error(
+                    send,
+                    503,
+                    "not_ready",
+                    "the replica shut down before this request finished; retry it",
+                    headers={"retry-after": "1"},
+                )
         finally:
             self.state.in_flight.entries.discard(entry)
             if timer is not None:

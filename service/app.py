@@ -25,18 +25,18 @@ from rewardserve.models.reward_model import ModelContext
 from rewardserve.models.rules.runner import RuleRunner
 from rewardserve.service.admission import Admission, InFlightRequests
 from rewardserve.service.compat import router as compat_routes
+from rewardserve.service.dispatch import ClientGone
 from rewardserve.service.errors import install_error_handlers
 from rewardserve.service.judge_routes import router as judging_routes
 from rewardserve.service.memory import MallocTrim, freeze_loaded_objects
 from rewardserve.service.metrics import Metrics
 from rewardserve.service.middleware import BodyLimit, RequestLog, RequestMetrics
-from rewardserve.service.served_models import ModelRegistry
-from rewardserve.service.routes import open_routes, scoring_routes
-from rewardserve.service.dispatch import ClientGone
 from rewardserve.service.reward_health import RewardHealth
+from rewardserve.service.routes import open_routes, scoring_routes
+from rewardserve.service.served_models import ModelRegistry
+from rewardserve.service.settings import Settings
 from rewardserve.service.shadow import Shadowing
 from rewardserve.service.tenants import FairGate, Tenants
-from rewardserve.service.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -68,9 +68,14 @@ def create_app(settings: Settings | None = None, url: str | None = None) -> Fast
     state = ServiceState(
         settings=settings,
         metrics=metrics,
-        registry=ModelRegistry(settings.model_specs(), metrics, context,
-                               after_batch=MallocTrim(settings.malloc_trim_seconds),
-                               keep_going=settings.keep_going, tenants=tenants),
+        registry=ModelRegistry(
+            settings.model_specs(),
+            metrics,
+            context,
+            after_batch=MallocTrim(settings.malloc_trim_seconds),
+            keep_going=settings.keep_going,
+            tenants=tenants,
+        ),
         api_keys=settings.accepted_keys() + tenants.keys(),
         rule_runner=rule_runner,
         tenants=tenants,
@@ -104,7 +109,9 @@ def create_app(settings: Settings | None = None, url: str | None = None) -> Fast
             await asyncio.to_thread(rule_runner.close)
 
     common = dict(
-        title="rewardserve", version=__version__, lifespan=lifespan,
+        title="rewardserve",
+        version=__version__,
+        lifespan=lifespan,
         # No redirects: a slash-less path is a 404 here, never a redirect built from the
         # request's Host header.
         redirect_slashes=False,
@@ -133,9 +140,14 @@ def create_app(settings: Settings | None = None, url: str | None = None) -> Fast
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(Admission, state=state)
     if settings.cors_origins:
-        app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST"],
-                           allow_headers=["authorization", "content-type", "x-request-id", "x-deadline-ms"],
-                           expose_headers=["x-request-id", "x-queue-time", "x-inference-time"], max_age=600)
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_origins,
+            allow_methods=["GET", "POST"],
+            allow_headers=["authorization", "content-type", "x-request-id", "x-deadline-ms"],
+            expose_headers=["x-request-id", "x-queue-time", "x-inference-time"],
+            max_age=600,
+        )
     app.add_middleware(RequestMetrics, metrics=metrics)
     app.add_middleware(RequestLog)
     return app

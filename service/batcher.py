@@ -40,7 +40,7 @@ from typing import Any
 from rewardserve.models.backends.layer_boundaries import run_between_layers
 from rewardserve.models.planning import ItemError, Unit, UnitOutput
 from rewardserve.models.reward_model import BatchPolicy
-from rewardserve.service.errors import DeadlineExceeded, NotReady, QueueFull, QueueTooSmall, TenantQueueFull
+from rewardserve.service.errors import DeadlineExceeded, NotReady, QueueFull, QueueTooSmall
 from rewardserve.service.metrics import Metrics
 from rewardserve.service.tenants import DEFAULT, Tenants, TenantShares
 from rewardserve.service.work_queue import Pending as _Pending
@@ -61,9 +61,16 @@ class Outcome:
 
 
 class Batcher:
-    def __init__(self, name: str, run: Run, policy: BatchPolicy, metrics: Metrics,
-                 after_batch: Callable[[], None] | None = None, executor: Executor | None = None,
-                 tenants: Tenants | None = None):
+    def __init__(
+        self,
+        name: str,
+        run: Run,
+        policy: BatchPolicy,
+        metrics: Metrics,
+        after_batch: Callable[[], None] | None = None,
+        executor: Executor | None = None,
+        tenants: Tenants | None = None,
+    ):
         """``executor``: where batches run (shared with other models, not shut down
         here); by default a pool of ``policy.concurrency`` threads of this batcher's own."""
         self.name = name
@@ -256,8 +263,9 @@ class Batcher:
                 pending.future.set_exception(DeadlineExceeded("the request's deadline passed before compute"))
 
     def _count_dropped(self, gone: list[_Pending]) -> None:
-        deadline = sum(1 for p in gone if not p.future.cancelled()
-                       and isinstance(p.future.exception(), DeadlineExceeded))
+        deadline = sum(
+            1 for p in gone if not p.future.cancelled() and isinstance(p.future.exception(), DeadlineExceeded)
+        )
         if deadline:
             self._metrics.dropped.labels(self.name, "deadline").inc(deadline)
         if len(gone) - deadline:
@@ -284,8 +292,9 @@ class Batcher:
             self._in_flight = None
             self._slots.release()
 
-    def _answer(self, batch: list[_Pending], results: list[UnitOutput] | BaseException, start: float,
-                elapsed: float) -> None:
+    def _answer(
+        self, batch: list[_Pending], results: list[UnitOutput] | BaseException, start: float, elapsed: float
+    ) -> None:
         if isinstance(results, BaseException):
             error = results if isinstance(results, Exception) else RuntimeError("batch cancelled")
             for pending in batch:
@@ -309,8 +318,13 @@ class Batcher:
         behind, if that is another tenant, for the worker to run between two of the
         in-flight batch's layers (models/backends/layer_boundaries.py): a light tenant
         waits for a layer of a flood's batch, not for all of it."""
-        if self._in_flight is None or self._posted or not self.policy.preemptible \
-                or self._tenants is None or not self._shared():
+        if (
+            self._in_flight is None
+            or self._posted
+            or not self.policy.preemptible
+            or self._tenants is None
+            or not self._shared()
+        ):
             return
         if self._another_tenant_behind():
             self._posted.append(self._take_batch())
@@ -352,8 +366,9 @@ class Batcher:
         try:
             results = self._run(units)
             if len(results) != len(units) or not all(u.answered_by(r) for r, u in zip(results, units)):
-                raise RuntimeError(f"run gave {len(results)} outputs for {len(units)} units, or a unit "
-                                   "too few or too many")
+                raise RuntimeError(
+                    f"run gave {len(results)} outputs for {len(units)} units, or a unit too few or too many"
+                )
             return results
         except Exception as exc:
             if len(units) == 1:

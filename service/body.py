@@ -23,15 +23,15 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, ValidationError
 from starlette.concurrency import run_in_threadpool
-
-from rewardserve.service.admission import scope_of
 from starlette.requests import Request
 
+from rewardserve.service.admission import scope_of
 from rewardserve.service.errors import BodyError
 
 MAX_INT_DIGITS = 1000
@@ -115,8 +115,11 @@ def _surrogate_path(value: Any) -> str | None:
 def too_many_values(values: int, limit: int, unread: bool = False) -> BodyError:
     # A body refused before it has all arrived: the connection is not kept (the rest of
     # the upload would have to be read and thrown away first).
-    return BodyError(413, f"the body holds about {values} JSON values, over the limit of {limit}",
-                     headers={"connection": "close"} if unread else None)
+    return BodyError(
+        413,
+        f"the body holds about {values} JSON values, over the limit of {limit}",
+        headers={"connection": "close"} if unread else None,
+    )
 
 
 def parse_body(body: bytes, *, max_values: int, max_items: int, counted: ValueCount | None = None) -> Any:
@@ -138,13 +141,18 @@ def parse_body(body: bytes, *, max_values: int, max_items: int, counted: ValueCo
         for name in LISTS:
             listed = value.get(name)
             if isinstance(listed, list) and len(listed) > max_items:
-                raise BodyError(413, f"{len(listed)} entries in '{name}' is over the limit of {max_items} per "
-                                     "request; split the list (the client does this for you)", param=name)
+                raise BodyError(
+                    413,
+                    f"{len(listed)} entries in '{name}' is over the limit of {max_items} per "
+                    "request; split the list (the client does this for you)",
+                    param=name,
+                )
     if _SURROGATE_ESCAPE.search(body):
         path = _surrogate_path(value)
         if path is not None:
-            raise BodyError(422, f"{path}: the text holds an unpaired UTF-16 surrogate, which is not valid Unicode",
-                            param=path)
+            raise BodyError(
+                422, f"{path}: the text holds an unpaired UTF-16 surrogate, which is not valid Unicode", param=path
+            )
     return value
 
 
@@ -197,8 +205,9 @@ class _BoundedRequest(Request):
             svc = self.app.state.svc
             settings = svc.settings
             async with svc.gate.slot(scope_of(self).tenant):
-                self._json = await run_in_threadpool(self._parse, body, settings.max_json_values,
-                                                     settings.max_items_per_request)
+                self._json = await run_in_threadpool(
+                    self._parse, body, settings.max_json_values, settings.max_items_per_request
+                )
         return self._json
 
     def _parse(self, body: bytes, max_values: int, max_items: int) -> Any:

@@ -46,9 +46,9 @@ from rewardserve.client.protocol import (
     ScoreOptions,
 )
 from rewardserve.service.body import BoundedRoute
+from rewardserve.service.dispatch import score_items
 from rewardserve.service.errors import InvalidRequest
 from rewardserve.service.routes import ERROR_RESPONSES, by_name_or_source, json_response, serving
-from rewardserve.service.dispatch import score_items
 from rewardserve.service.settings import BUILTIN_RULES
 
 router = APIRouter(route_class=BoundedRoute, responses=ERROR_RESPONSES)
@@ -148,13 +148,19 @@ def _truncation(body) -> dict:
 @router.post("/classify", response_model=ClassifyResponse)
 async def classify(body: ClassifyRequest, request: Request) -> Response:
     activate = body.use_activation if body.use_activation is not None else body.activation
-    options = ScoreOptions(activation="none" if activate is False else "auto",
-                           add_special_tokens=body.add_special_tokens, **_truncation(body))
+    options = ScoreOptions(
+        activation="none" if activate is False else "auto",
+        add_special_tokens=body.add_special_tokens,
+        **_truncation(body),
+    )
     name, scored, usage = await _classified(request, body.model, body.input, options)
-    data = [ClassifyData(index=i, label=r.label, probs=r.scores or [r.score], num_classes=len(r.scores or [r.score]))
-            for i, r in enumerate(scored.results)]
-    response = ClassifyResponse(id=f"classify-{uuid.uuid4().hex}", created=int(time.time()), model=body.model or name,
-                                data=data, usage=usage)
+    data = [
+        ClassifyData(index=i, label=r.label, probs=r.scores or [r.score], num_classes=len(r.scores or [r.score]))
+        for i, r in enumerate(scored.results)
+    ]
+    response = ClassifyResponse(
+        id=f"classify-{uuid.uuid4().hex}", created=int(time.time()), model=body.model or name, data=data, usage=usage
+    )
     return json_response(response, headers=scored.timing_headers())
 
 
@@ -163,5 +169,6 @@ async def embeddings(body: EmbeddingRequest, request: Request) -> Response:
     options = ScoreOptions(activation="none", add_special_tokens=True)
     name, scored, usage = await _classified(request, body.model, body.input, options)
     data = [EmbeddingData(index=i, embedding=r.scores or [r.score]) for i, r in enumerate(scored.results)]
-    return json_response(EmbeddingResponse(model=body.model or name, data=data, usage=usage),
-                         headers=scored.timing_headers())
+    return json_response(
+        EmbeddingResponse(model=body.model or name, data=data, usage=usage), headers=scored.timing_headers()
+    )

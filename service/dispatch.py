@@ -1,16 +1,16 @@
 """Running a plan: queue its units, run its calls, await both, finish.
 
-    plan (the kind's, off the event loop) -> units on the model's batcher, calls in the
-    rule pools -> await them (unless the request's scope is cancelled first: the client
-    disconnected or the deadline passed) -> plan.finish (off the event loop) -> results,
-    or the next plan
+plan (the kind's, off the event loop) -> units on the model's batcher, calls in the
+rule pools -> await them (unless the request's scope is cancelled first: the client
+disconnected or the deadline passed) -> plan.finish (off the event loop) -> results,
+or the next plan
 """
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from fastapi import Request
@@ -56,21 +56,31 @@ class Executed(Generic[R]):
         }
 
 
-async def run_plan(request: Request, served: Served | None, n_items: int,
-                   planner: Callable[..., Plan[R]], *args: Any) -> Executed[R]:
+async def run_plan(
+    request: Request, served: Served | None, n_items: int, planner: Callable[..., Plan[R]], *args: Any
+) -> Executed[R]:
     """``planner(*args)`` off the event loop (it tokenizes), then the plan executed."""
     async with request.app.state.svc.gate.slot(scope_of(request).tenant):
         plan = await run_in_threadpool(planner, *args)
     return await execute(request, served, plan, n_items)
 
 
-async def score_items(request: Request, served: Served, items: list[Item],
-                      options: ScoreOptions) -> Executed[ItemResult]:
+async def score_items(
+    request: Request, served: Served, items: list[Item], options: ScoreOptions
+) -> Executed[ItemResult]:
     """/v1/score's plan for ``items``, executed, with the request's tenant's cache and
     view of the other models."""
     tenant = scope_of(request).tenant
-    return await run_plan(request, served, len(items), served.model.plan_score, items, options,
-                          served.cache(tenant), request.app.state.svc.registry.peers_for(tenant))
+    return await run_plan(
+        request,
+        served,
+        len(items),
+        served.model.plan_score,
+        items,
+        options,
+        served.cache(tenant),
+        request.app.state.svc.registry.peers_for(tenant),
+    )
 
 
 async def execute(request: Request, served: Served | None, plan: Plan[R], n_items: int) -> Executed[R]:
@@ -107,8 +117,12 @@ async def execute(request: Request, served: Served | None, plan: Plan[R], n_item
         items = plan.scored_items if plan.scored_items is not None else n_items
         usage = Usage(items=items, prompt_tokens=prompt_tokens, cached_tokens=cached_tokens)
         # For the request log (service/middleware.py).
-        request.state.work = {"items": items, "tokens": prompt_tokens, "queue_ms": round(queue_s * 1000, 1),
-                              "inference_ms": round(inference_s * 1000, 1)}
+        request.state.work = {
+            "items": items,
+            "tokens": prompt_tokens,
+            "queue_ms": round(queue_s * 1000, 1),
+            "inference_ms": round(inference_s * 1000, 1),
+        }
         return Executed(done, usage, queue_s, inference_s)
 
 
@@ -120,7 +134,8 @@ def refuse_over_limit(request: Request, work: int) -> None:
         raise PayloadTooLarge(
             f"this request asks for {work} model inputs and rule calls (each item, judge prompt, compared "
             f"pair, rule call and template render), over the limit of {limit} per request; split it",
-            param="items")
+            param="items",
+        )
 
 
 def charge_work(request: Request, work: int) -> None:
@@ -139,8 +154,11 @@ def charge_work(request: Request, work: int) -> None:
         tenant = scope_of(request).tenant
         wait = svc.tenants.charge(tenant, extra)
         if wait is not None:
-            raise Overloaded(f"tenant {tenant or DEFAULT!r} is over its items per second (this request's judge "
-                             f"prompts and rule calls count too); retry after {wait}s", retry_after_s=wait)
+            raise Overloaded(
+                f"tenant {tenant or DEFAULT!r} is over its items per second (this request's judge "
+                f"prompts and rule calls count too); retry after {wait}s",
+                retry_after_s=wait,
+            )
 
 
 async def run_parts(request: Request, parts: list[Part[Any]]) -> list[Executed[Any]]:
@@ -170,8 +188,10 @@ async def run_calls(request: Request, calls: list[Any]) -> list[Any]:
     try:
         future = request.app.state.svc.rule_runner.run(calls, scope_of(request))
     except PoolBusy as exc:
-        raise Overloaded(f"the rule pools have no room for this request ({exc}); retry after "
-                         f"{exc.retry_after_s}s", retry_after_s=exc.retry_after_s) from exc
+        raise Overloaded(
+            f"the rule pools have no room for this request ({exc}); retry after {exc.retry_after_s}s",
+            retry_after_s=exc.retry_after_s,
+        ) from exc
     (values,) = await until_done_or_gone(scope_of(request), [asyncio.wrap_future(future)])
     produced: list[Any] = values
     return produced
@@ -193,7 +213,8 @@ async def compute(request: Request, served: Served | None, units: list[Unit[Any]
     except TenantQueueFull as exc:
         raise Overloaded(
             f"tenant {exc.tenant!r} has {exc.limit} tokens queued on model {model.name!r}, its limit; retry "
-            f"after {exc.retry_after_s}s", retry_after_s=exc.retry_after_s,
+            f"after {exc.retry_after_s}s",
+            retry_after_s=exc.retry_after_s,
         ) from exc
     except QueueFull as exc:
         request.app.state.svc.metrics.rejected.labels(model.name, "queue_full").inc()

@@ -17,6 +17,7 @@ from rewardserve.models.planning import RequestError
 
 log = logging.getLogger(__name__)
 
+
 class ServiceError(RequestError):
     """Raise one of the subclasses; the handler below renders it (a kind's own
     RequestError goes the same way)."""
@@ -83,13 +84,17 @@ class BodyError(StarletteHTTPException):
         self.param = param
 
 
-def error_response(kind: ErrorType, message: str, param: str | None = None,
-                   headers: dict[str, str] | None = None, status: int | None = None) -> JSONResponse:
+def error_response(
+    kind: ErrorType,
+    message: str,
+    param: str | None = None,
+    headers: dict[str, str] | None = None,
+    status: int | None = None,
+) -> JSONResponse:
     """The error body; its status from the one table unless the status came first (a
     405's, say)."""
     body = ErrorBody(error=ErrorDetail(type=kind, message=message, param=param))
-    return JSONResponse(body.model_dump(exclude_none=True), status_code=status or ERROR_STATUS[kind],
-                        headers=headers)
+    return JSONResponse(body.model_dump(exclude_none=True), status_code=status or ERROR_STATUS[kind], headers=headers)
 
 
 TYPE_BY_STATUS: dict[int, ErrorType] = {status: kind for kind, status in ERROR_STATUS.items()}

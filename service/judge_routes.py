@@ -27,8 +27,15 @@ router = APIRouter(route_class=BoundedRoute, responses=ERROR_RESPONSES)
 async def verify(body: VerifyRequest, request: Request) -> Response:
     """A generative verifier's judgement per item (logprob or generate mode)."""
     served = serving(request, body.model, len(body.items), "verify")
-    done = await run_plan(request, served, len(body.items), served.model.plan_verify, body.items, body.options,
-                          served.cache(scope_of(request).tenant))
+    done = await run_plan(
+        request,
+        served,
+        len(body.items),
+        served.model.plan_verify,
+        body.items,
+        body.options,
+        served.cache(scope_of(request).tenant),
+    )
     response = VerifyResponse(model=body.model, results=done.results, usage=done.usage)
     return json_response(response, headers=done.timing_headers())
 
@@ -44,9 +51,15 @@ async def rubric(body: RubricRequest, request: Request) -> Response:
         if body.judge is None:
             raise InvalidRequest("judge criteria need a 'judge' verifier model", param="judge")
         judge = serving(request, body.judge, len(body.items), "judge", admitted=True)
-    done = await run_plan(request, judge, len(body.items), plan_rubric, body,
-                          judge.model if judge is not None else None,
-                          request.app.state.svc.registry.peers_for(scope_of(request).tenant))
+    done = await run_plan(
+        request,
+        judge,
+        len(body.items),
+        plan_rubric,
+        body,
+        judge.model if judge is not None else None,
+        request.app.state.svc.registry.peers_for(scope_of(request).tenant),
+    )
     return json_response(RubricResponse(judge=body.judge, results=done.results, usage=done.usage))
 
 
@@ -55,6 +68,14 @@ async def compare(body: CompareRequest, request: Request) -> Response:
     """Pairwise / listwise preference between each item's responses."""
     served = serving(request, body.model, sum(len(i.responses) for i in body.items), "compare")
     tenant = scope_of(request).tenant
-    done = await run_plan(request, served, len(body.items), served.model.plan_compare, body.items, body.options,
-                          served.cache(tenant), request.app.state.svc.registry.peers_for(tenant))
+    done = await run_plan(
+        request,
+        served,
+        len(body.items),
+        served.model.plan_compare,
+        body.items,
+        body.options,
+        served.cache(tenant),
+        request.app.state.svc.registry.peers_for(tenant),
+    )
     return json_response(CompareResponse(model=body.model, results=done.results, usage=done.usage))

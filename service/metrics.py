@@ -20,9 +20,7 @@ class Metrics:
     def __init__(self) -> None:
         r = self.registry = CollectorRegistry()
         self.started = time.time()
-        self.requests = Counter(
-            "rewardserve_requests", "HTTP requests", ["route", "model", "status"], registry=r
-        )
+        self.requests = Counter("rewardserve_requests", "HTTP requests", ["route", "model", "status"], registry=r)
         self.request_seconds = Histogram(
             "rewardserve_request_duration_seconds",
             "HTTP request latency",
@@ -30,12 +28,8 @@ class Metrics:
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
-        self.queue_items = Gauge(
-            "rewardserve_queue_items", "Items waiting for a batch", ["model"], registry=r
-        )
-        self.queue_tokens = Gauge(
-            "rewardserve_queue_tokens", "Tokens waiting for a batch", ["model"], registry=r
-        )
+        self.queue_items = Gauge("rewardserve_queue_items", "Items waiting for a batch", ["model"], registry=r)
+        self.queue_tokens = Gauge("rewardserve_queue_tokens", "Tokens waiting for a batch", ["model"], registry=r)
         self.queue_seconds = Histogram(
             "rewardserve_queue_duration_seconds",
             "Time an item waited before its batch started",
@@ -68,9 +62,7 @@ class Metrics:
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
-        self.items = Counter(
-            "rewardserve_items_scored", "Items scored", ["model", "valid"], registry=r
-        )
+        self.items = Counter("rewardserve_items_scored", "Items scored", ["model", "valid"], registry=r)
         self.dropped = Counter(
             "rewardserve_items_dropped",
             "Items dropped before compute",

@@ -128,20 +128,27 @@ class RequestLog:
         finally:
             state = scope.get("state", {})
             request_scope = state.get("request_scope")
-            fields = {"request_id": request_id, "tenant": getattr(request_scope, "tenant", None),
-                      "method": scope.get("method"),
-                      "route": getattr(scope.get("route"), "path", scope.get("path", "")),
-                      "model": state.get("model"), **state.get("work", {}), "status": status,
-                      "ms": round((time.perf_counter() - start) * 1000, 1)}
+            fields = {
+                "request_id": request_id,
+                "tenant": getattr(request_scope, "tenant", None),
+                "method": scope.get("method"),
+                "route": getattr(scope.get("route"), "path", scope.get("path", "")),
+                "model": state.get("model"),
+                **state.get("work", {}),
+                "status": status,
+                "ms": round((time.perf_counter() - start) * 1000, 1),
+            }
             if status >= 400:
                 fields["reason"] = _reason(error_body)
             shown = {k: v for k, v in fields.items() if v is not None}
             # Probes and scrapes poll: their lines only at debug level (a 503 from /ready
             # while models load is the answer, not an error).
-            level = logging.DEBUG if fields["route"] in QUIET_ROUTES else (
-                logging.WARNING if status >= 500 else logging.INFO)
-            request_log.log(level, " ".join(f"{k}={_quoted(v)}" for k, v in shown.items()),
-                            extra={"fields": shown})
+            level = (
+                logging.DEBUG
+                if fields["route"] in QUIET_ROUTES
+                else (logging.WARNING if status >= 500 else logging.INFO)
+            )
+            request_log.log(level, " ".join(f"{k}={_quoted(v)}" for k, v in shown.items()), extra={"fields": shown})
 
 
 def _reason(body: bytes) -> str:

@@ -76,8 +76,11 @@ def app(args: dict[str, str]) -> Any:
     """The Ray Serve application builder (``serve run ...:app key=value ...``)."""
     from ray import serve
 
-    environment = {f"REWARDSERVE_{k.upper()}": v for k, v in args.items()
-                   if k in ("config", "api_keys", "tenants_file", "log_level", "compile")}
+    environment = {
+        f"REWARDSERVE_{k.upper()}": v
+        for k, v in args.items()
+        if k in ("config", "api_keys", "tenants_file", "log_level", "compile")
+    }
     environment.update({k: v for k, v in os.environ.items() if k.startswith("REWARDSERVE_")})
     options = deployment_options(args)
     options["ray_actor_options"]["runtime_env"] = {"env_vars": environment}

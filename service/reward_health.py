@@ -71,17 +71,30 @@ class _Window:
 class RewardHealth:
     def __init__(self, metrics: Metrics) -> None:
         r = metrics.registry
-        self.scores = Histogram("rewardserve_reward_score", "Scores given", ["model"],
-                                buckets=_SCORE_BUCKETS, registry=r)
-        self.zero_variance = Gauge("rewardserve_reward_zero_variance_groups_ratio",
-                                   f"Share of the last {GROUP_WINDOW} groups scored all alike", ["model"],
-                                   registry=r)
-        self.length_correlation = Gauge("rewardserve_reward_length_correlation",
-                                        f"Correlation of score with response length, last {ITEM_WINDOW} items",
-                                        ["model"], registry=r)
-        self.running = {stat: Gauge(f"rewardserve_running_{stat}", f"Running {stat} of the model's scores "
-                                    "(normalize: running), kept per tenant", ["model", "tenant"], registry=r)
-                        for stat in ("count", "mean", "std")}
+        self.scores = Histogram(
+            "rewardserve_reward_score", "Scores given", ["model"], buckets=_SCORE_BUCKETS, registry=r
+        )
+        self.zero_variance = Gauge(
+            "rewardserve_reward_zero_variance_groups_ratio",
+            f"Share of the last {GROUP_WINDOW} groups scored all alike",
+            ["model"],
+            registry=r,
+        )
+        self.length_correlation = Gauge(
+            "rewardserve_reward_length_correlation",
+            f"Correlation of score with response length, last {ITEM_WINDOW} items",
+            ["model"],
+            registry=r,
+        )
+        self.running = {
+            stat: Gauge(
+                f"rewardserve_running_{stat}",
+                f"Running {stat} of the model's scores (normalize: running), kept per tenant",
+                ["model", "tenant"],
+                registry=r,
+            )
+            for stat in ("count", "mean", "std")
+        }
         self._lock = threading.Lock()
         self._items: dict[str, _Window] = {}
         self._groups: dict[str, deque[bool]] = {}

@@ -13,30 +13,27 @@ from rewardserve.client.protocol import (
     Health,
     ModelCard,
     ModelList,
-    RunningStats,
     PoolingData,
     PoolingRequest,
     PoolingResponse,
     PoolingUsage,
+    RunningStats,
     ScoreRequest,
     ScoreResponse,
     ShadowReport,
     StepsRequest,
     StepsResponse,
 )
+from rewardserve.service.admission import scope_of
 from rewardserve.service.auth import has_valid_key
 from rewardserve.service.body import BoundedRoute
+from rewardserve.service.dispatch import run_plan, score_items
 from rewardserve.service.errors import InvalidRequest, NotFound, Overloaded, PayloadTooLarge
-from rewardserve.service.admission import scope_of
-from rewardserve.service.tenants import DEFAULT
 from rewardserve.service.metrics import CONTENT_TYPE
 from rewardserve.service.served_models import Served
-from rewardserve.service.dispatch import run_plan, score_items
+from rewardserve.service.tenants import DEFAULT
 
-ERROR_RESPONSES = {
-    code: {"model": ErrorBody}
-    for code in (401, 404, 413, 422, 429, 500, 503, 504)
-}
+ERROR_RESPONSES = {code: {"model": ErrorBody} for code in (401, 404, 413, 422, 429, 500, 503, 504)}
 
 open_routes = APIRouter()
 # Keys are checked by service/admission.py before a route runs; bodies are parsed under
@@ -45,9 +42,7 @@ scoring_routes = APIRouter(route_class=BoundedRoute, responses=ERROR_RESPONSES)
 
 
 def json_response(body, status: int = 200, headers: dict[str, str] | None = None) -> Response:
-    return Response(
-        body.model_dump_json(), status_code=status, headers=headers, media_type="application/json"
-    )
+    return Response(body.model_dump_json(), status_code=status, headers=headers, media_type="application/json")
 
 
 def admit(request: Request, n_items: int) -> None:
@@ -57,8 +52,7 @@ def admit(request: Request, n_items: int) -> None:
     limit = svc.settings.max_items_per_request
     if n_items > limit:
         raise PayloadTooLarge(
-            f"{n_items} items is over the limit of {limit} per request; split the list "
-            "(the client does this for you)",
+            f"{n_items} items is over the limit of {limit} per request; split the list (the client does this for you)",
             param="items",
         )
     if svc.tenants.enabled:
@@ -66,8 +60,9 @@ def admit(request: Request, n_items: int) -> None:
         request.state.work_charged = n_items  # the plan's work beyond them is charged as it is planned
         wait = svc.tenants.admit_items(tenant, n_items)
         if wait is not None:
-            raise Overloaded(f"tenant {tenant or DEFAULT!r} is over its items per second; retry after {wait}s",
-                             retry_after_s=wait)
+            raise Overloaded(
+                f"tenant {tenant or DEFAULT!r} is over its items per second; retry after {wait}s", retry_after_s=wait
+            )
 
 
 def serving(request: Request, model: str, n_items: int, endpoint: str, admitted: bool = False) -> Served:
@@ -113,8 +108,15 @@ async def score(body: ScoreRequest, request: Request) -> Response:
 async def score_steps(body: StepsRequest, request: Request) -> Response:
     """Process reward per step, every step of a trajectory from one forward pass."""
     served = serving(request, body.model, len(body.items), "steps")
-    done = await run_plan(request, served, len(body.items), served.model.plan_steps, body.items, body.options,
-                          served.cache(scope_of(request).tenant))
+    done = await run_plan(
+        request,
+        served,
+        len(body.items),
+        served.model.plan_steps,
+        body.items,
+        body.options,
+        served.cache(scope_of(request).tenant),
+    )
     response = StepsResponse(model=body.model, results=done.results, usage=done.usage)
     return json_response(response, headers=done.timing_headers())
 
@@ -125,12 +127,21 @@ async def pooling(body: PoolingRequest, request: Request) -> Response:
     the step tags of already-templated text, in vLLM's response shape."""
     svc = request.app.state.svc
     name = by_name_or_source(svc.registry, body.model) if body.model else _only_model_with(svc.registry, "pooling")
-    inputs = [body.input] if isinstance(body.input, str) or (
-        body.input and isinstance(body.input[0], int)
-    ) else list(body.input)
+    inputs = (
+        [body.input]
+        if isinstance(body.input, str) or (body.input and isinstance(body.input[0], int))
+        else list(body.input)
+    )
     served = serving(request, name, len(inputs), "pooling")
-    done = await run_plan(request, served, len(inputs), served.model.plan_pooling, inputs,
-                          body.truncate_prompt_tokens, body.truncation_side or "right")
+    done = await run_plan(
+        request,
+        served,
+        len(inputs),
+        served.model.plan_pooling,
+        inputs,
+        body.truncate_prompt_tokens,
+        body.truncation_side or "right",
+    )
     tokens = done.usage.prompt_tokens
     response = PoolingResponse(
         id=f"pooling-{uuid.uuid4().hex}",

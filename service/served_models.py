@@ -21,12 +21,12 @@ from typing import TypeVar
 
 from rewardserve.models.cache import LRUCache, TenantCache
 from rewardserve.models.checkpoints import go_offline_if_unreachable
-from rewardserve.models.planning import Peer, PeerLookup, RequestError
-from rewardserve.models.plans.running import RunningScore
+from rewardserve.models.kinds import build_checked
 from rewardserve.models.phases import log as startup_log
 from rewardserve.models.phases import timed_phase
+from rewardserve.models.planning import Peer, PeerLookup, RequestError
+from rewardserve.models.plans.running import RunningScore
 from rewardserve.models.reward_model import ModelContext, RewardModel
-from rewardserve.models.kinds import build_checked
 from rewardserve.models.spec import ModelSpec, ShadowSpec
 from rewardserve.service.batcher import Batcher
 from rewardserve.service.errors import NotFound, NotReady
@@ -68,8 +68,15 @@ class ModelRegistry:
     model that fails to load answers 503 with its error); without it a model that cannot
     be built raises StartupError here and one that fails to load calls ``on_failure``."""
 
-    def __init__(self, specs: list[ModelSpec], metrics: Metrics, context: ModelContext | None = None,
-                 after_batch=None, keep_going: bool = True, tenants: Tenants | None = None):
+    def __init__(
+        self,
+        specs: list[ModelSpec],
+        metrics: Metrics,
+        context: ModelContext | None = None,
+        after_batch=None,
+        keep_going: bool = True,
+        tenants: Tenants | None = None,
+    ):
         self._metrics = metrics
         self._tenants = tenants
         self._after_batch = after_batch
@@ -90,21 +97,26 @@ class ModelRegistry:
         for served in list(self._served.values()):
             shadow = served.model.spec.shadow
             if shadow is not None and (shadow.model not in self._served or shadow.model == served.model.name):
-                problems.append(f"model {served.model.name!r}: its shadow {shadow.model!r} must be another "
-                                f"served model; models: {', '.join(sorted(self._served))}")
+                problems.append(
+                    f"model {served.model.name!r}: its shadow {shadow.model!r} must be another "
+                    f"served model; models: {', '.join(sorted(self._served))}"
+                )
             missing = [name for name in served.model.depends_on if name not in self._served]
             if missing:
-                problems.append(f"model {served.model.name!r} needs {', '.join(map(repr, missing))}, which "
-                                f"{'is' if len(missing) == 1 else 'are'} not served here; models: "
-                                f"{', '.join(sorted(self._served))}")
+                problems.append(
+                    f"model {served.model.name!r} needs {', '.join(map(repr, missing))}, which "
+                    f"{'is' if len(missing) == 1 else 'are'} not served here; models: "
+                    f"{', '.join(sorted(self._served))}"
+                )
                 del self._served[served.model.name]
         if problems and not keep_going:
             raise StartupError(problems)
         for problem in problems:
             log.error("%s (left out: --keep-going)", problem)
         if not self._served:
-            raise StartupError(["no models to serve: name some (--model NAME=SOURCE[:KIND], --config) "
-                                "or keep the built-in rules"])
+            raise StartupError(
+                ["no models to serve: name some (--model NAME=SOURCE[:KIND], --config) or keep the built-in rules"]
+            )
         go_offline_if_unreachable([s.model.spec.source for s in self._served.values() if s.model.runs_torch])
         self.loaded = asyncio.Event()
         self._cpu_thread: ThreadPoolExecutor | None = None  # made with the first CPU model
@@ -145,8 +157,11 @@ class ModelRegistry:
             # Models without weights first: they are ready in seconds; a model that needs
             # others once they have loaded.
             for served in self._load_order():
-                failed = [f"{name} ({self._served[name].error})" for name in served.model.depends_on
-                          if not self._served[name].ready]
+                failed = [
+                    f"{name} ({self._served[name].error})"
+                    for name in served.model.depends_on
+                    if not self._served[name].ready
+                ]
                 if failed:
                     self._failed(served, f"needs {', '.join(failed)}, which did not load")
                     continue
@@ -190,14 +205,27 @@ class ModelRegistry:
             log.debug("model %s failed to load", model.name, exc_info=True)
             self._failed(served, " ".join(f"{type(exc).__name__}: {exc}".split()))
             return
-        served.batcher = Batcher(model.name, model.run, model.policy(), self._metrics, self._after_batch,
-                                 executor=self._executor(model), tenants=self._tenants)
+        served.batcher = Batcher(
+            model.name,
+            model.run,
+            model.policy(),
+            self._metrics,
+            self._after_batch,
+            executor=self._executor(model),
+            tenants=self._tenants,
+        )
         served.batcher.start()
         served.ready = True
         self._metrics.model_ready.labels(model.name).set(1)
         limit = f", max_tokens {model.max_tokens}" if model.max_tokens else ""
-        startup_log.info("model %s: ready in %.1fs (%s, %s backend%s)", model.name, time.perf_counter() - start,
-                 model.kind, model.backend_name, limit)
+        startup_log.info(
+            "model %s: ready in %.1fs (%s, %s backend%s)",
+            model.name,
+            time.perf_counter() - start,
+            model.kind,
+            model.backend_name,
+            limit,
+        )
 
     def get(self, name: str) -> Served:
         served = self._served.get(name)

@@ -39,17 +39,13 @@ from rewardserve.service.settings import Settings, StartupError
 
 log = logging.getLogger(__name__)
 
-_REFUSAL = (
-    b'{"error":{"type":"overloaded","message":"too many open connections; retry shortly"}}'
-)
+_REFUSAL = b'{"error":{"type":"overloaded","message":"too many open connections; retry shortly"}}'
 
 
 LINGER_S = 5.0
 LINGER_IDLE_S = 1.0  # a lingering client that stops sending is closed this soon
 LINGER_BYTES = 64 * 1024 * 1024
-_TOO_SLOW = (
-    b'{"error":{"type":"deadline_exceeded","message":"the request body did not arrive in time"}}'
-)
+_TOO_SLOW = b'{"error":{"type":"deadline_exceeded","message":"the request body did not arrive in time"}}'
 
 
 class _LingeringTransport:
@@ -67,8 +63,12 @@ class _LingeringTransport:
 
     def close(self) -> None:
         protocol = self._protocol
-        if protocol.discarding is None and protocol.conn.their_state is h11.SEND_BODY \
-                and self._transport.can_write_eof() and not self._transport.is_closing():
+        if (
+            protocol.discarding is None
+            and protocol.conn.their_state is h11.SEND_BODY
+            and self._transport.can_write_eof()
+            and not self._transport.is_closing()
+        ):
             protocol.discarding = 0
             self._transport.write_eof()
             protocol.loop.call_later(LINGER_S, self._transport.close)
@@ -78,8 +78,7 @@ class _LingeringTransport:
         self._transport.close()
 
 
-def guarded_protocol(max_connections: int, header_timeout_s: float, body_timeout_s: float = 30.0
-                     ) -> type[H11Protocol]:
+def guarded_protocol(max_connections: int, header_timeout_s: float, body_timeout_s: float = 30.0) -> type[H11Protocol]:
     """uvicorn's h11 protocol with a connection cap, header- and body-read timeouts, and
     a lingering close after a refusal sent before the body was read."""
 
@@ -92,12 +91,15 @@ def guarded_protocol(max_connections: int, header_timeout_s: float, body_timeout
             super().connection_made(_LingeringTransport(transport, self))
             self._header_timer = None
             if len(self.connections) > max_connections:
-                log.warning("refused a connection: %d open, the limit is %d", len(self.connections) - 1,
-                            max_connections)
+                log.warning(
+                    "refused a connection: %d open, the limit is %d", len(self.connections) - 1, max_connections
+                )
                 transport.write(
                     b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
                     b"retry-after: 1\r\nconnection: close\r\ncontent-length: "
-                    + str(len(_REFUSAL)).encode() + b"\r\n\r\n" + _REFUSAL
+                    + str(len(_REFUSAL)).encode()
+                    + b"\r\n\r\n"
+                    + _REFUSAL
                 )
                 transport.close()
                 return
@@ -142,7 +144,8 @@ def guarded_protocol(max_connections: int, header_timeout_s: float, body_timeout
                 self.cycle.message_event.set()  # and its wait for the body ends now
                 self.transport.write(
                     b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\nconnection: close\r\n"
-                    b"content-length: " + str(len(_TOO_SLOW)).encode() + b"\r\n\r\n" + _TOO_SLOW)
+                    b"content-length: " + str(len(_TOO_SLOW)).encode() + b"\r\n\r\n" + _TOO_SLOW
+                )
             self.transport._transport.close()
 
         def on_response_complete(self) -> None:
@@ -211,8 +214,9 @@ class DrainingServer(uvicorn.Server):
         self._loop.call_soon_threadsafe(self._drain)
 
     def _drain(self) -> None:
-        log.info("draining for %.1fs, then at most %.1fs for requests in flight", self.drain_seconds,
-                 self.graceful_seconds)
+        log.info(
+            "draining for %.1fs, then at most %.1fs for requests in flight", self.drain_seconds, self.graceful_seconds
+        )
         self.state.draining = True
         assert self._loop is not None
         self._loop.call_later(self.drain_seconds, self._stop)
@@ -240,8 +244,9 @@ def bind(host: str, port: int) -> socket.socket:
         sock.bind((host, port))
     except OSError as exc:
         sock.close()
-        raise StartupError([f"cannot listen on {host}:{port}: {exc.strerror or exc}; "
-                            f"pick another port (--port) or stop what holds it"]) from None
+        raise StartupError(
+            [f"cannot listen on {host}:{port}: {exc.strerror or exc}; pick another port (--port) or stop what holds it"]
+        ) from None
     sock.set_inheritable(True)
     return sock
 
@@ -265,7 +270,10 @@ def run(settings: Settings) -> int:
         log.warning("max_connections lowered to %d: the open-file limit is %d", max_connections, files)
     app = create_app(settings, url=base_url(sock))
     config = uvicorn.Config(
-        app, log_level=settings.log_level, log_config=None, access_log=False,
+        app,
+        log_level=settings.log_level,
+        log_config=None,
+        access_log=False,
         http=guarded_protocol(max_connections, settings.header_timeout_s, settings.body_timeout_s),
         timeout_keep_alive=int(max(1, settings.keep_alive_s)),
         # A backstop only: the server answers what is unfinished half a second before.

@@ -131,8 +131,12 @@ class Settings(BaseSettings):
     def rule_limits(self):
         from rewardserve.models.rules.runner import RuleLimits
 
-        return RuleLimits(workers=self.rule_workers, timeout_s=self.rule_timeout_s,
-                          memory_mb=self.rule_memory_mb, max_queued=self.rule_queue_max)
+        return RuleLimits(
+            workers=self.rule_workers,
+            timeout_s=self.rule_timeout_s,
+            memory_mb=self.rule_memory_mb,
+            max_queued=self.rule_queue_max,
+        )
 
     def requests_per_tenant(self) -> int:
         return self.max_requests_per_tenant or max(16, self.max_connections // 4)

@@ -107,8 +107,14 @@ class ShadowWindow:
             flips = list(self.flips)
             counts = (self.requests, self.skipped, self.failed)
         return ShadowReport(
-            model=model, candidate=candidate, fraction=fraction, requests=counts[0], skipped=counts[1],
-            failed=counts[2], items=len(pairs), groups=len(best),
+            model=model,
+            candidate=candidate,
+            fraction=fraction,
+            requests=counts[0],
+            skipped=counts[1],
+            failed=counts[2],
+            items=len(pairs),
+            groups=len(best),
             spearman=spearman([p[0] for p in pairs], [p[1] for p in pairs]),
             best_changed=sum(best) / len(best) if best else None,
             sign_flips=sum(flips) / len(flips) if flips else None,
@@ -124,15 +130,28 @@ class Shadowing:
         self._seen: dict[str, int] = {}
         self._in_flight: dict[str, int] = {}
         self._tasks: set[asyncio.Task[None]] = set()
-        self.items = Counter("rewardserve_shadow_items", "Items a shadow candidate scored", ["model", "candidate"],
-                             registry=r)
-        self.skipped = Counter("rewardserve_shadow_skipped", "Shadow requests skipped (busy, failed)",
-                               ["model", "candidate", "reason"], registry=r)
-        self.gauges = {name: Gauge(f"rewardserve_shadow_{name}", f"Shadow candidate vs served model: {what}",
-                                   ["model", "candidate"], registry=r)
-                       for name, what in (("spearman", "rank correlation of scores"),
-                                          ("best_changed_ratio", "share of groups whose best completion changes"),
-                                          ("sign_flip_ratio", "share of group advantages that change sign"))}
+        self.items = Counter(
+            "rewardserve_shadow_items", "Items a shadow candidate scored", ["model", "candidate"], registry=r
+        )
+        self.skipped = Counter(
+            "rewardserve_shadow_skipped",
+            "Shadow requests skipped (busy, failed)",
+            ["model", "candidate", "reason"],
+            registry=r,
+        )
+        self.gauges = {
+            name: Gauge(
+                f"rewardserve_shadow_{name}",
+                f"Shadow candidate vs served model: {what}",
+                ["model", "candidate"],
+                registry=r,
+            )
+            for name, what in (
+                ("spearman", "rank correlation of scores"),
+                ("best_changed_ratio", "share of groups whose best completion changes"),
+                ("sign_flip_ratio", "share of group advantages that change sign"),
+            )
+        }
 
     def window(self, model: str, tenant: str | None = ALL) -> ShadowWindow:
         """What the shadow showed on ``tenant``'s items (ALL: everyone's)."""
@@ -143,8 +162,9 @@ class Shadowing:
         self._seen[model] = seen + 1
         return math.floor((seen + 1) * fraction) > math.floor(seen * fraction)
 
-    def maybe_shadow(self, request: Request, model: str, items: list[Item], options: ScoreOptions,
-                     results: list[ItemResult]) -> None:
+    def maybe_shadow(
+        self, request: Request, model: str, items: list[Item], options: ScoreOptions, results: list[ItemResult]
+    ) -> None:
         """Start the candidate on these items when this request is picked; never waits."""
         spec = request.app.state.svc.registry.shadow_of(model)
         if spec is None or not self.picked(model, spec.fraction):
@@ -163,8 +183,16 @@ class Shadowing:
     def _windows(self, model: str, tenant: str | None) -> list[ShadowWindow]:
         return [self.window(model), self.window(model, tenant)]
 
-    async def _run(self, app: Any, model: str, candidate: str, items: list[Item], options: ScoreOptions,
-                   results: list[ItemResult], tenant: str | None) -> None:
+    async def _run(
+        self,
+        app: Any,
+        model: str,
+        candidate: str,
+        items: list[Item],
+        options: ScoreOptions,
+        results: list[ItemResult],
+        tenant: str | None,
+    ) -> None:
         from rewardserve.service.dispatch import score_items
 
         scope = RequestScope(deadline=time.monotonic() + SHADOW_DEADLINE_S, name=f"shadow-{model}", tenant=tenant)
@@ -193,8 +221,11 @@ class Shadowing:
             if spec is None or tenant != ALL:
                 continue
             report = window.report(model, spec.model, spec.fraction)
-            for name, value in (("spearman", report.spearman), ("best_changed_ratio", report.best_changed),
-                                ("sign_flip_ratio", report.sign_flips)):
+            for name, value in (
+                ("spearman", report.spearman),
+                ("best_changed_ratio", report.best_changed),
+                ("sign_flip_ratio", report.sign_flips),
+            ):
                 if value is not None:
                     self.gauges[name].labels(model, spec.model).set(value)
 

@@ -64,13 +64,19 @@ def load_tenants(path: Path, only_tenants: bool = True) -> list[TenantSpec]:
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a mapping with a 'tenants:' list")
     if only_tenants and set(data) - {"tenants"}:
-        raise ValueError(f"{path}: unknown field(s) {', '.join(sorted(set(data) - {'tenants'}))}; "
-                         "a tenants file holds 'tenants:' only")
+        raise ValueError(
+            f"{path}: unknown field(s) {', '.join(sorted(set(data) - {'tenants'}))}; "
+            "a tenants file holds 'tenants:' only"
+        )
     try:
         return _TenantsFile.model_validate(data).tenants
     except ValidationError as exc:
-        problems = [f"tenants[{e['loc'][1]}].{'.'.join(map(str, e['loc'][2:]))}: {e['msg']}"
-                    if len(e["loc"]) > 2 else f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()]
+        problems = [
+            f"tenants[{e['loc'][1]}].{'.'.join(map(str, e['loc'][2:]))}: {e['msg']}"
+            if len(e["loc"]) > 2
+            else f"{'.'.join(map(str, e['loc']))}: {e['msg']}"
+            for e in exc.errors()
+        ]
         raise ValueError(f"{path}: " + "; ".join(problems)) from None
 
 
@@ -83,8 +89,11 @@ def check_tenants(specs: list[TenantSpec]) -> None:
     for spec in specs:
         for key in spec.keys:
             if key in owners:
-                where = f"twice in tenant {spec.name!r}" if owners[key] == spec.name else \
-                    f"to two tenants: {owners[key]!r} and {spec.name!r}"
+                where = (
+                    f"twice in tenant {spec.name!r}"
+                    if owners[key] == spec.name
+                    else f"to two tenants: {owners[key]!r} and {spec.name!r}"
+                )
                 raise ValueError(f"an API key is given {where}")
             owners[key] = spec.name
 
@@ -123,20 +132,27 @@ class Tenants:
         self.items = Counter("rewardserve_tenant_items", "Items sent", ["tenant"], registry=r)
         # What its requests made the service do: items, judge prompts, compared pairs, rule
         # calls and renders (what items_per_second is charged).
-        self.work = Counter("rewardserve_tenant_work", "Model inputs and rule calls its requests made",
-                            ["tenant"], registry=r)
+        self.work = Counter(
+            "rewardserve_tenant_work", "Model inputs and rule calls its requests made", ["tenant"], registry=r
+        )
         self.tokens = Counter("rewardserve_tenant_tokens", "Tokens queued", ["tenant"], registry=r)
-        self.queue_seconds = Histogram("rewardserve_tenant_queue_duration_seconds", "Time waiting for a batch",
-                                       ["tenant"], buckets=_LATENCY_BUCKETS, registry=r)
+        self.queue_seconds = Histogram(
+            "rewardserve_tenant_queue_duration_seconds",
+            "Time waiting for a batch",
+            ["tenant"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
         # Model time its work took (a batch's forward split by its items' tokens): each
         # job's use of a shared model, what a fleet charges for.
-        self.model_seconds = Counter("rewardserve_tenant_model_seconds", "Forward time its batches took",
-                                     ["tenant"], registry=r)
+        self.model_seconds = Counter(
+            "rewardserve_tenant_model_seconds", "Forward time its batches took", ["tenant"], registry=r
+        )
         # Rule-pool worker time its calls and template renders took (models/rules/pool.py).
-        self.rule_seconds = Counter("rewardserve_tenant_rule_seconds", "Rule-pool worker time its calls took",
-                                    ["tenant"], registry=r)
-        self.rejected = Counter("rewardserve_tenant_rejections", "Requests refused", ["tenant", "reason"],
-                                registry=r)
+        self.rule_seconds = Counter(
+            "rewardserve_tenant_rule_seconds", "Rule-pool worker time its calls took", ["tenant"], registry=r
+        )
+        self.rejected = Counter("rewardserve_tenant_rejections", "Requests refused", ["tenant", "reason"], registry=r)
 
     @property
     def enabled(self) -> bool:
@@ -283,8 +299,11 @@ class TenantShares:
 
     def _active(self) -> set[str | None]:
         now = time.monotonic()
-        return {tenant for tenant, seen in self._last_seen.items()
-                if now - seen < ACTIVE_S or self._queued.get(tenant, 0) > 0}
+        return {
+            tenant
+            for tenant, seen in self._last_seen.items()
+            if now - seen < ACTIVE_S or self._queued.get(tenant, 0) > 0
+        }
 
     def queued(self, tenant: str | None) -> int:
         """The tokens ``tenant`` has queued."""

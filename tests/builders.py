@@ -60,8 +60,14 @@ def build_tokenizer(style: str, vocab_size: int = 600):
     if style == "qwen":
         specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     else:
-        specials = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>",
-                    "<|end_header_id|>", "<|eot_id|>", "<|pad|>"]
+        specials = [
+            "<|begin_of_text|>",
+            "<|end_of_text|>",
+            "<|start_header_id|>",
+            "<|end_header_id|>",
+            "<|eot_id|>",
+            "<|pad|>",
+        ]
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -170,14 +176,15 @@ def reference_outcome_scores(model_dir: Path, conversations: list[list[dict]]) -
         for conversation in conversations:
             text = tokenizer.apply_chat_template(conversation, tokenize=False)
             if tokenizer.bos_token is not None and text.startswith(tokenizer.bos_token):
-                text = text[len(tokenizer.bos_token):]
+                text = text[len(tokenizer.bos_token) :]
             encoded = tokenizer(text, return_tensors="pt")
             out.append(model(**encoded).logits[0].tolist())
     return out
 
 
-def reference_text_scores(model_dir: Path, texts: list[str], max_length: int | None = None,
-                          add_special_tokens: bool = False) -> list[float]:
+def reference_text_scores(
+    model_dir: Path, texts: list[str], max_length: int | None = None, add_special_tokens: bool = False
+) -> list[float]:
     """Already templated texts as OpenRLHF's reward server scores them
     (openrlhf/cli/serve_rm.py and openrlhf/models/model.py, 0.11.2): tokenized without
     adding special tokens, cut on the right at ``max_length``, the score head read at
@@ -188,8 +195,13 @@ def reference_text_scores(model_dir: Path, texts: list[str], max_length: int | N
     out = []
     with torch.inference_mode():
         for text in texts:
-            encoded = tokenizer(text, add_special_tokens=add_special_tokens, return_tensors="pt",
-                                truncation=max_length is not None, max_length=max_length)
+            encoded = tokenizer(
+                text,
+                add_special_tokens=add_special_tokens,
+                return_tensors="pt",
+                truncation=max_length is not None,
+                max_length=max_length,
+            )
             hidden = model.model(**encoded).last_hidden_state
             out.append(float(model.score(hidden)[0, -1, 0]))
     return out
@@ -324,9 +336,15 @@ def build_yes_sayer(out_dir: Path, word: str = " Yes") -> Path:
     (token,) = tokenizer.encode(word, add_special_tokens=False)
     torch.manual_seed(0)
     config = PhiConfig(
-        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, max_position_embeddings=1024, pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.eos_token_id,
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        max_position_embeddings=1024,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=tokenizer.eos_token_id,
         tie_word_embeddings=False,
     )
     model = PhiForCausalLM(config)
@@ -347,8 +365,15 @@ VL_TEMPLATE = (
 )
 
 
-def build_qwen2_vl(out_dir: Path, head: str = "value_head", seed: int = 0, hidden: int = 64,
-                   layers: int = 2, vision_depth: int = 1, max_pixels: int = 112 * 112) -> Path:
+def build_qwen2_vl(
+    out_dir: Path,
+    head: str = "value_head",
+    seed: int = 0,
+    hidden: int = 64,
+    layers: int = 2,
+    vision_depth: int = 1,
+    max_pixels: int = 112 * 112,
+) -> Path:
     """A tiny Qwen2VLForConditionalGeneration with its PIL image processor and a reward
     head stored beside it: ``v_head.summary.*`` (value head), ``score.0/2.*`` (MLP), or
     none (yes / no readout from the LM head)."""
@@ -358,24 +383,41 @@ def build_qwen2_vl(out_dir: Path, head: str = "value_head", seed: int = 0, hidde
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
     tokenizer = build_tokenizer("qwen")
-    tokenizer.add_special_tokens({"additional_special_tokens": [
-        "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]})
+    tokenizer.add_special_tokens(
+        {"additional_special_tokens": ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]}
+    )
     tokenizer.chat_template = VL_TEMPLATE
     token = tokenizer.convert_tokens_to_ids
     heads = max(1, hidden // 16)
     config = Qwen2VLConfig(
         text_config=dict(
-            vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=hidden * 2,
-            num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=heads,
-            max_position_embeddings=4096, initializer_range=0.2,
+            vocab_size=len(tokenizer),
+            hidden_size=hidden,
+            intermediate_size=hidden * 2,
+            num_hidden_layers=layers,
+            num_attention_heads=heads,
+            num_key_value_heads=heads,
+            max_position_embeddings=4096,
+            initializer_range=0.2,
             rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]},
             pad_token_id=tokenizer.pad_token_id,
         ),
-        vision_config=dict(depth=vision_depth, embed_dim=32, hidden_size=hidden, num_heads=2,
-                           mlp_ratio=2, patch_size=14, spatial_merge_size=2, temporal_patch_size=2),
-        image_token_id=token("<|image_pad|>"), video_token_id=token("<|video_pad|>"),
-        vision_start_token_id=token("<|vision_start|>"), vision_end_token_id=token("<|vision_end|>"),
-        pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=False,
+        vision_config=dict(
+            depth=vision_depth,
+            embed_dim=32,
+            hidden_size=hidden,
+            num_heads=2,
+            mlp_ratio=2,
+            patch_size=14,
+            spatial_merge_size=2,
+            temporal_patch_size=2,
+        ),
+        image_token_id=token("<|image_pad|>"),
+        video_token_id=token("<|video_pad|>"),
+        vision_start_token_id=token("<|vision_start|>"),
+        vision_end_token_id=token("<|vision_end|>"),
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=False,
     )
     torch.manual_seed(seed)
     model = Qwen2VLForConditionalGeneration(config)
@@ -406,23 +448,37 @@ def build_clip(out_dir: Path, seed: int = 0, image_size: int = 32) -> Path:
     bos, eos = "<|begin_of_text|>", "<|end_of_text|>"
     backend = tokenizer.backend_tokenizer
     backend.post_processor = processors.TemplateProcessing(
-        single=f"{bos} $A {eos}", pair=f"{bos} $A {eos} $B {eos}",
+        single=f"{bos} $A {eos}",
+        pair=f"{bos} $A {eos} $B {eos}",
         special_tokens=[(bos, backend.token_to_id(bos)), (eos, backend.token_to_id(eos))],
     )
     tokenizer.eos_token = eos
     config = CLIPConfig(
-        text_config=dict(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
-                         num_hidden_layers=2, num_attention_heads=2, max_position_embeddings=77,
-                         eos_token_id=tokenizer.convert_tokens_to_ids(eos),
-                         bos_token_id=tokenizer.convert_tokens_to_ids(bos),
-                         pad_token_id=tokenizer.pad_token_id),
-        vision_config=dict(image_size=image_size, patch_size=8, hidden_size=32, intermediate_size=64,
-                           num_hidden_layers=2, num_attention_heads=2),
+        text_config=dict(
+            vocab_size=len(tokenizer),
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            max_position_embeddings=77,
+            eos_token_id=tokenizer.convert_tokens_to_ids(eos),
+            bos_token_id=tokenizer.convert_tokens_to_ids(bos),
+            pad_token_id=tokenizer.pad_token_id,
+        ),
+        vision_config=dict(
+            image_size=image_size,
+            patch_size=8,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+        ),
         projection_dim=16,
     )
     torch.manual_seed(seed)
     model = CLIPModel(config)
     _save(model, tokenizer, out_dir)
-    CLIPImageProcessorPil(size={"shortest_edge": image_size},
-                          crop_size={"height": image_size, "width": image_size}).save_pretrained(out_dir)
+    CLIPImageProcessorPil(
+        size={"shortest_edge": image_size}, crop_size={"height": image_size, "width": image_size}
+    ).save_pretrained(out_dir)
     return out_dir

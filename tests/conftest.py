@@ -52,9 +52,7 @@ def llama_rm(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def qwen3_multihead_rm(tmp_path_factory) -> Path:
-    return build_sequence_classifier(
-        tmp_path_factory.mktemp("qwen3_mh"), "qwen3", num_labels=3, seed=2
-    )
+    return build_sequence_classifier(tmp_path_factory.mktemp("qwen3_mh"), "qwen3", num_labels=3, seed=2)
 
 
 @pytest.fixture(scope="session")

@@ -8,9 +8,9 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
-from typing import AsyncIterator, Iterator
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
@@ -38,8 +38,11 @@ def free_port() -> int:
 
 @contextmanager
 def serve_subprocess(
-    *args: str, env: dict[str, str] | None = None, log_path: Path | None = None,
-    ready_timeout: float = 180.0, python: str | None = None,
+    *args: str,
+    env: dict[str, str] | None = None,
+    log_path: Path | None = None,
+    ready_timeout: float = 180.0,
+    python: str | None = None,
 ) -> Iterator[str]:
     """``rewardserve serve`` in a real uvicorn process on 127.0.0.1 (run by ``python``,
     this interpreter by default); yields its URL."""
@@ -49,8 +52,11 @@ def serve_subprocess(
 
 @contextmanager
 def serve_process(
-    *args: str, env: dict[str, str] | None = None, log_path: Path | None = None,
-    ready_timeout: float = 180.0, python: str | None = None,
+    *args: str,
+    env: dict[str, str] | None = None,
+    log_path: Path | None = None,
+    ready_timeout: float = 180.0,
+    python: str | None = None,
 ) -> Iterator[tuple[str, subprocess.Popen]]:
     """``serve_subprocess`` that yields the URL and the process."""
     port = free_port()
@@ -60,8 +66,13 @@ def serve_process(
         # No drain by default: tests stop their servers at once (drain tests set their own).
         # No torch.compile at load: in-process tests and tests/models/backends/kernels
         # check the compiled layers; a process started for a test saves its seconds.
-        env={**os.environ, "REWARDSERVE_DRAIN_SECONDS": "0", "REWARDSERVE_COMPILE": "false",
-             "REWARDSERVE_GC_FREEZE": "true", **(env or {})},
+        env={
+            **os.environ,
+            "REWARDSERVE_DRAIN_SECONDS": "0",
+            "REWARDSERVE_COMPILE": "false",
+            "REWARDSERVE_GC_FREEZE": "true",
+            **(env or {}),
+        },
         stdout=log,
         stderr=subprocess.STDOUT,
     )

@@ -26,7 +26,7 @@ def _qwen_prm_last_tag(model_dir: Path, conversations: list[list[dict]]) -> list
     base = Qwen2Model.from_pretrained(model_dir, dtype=torch.float32).eval()
     weights = load_file(Path(model_dir) / "model.safetensors")
     head = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 2))
-    head.load_state_dict({k[len("score."):]: v for k, v in weights.items() if k.startswith("score.")})
+    head.load_state_dict({k[len("score.") :]: v for k, v in weights.items() if k.startswith("score.")})
     sep_id = tokenizer.encode("<extra_0>")[0]
     out = []
     with torch.inference_mode():
@@ -42,19 +42,19 @@ def _qwen_prm_last_tag(model_dir: Path, conversations: list[list[dict]]) -> list
 def qwen_prm_steps(model_dir: Path, messages: list[dict], steps: list[str]) -> list[float]:
     """Qwen2.5-Math-PRM card: assistant content = steps joined by <extra_0> and ended by
     one; one pass per step prefix."""
-    return _qwen_prm_last_tag(model_dir, [
-        messages + [{"role": "assistant", "content": "<extra_0>".join(steps[:k]) + "<extra_0>"}]
-        for k in range(1, len(steps) + 1)
-    ])
+    return _qwen_prm_last_tag(
+        model_dir,
+        [
+            messages + [{"role": "assistant", "content": "<extra_0>".join(steps[:k]) + "<extra_0>"}]
+            for k in range(1, len(steps) + 1)
+        ],
+    )
 
 
 def qwen_prm_turns(model_dir: Path, messages: list[dict]) -> list[float]:
     """An agent trajectory the same way: each assistant turn ends with <extra_0>; one pass
     per trajectory prefix ending at an assistant turn."""
-    tagged = [
-        {**m, "content": m["content"] + "<extra_0>"} if m["role"] == "assistant" else m
-        for m in messages
-    ]
+    tagged = [{**m, "content": m["content"] + "<extra_0>"} if m["role"] == "assistant" else m for m in messages]
     ends = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
     return _qwen_prm_last_tag(model_dir, [tagged[: i + 1] for i in ends])
 
@@ -64,7 +64,10 @@ def shepherd_steps(model_dir: Path, question: str, steps: list[str]) -> list[flo
     on lines; softmax over the logits of "+" / "-" at the ки positions, "+"."""
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
-    candidates = [tokenizer.encode("+", add_special_tokens=False)[-1], tokenizer.encode("-", add_special_tokens=False)[-1]]
+    candidates = [
+        tokenizer.encode("+", add_special_tokens=False)[-1],
+        tokenizer.encode("-", add_special_tokens=False)[-1],
+    ]
     tag_id = tokenizer.encode("ки", add_special_tokens=False)[-1]
     out = []
     with torch.inference_mode():

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -60,8 +60,11 @@ def test_a_client_only_install_has_its_commands(tmp_path):
     installed = run(str(uv), "pip", "install", "--quiet", "--python", str(python), str(wheel))
     assert installed.returncode == 0, installed.stderr[-2000:]
     command = str(venv / "bin" / "rewardserve")
-    absent = run(str(python), "-c", "import importlib.util as u; print([m for m in ('torch', 'yaml', 'fastapi') "
-                                    "if u.find_spec(m)])")
+    absent = run(
+        str(python),
+        "-c",
+        "import importlib.util as u; print([m for m in ('torch', 'yaml', 'fastapi') if u.find_spec(m)])",
+    )
     assert absent.stdout.strip() == "[]", absent.stdout
     helped = run(command, "--help")
     assert helped.returncode == 0 and "serve" in helped.stdout, helped.stderr

@@ -45,8 +45,14 @@ class Server:
     def start(self, command: str, port: int) -> None:
         self.stop()
         with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(["bash", "-c", f"exec {command}"], cwd=self.cwd, env=self.env, stdout=log,
-                                         stderr=subprocess.STDOUT, start_new_session=True)
+            self.proc = subprocess.Popen(
+                ["bash", "-c", f"exec {command}"],
+                cwd=self.cwd,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline:
             assert self.proc.poll() is None, f"{command!r} exited: {self.log.read_text()[-3000:]}"
@@ -85,8 +91,12 @@ def sources(tmp_path_factory, qwen3_rm, qwen2_prm, judge_lm, vl_value, clip_mode
 @pytest.mark.long(80)
 def test_every_readme_example_runs(tmp_path, sources):
     port = free_port()
-    env = {**os.environ, "PATH": f"{ROOT / '.venv' / 'bin'}:{os.environ['PATH']}", "REWARDSERVE_DRAIN_SECONDS": "0",
-           "REWARDSERVE_COMPILE": "false"}  # as tests/harness.py starts services
+    env = {
+        **os.environ,
+        "PATH": f"{ROOT / '.venv' / 'bin'}:{os.environ['PATH']}",
+        "REWARDSERVE_DRAIN_SECONDS": "0",
+        "REWARDSERVE_COMPILE": "false",
+    }  # as tests/harness.py starts services
     for name in (".venv", "Makefile", "pyproject.toml"):
         (tmp_path / name).symlink_to(ROOT / name)
     for k, name in enumerate(["shot.png", "frame0.png", "frame1.png", "frame2.png"]):
@@ -98,8 +108,11 @@ def test_every_readme_example_runs(tmp_path, sources):
             text = text.replace(given, local)
         text = re.sub(r"http://(127\.0\.0\.1|rm|rm-0|rm-1):8000", f"http://127.0.0.1:{port}", text)
         # The GRPO run: one short step, not 200 of 256 tokens.
-        return (text.replace("steps: 200", "steps: 1").replace("prompts_per_step: 8", "prompts_per_step: 1")
-                .replace("max_new_tokens: 256", "max_new_tokens: 8"))
+        return (
+            text.replace("steps: 200", "steps: 1")
+            .replace("prompts_per_step: 8", "prompts_per_step: 1")
+            .replace("max_new_tokens: 256", "max_new_tokens: 8")
+        )
 
     ran = {"bash": 0, "python": 0, "yaml": 0, "serve": 0}
     try:
@@ -116,8 +129,9 @@ def test_every_readme_example_runs(tmp_path, sources):
                     check_verl_config(body, tmp_path)
                 ran["yaml"] += 1
             elif lang == "python":
-                done = subprocess.run([sys.executable, "-c", body], cwd=tmp_path, env=env, capture_output=True,
-                                      text=True, timeout=300)
+                done = subprocess.run(
+                    [sys.executable, "-c", body], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+                )
                 assert done.returncode == 0, f"{body}\n{done.stderr[-3000:]}"
                 ran["python"] += 1
             elif lang == "bash":
@@ -132,8 +146,14 @@ def test_every_readme_example_runs(tmp_path, sources):
                         server.start(command, port)
                         ran["serve"] += 1
                     continue
-                done = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", body], cwd=tmp_path, env=env,
-                                      capture_output=True, text=True, timeout=300)
+                done = subprocess.run(
+                    ["bash", "-e", "-o", "pipefail", "-c", body],
+                    cwd=tmp_path,
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    timeout=300,
+                )
                 assert done.returncode == 0, f"{body}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
                 assert '"error":{' not in done.stdout.replace(" ", ""), f"{body}\n{done.stdout[-2000:]}"
                 ran["bash"] += 1
@@ -161,8 +181,9 @@ def check_verl_config(body: str, cwd: Path) -> None:
     import yaml
 
     config = yaml.safe_load(body)["custom_reward_function"]
-    printed = subprocess.run([sys.executable, "-m", "rewardserve.cli", "paths"], capture_output=True,
-                             text=True, timeout=60, check=True).stdout
+    printed = subprocess.run(
+        [sys.executable, "-m", "rewardserve.cli", "paths"], capture_output=True, text=True, timeout=60, check=True
+    ).stdout
     (path,) = [line.split("\t")[0] for line in printed.splitlines() if line.split("\t")[0].endswith("/verl.py")]
     assert config["path"] == "/path/to/rewardserve/client/integrations/verl.py"
     spec = importlib.util.spec_from_file_location("custom_module", path)

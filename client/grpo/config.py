@@ -25,7 +25,6 @@ class RewardSource(BaseModel):
     criteria: list[dict[str, Any]] | None = None
     options: dict[str, Any] = Field(default_factory=dict)
 
-
     @property
     def label(self) -> str:
         return self.name or (f"{self.endpoint}/{self.model}" if self.model else self.endpoint)

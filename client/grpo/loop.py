@@ -22,9 +22,9 @@ import random
 import time
 from collections.abc import Callable, Hashable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from transformers import StoppingCriteria
@@ -58,8 +58,9 @@ def train(config: GRPOConfig) -> list[dict[str, Any]]:
     random.seed(config.seed)
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    prompts: list[dict[str, Any]] = [json.loads(line) for line in open(config.prompts, encoding="utf-8")
-                                     if line.strip()]
+    prompts: list[dict[str, Any]] = [
+        json.loads(line) for line in open(config.prompts, encoding="utf-8") if line.strip()
+    ]
     if not prompts:
         raise ValueError(f"{config.prompts}: no prompts")
     rewards = RewardMix(RewardClient(config.service, api_key=config.api_key), config.rewards)
@@ -74,33 +75,51 @@ def train(config: GRPOConfig) -> list[dict[str, Any]]:
     try:
         for step in range(start, config.steps):
             began = time.monotonic()
-            batch = [prompts[order[(step * config.prompts_per_step + k) % len(order)]]
-                     for k in range(config.prompts_per_step)]
+            batch = [
+                prompts[order[(step * config.prompts_per_step + k) % len(order)]]
+                for k in range(config.prompts_per_step)
+            ]
             scoring: dict[int, Future[Scored]] = {}
-            rollout = sample(config, policy, reference, tokenizer, batch,             # 1
-                             lambda at, rows, texts: scoring.update({at: scorer.submit(rewards.score, rows, texts)}))
+            rollout = sample(
+                config,
+                policy,
+                reference,
+                tokenizer,
+                batch,  # 1
+                lambda at, rows, texts, scoring=scoring: scoring.update(
+                    {at: scorer.submit(rewards.score, rows, texts)}
+                ),
+            )
             waited = time.monotonic()
             scored = Scored.joined([scoring[at].result() for at in sorted(scoring)])  # 2
             waited = time.monotonic() - waited
             reward, valid, per_source = scored.reward, scored.valid, scored.means()
             keys = groups(config, rollout.rows)
-            advantages = group_advantages(reward, valid, keys)                        # 3
-            loss, kl = update(config, policy, optimizer, rollout, advantages)         # 4
+            advantages = group_advantages(reward, valid, keys)  # 3
+            loss, kl = update(config, policy, optimizer, rollout, advantages)  # 4
             flat = zero_variance_share(reward, valid, keys)
             if flat is not None and flat > config.warn_zero_variance:
-                log.warning("step %d: %.0f%% of the groups have equal rewards (no learning signal); the "
-                            "reward may be too coarse or the task too easy / hard", step + 1, 100 * flat)
+                log.warning(
+                    "step %d: %.0f%% of the groups have equal rewards (no learning signal); the "
+                    "reward may be too coarse or the task too easy / hard",
+                    step + 1,
+                    100 * flat,
+                )
             completion = rollout.completion_mask.sum(1).float()  # tokens, the EOS included
             row = {
-                "step": step + 1, "loss": loss, "kl": kl,
+                "step": step + 1,
+                "loss": loss,
+                "kl": kl,
                 "reward_mean": float(reward[valid].mean()) if valid.any() else None,
                 "reward_std": float(reward[valid].std()) if valid.sum() > 1 else None,
-                "invalid": int((~valid).sum()), "zero_variance_groups": flat,
-                "completion_length": float(completion.mean()), "seconds": round(time.monotonic() - began, 3),
+                "invalid": int((~valid).sum()),
+                "zero_variance_groups": flat,
+                "completion_length": float(completion.mean()),
+                "seconds": round(time.monotonic() - began, 3),
                 "reward_wait_s": round(waited, 4),
                 **{f"reward/{k}": v for k, v in per_source.items()},
             }
-            history.append(row)                                                       # 5
+            history.append(row)  # 5
             with open(out / "metrics.jsonl", "a", encoding="utf-8") as f:
                 f.write(json.dumps(row) + "\n")
             plot_metrics(history, out / "metrics.png")
@@ -120,8 +139,14 @@ def train(config: GRPOConfig) -> list[dict[str, Any]]:
 
 
 @torch.no_grad()  # type: ignore[untyped-decorator]  # torch is not type-checked here
-def sample(config: GRPOConfig, policy: Any, reference: Any, tokenizer: Any, batch: list[dict[str, Any]],
-           decoded_hook: Callable[[int, list[dict[str, Any]], list[str]], None] | None = None) -> Rollout:
+def sample(
+    config: GRPOConfig,
+    policy: Any,
+    reference: Any,
+    tokenizer: Any,
+    batch: list[dict[str, Any]],
+    decoded_hook: Callable[[int, list[dict[str, Any]], list[str]], None] | None = None,
+) -> Rollout:
     """G completions of each prompt, in one generate call. ``decoded_hook(at, rows, texts)``
     gets each prompt's group (its completions from index ``at`` of the step) as soon as all
     its completions have ended, while the others are still generated, and the rest when
@@ -132,14 +157,20 @@ def sample(config: GRPOConfig, policy: Any, reference: Any, tokenizer: Any, batc
     rows = [row for row in batch for _ in range(config.group_size)]
     watch = _GroupsDone(config.group_size, prompt_len, tokenizer, rows, decoded_hook)
     generated = policy.generate(
-        **encoded, do_sample=True, temperature=config.temperature, top_p=config.top_p,
-        max_new_tokens=config.max_new_tokens, num_return_sequences=config.group_size,
-        pad_token_id=tokenizer.pad_token_id, stopping_criteria=[watch],
+        **encoded,
+        do_sample=True,
+        temperature=config.temperature,
+        top_p=config.top_p,
+        max_new_tokens=config.max_new_tokens,
+        num_return_sequences=config.group_size,
+        pad_token_id=tokenizer.pad_token_id,
+        stopping_criteria=[watch],
     )
     keep, decoded = watch.finish(generated)
     mask = torch.cat([encoded["attention_mask"].repeat_interleave(config.group_size, 0), keep], 1)
-    completion_mask = torch.cat([torch.zeros_like(encoded["input_ids"]).repeat_interleave(config.group_size, 0),
-                                 keep], 1)
+    completion_mask = torch.cat(
+        [torch.zeros_like(encoded["input_ids"]).repeat_interleave(config.group_size, 0), keep], 1
+    )
     old = token_logps(policy, generated, mask) * completion_mask
     ref = token_logps(reference, generated, mask) * completion_mask if reference is not None else None
     return Rollout(rows, decoded, generated, mask, completion_mask, old, ref)
@@ -149,27 +180,34 @@ class _GroupsDone(StoppingCriteria):  # type: ignore[misc]  # transformers is no
     """Stops nothing: at each generation step it hands on the groups whose completions
     have all ended (each at its first EOS, kept so the policy learns to stop)."""
 
-    def __init__(self, group_size: int, prompt_len: int, tokenizer: Any, rows: list[dict[str, Any]],
-                 hook: Callable[[int, list[dict[str, Any]], list[str]], None] | None):
+    def __init__(
+        self,
+        group_size: int,
+        prompt_len: int,
+        tokenizer: Any,
+        rows: list[dict[str, Any]],
+        hook: Callable[[int, list[dict[str, Any]], list[str]], None] | None,
+    ):
         self.g, self.prompt_len, self.tokenizer, self.rows, self.hook = group_size, prompt_len, tokenizer, rows, hook
         self.texts: list[str | None] = [None] * len(rows)
 
     def _ends(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Which tokens each completion keeps, and which completions have ended."""
-        completion = ids[:, self.prompt_len:]
+        completion = ids[:, self.prompt_len :]
         eos = completion == self.tokenizer.eos_token_id
         done = eos.int().cumsum(1)
         return ((done == 0) | ((done == 1) & eos)).long(), eos.any(1)
 
     def _hand_on(self, ids: torch.Tensor, keep: torch.Tensor, ended: torch.Tensor) -> None:
         for at in range(0, len(self.rows), self.g):
-            if self.texts[at] is None and bool(ended[at:at + self.g].all()):
-                part = ids[at:at + self.g, self.prompt_len:].masked_fill(keep[at:at + self.g] == 0,
-                                                                          self.tokenizer.pad_token_id)
+            if self.texts[at] is None and bool(ended[at : at + self.g].all()):
+                part = ids[at : at + self.g, self.prompt_len :].masked_fill(
+                    keep[at : at + self.g] == 0, self.tokenizer.pad_token_id
+                )
                 texts = self.tokenizer.batch_decode(part, skip_special_tokens=True)
-                self.texts[at:at + self.g] = texts
+                self.texts[at : at + self.g] = texts
                 if self.hook is not None:
-                    self.hook(at, self.rows[at:at + self.g], texts)
+                    self.hook(at, self.rows[at : at + self.g], texts)
 
     def __call__(self, input_ids: torch.Tensor, scores: Any, **kwargs: Any) -> torch.Tensor:
         if self.hook is not None:
@@ -241,8 +279,9 @@ def group_advantages(reward: torch.Tensor, valid: torch.Tensor, keys: list[Hasha
 # --------------------------------------------------------------------------- 4. the update
 
 
-def update(config: GRPOConfig, policy: Any, optimizer: Any, rollout: Rollout,
-           advantages: torch.Tensor) -> tuple[float, float]:
+def update(
+    config: GRPOConfig, policy: Any, optimizer: Any, rollout: Rollout, advantages: torch.Tensor
+) -> tuple[float, float]:
     policy.train()
     n = rollout.ids.shape[0]
     micro = max(1, math.ceil(n / config.grad_accumulation))

@@ -14,9 +14,13 @@ GRID, AXIS, TEXT = (225, 225, 225), (60, 60, 60), (40, 40, 40)
 def panels(rows: list[dict[str, Any]]) -> list[tuple[str, str]]:
     """(title, metrics key) of every panel the rows have data for."""
     sources = sorted({k for r in rows for k in r if k.startswith("reward/")})
-    wanted = [("reward (mean of the mix)", "reward_mean"), *[(k, k) for k in sources],
-              ("KL to the start policy", "kl"), ("completion length (tokens)", "completion_length"),
-              ("groups with equal rewards (share)", "zero_variance_groups")]
+    wanted = [
+        ("reward (mean of the mix)", "reward_mean"),
+        *[(k, k) for k in sources],
+        ("KL to the start policy", "kl"),
+        ("completion length (tokens)", "completion_length"),
+        ("groups with equal rewards (share)", "zero_variance_groups"),
+    ]
     return [(title, key) for title, key in wanted if any(r.get(key) is not None for r in rows)]
 
 
@@ -35,8 +39,13 @@ def plot_metrics(rows: list[dict[str, Any]], path: Path, panel_w: int = 420, pan
     image.save(path)
 
 
-def draw_panel(draw: Any, box: tuple[int, int, int, int], title: str, points: list[tuple[float, float]],
-               color: tuple[int, int, int]) -> None:
+def draw_panel(
+    draw: Any,
+    box: tuple[int, int, int, int],
+    title: str,
+    points: list[tuple[float, float]],
+    color: tuple[int, int, int],
+) -> None:
     x0, y0, w, h = box
     left, right, top, bottom = x0 + 64, x0 + w - 16, y0 + 26, y0 + h - 34
     draw.text((left, y0 + 8), title, fill=TEXT)
@@ -59,8 +68,9 @@ def draw_panel(draw: Any, box: tuple[int, int, int, int], title: str, points: li
         draw.text((x - 8, bottom + 6), f"{step:.0f}", fill=TEXT)
     draw.text((right - 28, bottom + 18), "step", fill=TEXT)
     draw.line([(left, top), (left, bottom), (right, bottom)], fill=AXIS)
-    xy = [(left + (s - first) / span * (right - left), bottom - (v - lo) / (hi - lo) * (bottom - top))
-          for s, v in points]
+    xy = [
+        (left + (s - first) / span * (right - left), bottom - (v - lo) / (hi - lo) * (bottom - top)) for s, v in points
+    ]
     if len(xy) > 1:
         draw.line(xy, fill=color, width=2)
     for x, y in xy[-1:]:

@@ -8,8 +8,8 @@ from typing import Any
 
 import torch
 
-from rewardserve.client.grpo.config import RewardSource
 from rewardserve.client.errors import APIConnectionError, APIStatusError
+from rewardserve.client.grpo.config import RewardSource
 from rewardserve.client.items import make_item
 from rewardserve.client.protocol import Item, RubricResponse, ScoreResponse, StepsResponse, VerifyResponse
 from rewardserve.client.sync_client import RewardClient
@@ -31,8 +31,11 @@ class Scored:
     @classmethod
     def joined(cls, parts: list[Scored]) -> Scored:
         """Parts scored one after another (the groups of a step), in order."""
-        return cls(torch.cat([p.reward for p in parts]), torch.cat([p.valid for p in parts]),
-                   {label: [s for p in parts for s in p.by_source[label]] for label in parts[0].by_source})
+        return cls(
+            torch.cat([p.reward for p in parts]),
+            torch.cat([p.valid for p in parts]),
+            {label: [s for p in parts for s in p.by_source[label]] for label in parts[0].by_source},
+        )
 
     def means(self) -> dict[str, float | None]:
         """Each source's mean over the completions it scored."""
@@ -55,30 +58,35 @@ class RewardMix:
         try:
             served = {card.id: card for card in self.client.models().data}
         except APIConnectionError as exc:
-            raise PreflightError(f"the reward service at {where} does not answer ({exc}); start it "
-                                 f"(rewardserve serve) or fix 'service'") from None
+            raise PreflightError(
+                f"the reward service at {where} does not answer ({exc}); start it (rewardserve serve) or fix 'service'"
+            ) from None
         except APIStatusError as exc:
             raise PreflightError(f"the reward service at {where} refused /v1/models: {exc}") from None
         for source in self.sources:
             if source.model is not None and source.model not in served:
                 close = difflib.get_close_matches(source.model, list(served), n=1)
                 hint = f"; did you mean {close[0]!r}?" if close else f"; served: {', '.join(sorted(served))}"
-                raise PreflightError(f"reward {source.label!r}: model {source.model!r} is not served at "
-                                     f"{where}{hint}")
+                raise PreflightError(f"reward {source.label!r}: model {source.model!r} is not served at {where}{hint}")
             if source.model is None and source.endpoint != "rubric":
                 raise PreflightError(f"reward {source.label!r}: endpoint {source.endpoint!r} needs a model")
             item = make_item(row["prompt"], "preflight", row.get("reference"), row)
             try:
                 self._scores(source, [item])
             except (APIStatusError, APIConnectionError, ValueError) as exc:
-                raise PreflightError(f"reward {source.label!r}: one test item through /{source.endpoint} "
-                                     f"failed: {exc}") from None
+                raise PreflightError(
+                    f"reward {source.label!r}: one test item through /{source.endpoint} failed: {exc}"
+                ) from None
 
     def _scores(self, source: RewardSource, items: list[Item]) -> list[float | None]:
         response: RubricResponse | StepsResponse | VerifyResponse | ScoreResponse
         if source.endpoint == "rubric":
-            response = self.client.rubric([item.model_dump(exclude_unset=True) for item in items], criteria=source.criteria, judge=source.model,
-                                          aggregation=source.options.get("aggregation"))
+            response = self.client.rubric(
+                [item.model_dump(exclude_unset=True) for item in items],
+                criteria=source.criteria,
+                judge=source.model,
+                aggregation=source.options.get("aggregation"),
+            )
         elif source.model is None:
             raise ValueError(f"reward source {source.endpoint!r} needs a model")
         elif source.endpoint == "steps":

@@ -16,8 +16,9 @@ from rewardserve.client.items import make_item, split_query
 from rewardserve.client.sync_client import RewardClient
 
 
-def reward_func(queries: list[str], prompts: list[str] | None = None,
-                labels: list[Any] | None = None) -> dict[str, Any]:
+def reward_func(
+    queries: list[str], prompts: list[str] | None = None, labels: list[Any] | None = None
+) -> dict[str, Any]:
     model = os.environ.get("REWARDSERVE_MODEL", "math")
     given: list[str | None] = list(prompts) if prompts else [None] * len(queries)
     references: list[Any] = labels or [None] * len(queries)

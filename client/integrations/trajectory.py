@@ -8,10 +8,11 @@ tokens for per-token advantages.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
-from rewardserve.client.protocol import StepsResult, StepSpan
+from rewardserve.client.protocol import StepSpan, StepsResult
 from rewardserve.client.sync_client import RewardClient
 
 

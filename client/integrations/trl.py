@@ -26,8 +26,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from rewardserve.client.async_client import AsyncRewardClient
 from rewardserve.client.items import column_rows, make_item
@@ -37,8 +38,9 @@ from rewardserve.client.sync_client import RewardClient
 ENDPOINTS = ("score", "steps", "verify", "rubric")
 
 
-def _items(prompts: list[Any], completions: list[Any], kwargs: dict[str, Any],
-           reference_column: str | None) -> list[Item]:
+def _items(
+    prompts: list[Any], completions: list[Any], kwargs: dict[str, Any], reference_column: str | None
+) -> list[Item]:
     rows = column_rows(kwargs, len(completions))
     return [
         make_item(p, c, row.get(reference_column) if reference_column else None, row)
@@ -46,8 +48,9 @@ def _items(prompts: list[Any], completions: list[Any], kwargs: dict[str, Any],
     ]
 
 
-def _call_args(model: str | None, endpoint: str,
-               options: dict[str, Any]) -> tuple[str, tuple[Any, ...], dict[str, Any]]:
+def _call_args(
+    model: str | None, endpoint: str, options: dict[str, Any]
+) -> tuple[str, tuple[Any, ...], dict[str, Any]]:
     if endpoint not in ENDPOINTS:
         raise ValueError(f"endpoint must be one of {ENDPOINTS}")
     if endpoint == "rubric":
@@ -121,8 +124,7 @@ class RubricRewards:
 
 
 def _fingerprint(prompts: list[Any], completions: list[Any], items: list[Item]) -> bytes:
-    return hashlib.blake2b(repr((prompts, completions, [i.reference for i in items])).encode(),
-                           digest_size=16).digest()
+    return hashlib.blake2b(repr((prompts, completions, [i.reference for i in items])).encode(), digest_size=16).digest()
 
 
 def _columns(response: RubricResponse | ScoreResponse, names: list[str]) -> dict[str, list[float | None]]:
@@ -137,14 +139,20 @@ def _columns(response: RubricResponse | ScoreResponse, names: list[str]) -> dict
     return columns
 
 
-def _shared_calls(client: RewardClient | AsyncRewardClient, call: Callable[[Any, list[Item]], Any],
-                  names: list[str], reference_column: str | None, prefix: str) -> Callable[[str, str], Callable[..., Any]]:
+def _shared_calls(
+    client: RewardClient | AsyncRewardClient,
+    call: Callable[[Any, list[Item]], Any],
+    names: list[str],
+    reference_column: str | None,
+    prefix: str,
+) -> Callable[[str, str], Callable[..., Any]]:
     """A maker of reward functions that read one column each of ONE service call per
     batch (``call(client, items)``), made by whichever function TRL calls first."""
     last: dict[str, Any] = {}  # the batch's fingerprint and what its call gave
 
     def make(column: str, name: str) -> Callable[..., Any]:
         if isinstance(client, AsyncRewardClient):
+
             async def reward_async(prompts: list[Any], completions: list[Any], **columns: Any) -> list[float | None]:
                 items = _items(prompts, completions, columns, reference_column)
                 key = _fingerprint(prompts, completions, items)
@@ -154,6 +162,7 @@ def _shared_calls(client: RewardClient | AsyncRewardClient, call: Callable[[Any,
 
             fn: Callable[..., Any] = reward_async
         else:
+
             def reward(prompts: list[Any], completions: list[Any], **columns: Any) -> list[float | None]:
                 items = _items(prompts, completions, columns, reference_column)
                 key = _fingerprint(prompts, completions, items)
@@ -184,8 +193,9 @@ def rubric_reward_functions(
     coroutines (TRL gathers them; they still make one call)."""
     checked = [c if isinstance(c, Criterion) else Criterion.model_validate(c) for c in criteria]
     names = [c.name for c in checked]
-    mode = (aggregation.mode if isinstance(aggregation, Aggregation) else (aggregation or {}).get("mode")) \
-        or "weighted_mean"
+    mode = (
+        aggregation.mode if isinstance(aggregation, Aggregation) else (aggregation or {}).get("mode")
+    ) or "weighted_mean"
     split = mode == "weighted_mean" and escalate is None
 
     def call(on: Any, items: list[Item]) -> Any:

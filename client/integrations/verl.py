@@ -46,8 +46,8 @@ Answer = ScoreResponse | StepsResponse | VerifyResponse | RubricResponse
 
 _clients: dict[tuple[str | None, str | None], RewardClient] = {}
 _async_clients: weakref.WeakKeyDictionary[
-    asyncio.AbstractEventLoop, dict[tuple[str | None, str | None], AsyncRewardClient]] = (
-    weakref.WeakKeyDictionary())
+    asyncio.AbstractEventLoop, dict[tuple[str | None, str | None], AsyncRewardClient]
+] = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
 
 
@@ -126,8 +126,14 @@ async def compute_score_batch_async(
     return _scores(response, data_sources, invalid_score, components)
 
 
-def _request(data_sources: list[str], solution_strs: list[str], ground_truths: list[Any], extra_infos: list[Any] | None,
-             model: str | None, options: dict[str, Any]) -> tuple[str, list[Item], dict[str, Any]]:
+def _request(
+    data_sources: list[str],
+    solution_strs: list[str],
+    ground_truths: list[Any],
+    extra_infos: list[Any] | None,
+    model: str | None,
+    options: dict[str, Any],
+) -> tuple[str, list[Item], dict[str, Any]]:
     model = model or os.environ.get("REWARDSERVE_MODEL", "math")
     extra_infos = extra_infos or [None] * len(solution_strs)
     items = [
@@ -147,8 +153,9 @@ def _async_client(base_url: str | None, api_key: str | None) -> AsyncRewardClien
         return mine[(base_url, api_key)]
 
 
-def _scores(response: Answer, data_sources: list[str], invalid_score: float | None,
-            components: bool = False) -> list[Any]:
+def _scores(
+    response: Answer, data_sources: list[str], invalid_score: float | None, components: bool = False
+) -> list[Any]:
     scores: list[Any] = []
     for index, result in enumerate(response.results):
         if result.valid and result.score is not None:
@@ -165,14 +172,13 @@ def _scores(response: Answer, data_sources: list[str], invalid_score: float | No
     return scores
 
 
-def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_info: Any = None,
-                  **kwargs: Any) -> Any:
+def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_info: Any = None, **kwargs: Any) -> Any:
     """verl's per-sample signature."""
     return compute_score_batch([data_source], [solution_str], [ground_truth], [extra_info], **kwargs)[0]
 
 
-async def compute_score_async(data_source: str, solution_str: str, ground_truth: Any, extra_info: Any = None,
-                              **kwargs: Any) -> Any:
+async def compute_score_async(
+    data_source: str, solution_str: str, ground_truth: Any, extra_info: Any = None, **kwargs: Any
+) -> Any:
     """verl's per-sample signature as a coroutine, for its reward-loop managers."""
-    return (await compute_score_batch_async([data_source], [solution_str], [ground_truth], [extra_info],
-                                            **kwargs))[0]
+    return (await compute_score_batch_async([data_source], [solution_str], [ground_truth], [extra_info], **kwargs))[0]

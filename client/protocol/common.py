@@ -3,7 +3,7 @@ score options, one item's result."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
@@ -109,7 +109,7 @@ class ImagePart(_Request):
         return self
 
 
-ContentPart = Annotated[Union[TextPart, ImageURLPart, ImagePart], Field(discriminator="type")]
+ContentPart = Annotated[TextPart | ImageURLPart | ImagePart, Field(discriminator="type")]
 
 
 class FunctionCall(_Request):
@@ -143,9 +143,7 @@ class Message(_Request):
         return "".join(p.text for p in self.content if isinstance(p, TextPart))
 
     def has_images(self) -> bool:
-        return isinstance(self.content, list) and any(
-            not isinstance(p, TextPart) for p in self.content
-        )
+        return isinstance(self.content, list) and any(not isinstance(p, TextPart) for p in self.content)
 
 
 # --------------------------------------------------------------------------- items
@@ -179,8 +177,11 @@ class Item(_Request):
     def _one_shape(self) -> Item:
         rendered = [f for f in ("text", "input_ids") if getattr(self, f) is not None]
         if rendered:
-            others = [f for f in ("input_ids", "messages", "prompt", "response", "steps")
-                      if f != rendered[0] and getattr(self, f) is not None]
+            others = [
+                f
+                for f in ("input_ids", "messages", "prompt", "response", "steps")
+                if f != rendered[0] and getattr(self, f) is not None
+            ]
             if others:
                 raise ValueError(f"give either '{rendered[0]}' or '{others[0]}', not both")
             return self

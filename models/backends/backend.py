@@ -59,21 +59,24 @@ class Backend(ABC):
         """For each sequence, float32 ``[len(positions), k]``: the task's head at each
         position (for ``lm``, the logits of ``token_ids``)."""
 
-    def read_shared(self, prefix: list[int], seqs: list[Sequence],
-                    token_ids: list[int] | None = None) -> list[np.ndarray]:
+    def read_shared(
+        self, prefix: list[int], seqs: list[Sequence], token_ids: list[int] | None = None
+    ) -> list[np.ndarray]:
         """Every sequence as a continuation of ``prefix`` (positions relative to it).
         Backends that can run the prefix once override this."""
         return self.read(after_prefix(prefix, seqs), token_ids)
 
-    def read_packed(self, units: list[tuple[list[int], list[Sequence]]],
-                    token_ids: list[int] | None = None) -> list[list[np.ndarray]]:
+    def read_packed(
+        self, units: list[tuple[list[int], list[Sequence]]], token_ids: list[int] | None = None
+    ) -> list[list[np.ndarray]]:
         """Units of (prefix, continuations) in one row; only where ``packs``."""
         raise NotImplementedError(f"backend {self.name} does not pack")
 
-    def generate(self, prompt: list[int], *, n: int, temperature: float, top_p: float,
-                 max_new_tokens: int, seed: int | None) -> list[str]:
+    def generate(
+        self, prompt: list[int], *, n: int, temperature: float, top_p: float, max_new_tokens: int, seed: int | None
+    ) -> list[str]:
         """``n`` sampled continuations of ``prompt`` (causal LMs)."""
         raise NotImplementedError(f"backend {self.name} does not generate")
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (most backends hold nothing more: not abstract)
         """Release what the backend holds beyond its weights (an engine's processes)."""

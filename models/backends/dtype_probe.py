@@ -54,21 +54,28 @@ def probe_cpu_dtypes(model: nn.Module) -> dict[torch.dtype, float] | None:
     return {dtype: time_linear(weight, dtype) for dtype in (torch.float32, torch.bfloat16)}
 
 
-def dtype_advice(name: str, asked: torch.dtype, timings: dict[torch.dtype, float], shape: tuple[int, int],
-                 explicit: bool) -> tuple[int, str]:
+def dtype_advice(
+    name: str, asked: torch.dtype, timings: dict[torch.dtype, float], shape: tuple[int, int], explicit: bool
+) -> tuple[int, str]:
     """The log level and line for ``timings``: a warning when the dtype asked for in the
     config is the slower one, info otherwise."""
     fp32, bf16 = timings[torch.float32], timings[torch.bfloat16]
-    figures = (f"a [{PROBE_TOKENS} x {shape[1]}] x [{shape[1]} x {shape[0]}] linear: float32 {fp32 * 1e3:.2f} ms, "
-               f"bfloat16 {bf16 * 1e3:.2f} ms on this CPU")
+    figures = (
+        f"a [{PROBE_TOKENS} x {shape[1]}] x [{shape[1]} x {shape[0]}] linear: float32 {fp32 * 1e3:.2f} ms, "
+        f"bfloat16 {bf16 * 1e3:.2f} ms on this CPU"
+    )
     other, faster = (torch.float32, bf16 / fp32) if asked == torch.bfloat16 else (torch.bfloat16, fp32 / bf16)
     if faster >= MARGIN:
         wanted = str(other).removeprefix("torch.")
         if explicit:
-            return logging.WARNING, (f"{name}: dtype {str(asked).removeprefix('torch.')} was asked for, but {wanted} "
-                                     f"is {faster:.1f}x faster here ({figures}); set dtype: {wanted}")
-        return logging.INFO, (f"{name}: {wanted} is {faster:.1f}x faster here ({figures}); dtype: {wanted} would "
-                              "trade scores exact to fp32 for speed")
+            return logging.WARNING, (
+                f"{name}: dtype {str(asked).removeprefix('torch.')} was asked for, but {wanted} "
+                f"is {faster:.1f}x faster here ({figures}); set dtype: {wanted}"
+            )
+        return logging.INFO, (
+            f"{name}: {wanted} is {faster:.1f}x faster here ({figures}); dtype: {wanted} would "
+            "trade scores exact to fp32 for speed"
+        )
     return logging.INFO, f"{name}: dtype probe, {figures}"
 
 

@@ -50,7 +50,8 @@ class Segment:
         70 queries over 370 keys: 195 vs 227 us)."""
         if self._additive is None or self._additive.dtype != dtype:
             self._additive = torch.zeros(self.mask.shape, dtype=dtype, device=self.mask.device).masked_fill_(
-                ~self.mask, float("-inf"))
+                ~self.mask, float("-inf")
+            )
         return self._additive
 
 
@@ -137,9 +138,18 @@ def pack(units: list[Unit], device: torch.device, multiple: int = 1, filler: int
     )
 
 
-def segmented_attention(module, query, key, value, attention_mask, dropout: float = 0.0,
-                        scaling: float | None = None, packed_layout: Layout | None = None,
-                        sliding_window: int | None = None, **kwargs):
+def segmented_attention(
+    module,
+    query,
+    key,
+    value,
+    attention_mask,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    packed_layout: Layout | None = None,
+    sliding_window: int | None = None,
+    **kwargs,
+):
     """A transformers attention function (registered as ``ATTENTION_NAME``): SDPA per
     segment when the forward carries ``packed_layout``, transformers' own SDPA otherwise
     (padded batches, KV-cache passes, generation). A layer's ``sliding_window`` (Mistral,
@@ -150,8 +160,17 @@ def segmented_attention(module, query, key, value, attention_mask, dropout: floa
         scale = scaling if scaling is not None else query.shape[-1] ** -0.5
         return torch.ops.rewardserve.segments(query, key, value, packed_segments, scale, sliding_window or 0), None
     if packed_layout is None or query.shape[0] != 1 or query.shape[2] != packed_layout.length:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
-                                      scaling=scaling, sliding_window=sliding_window, **kwargs)
+        return sdpa_attention_forward(
+            module,
+            query,
+            key,
+            value,
+            attention_mask,
+            dropout=dropout,
+            scaling=scaling,
+            sliding_window=sliding_window,
+            **kwargs,
+        )
     if packed_layout.kernel == "flex":
         from rewardserve.models.backends.kernels.flex_kernel import attend_flex
 
@@ -159,8 +178,14 @@ def segmented_attention(module, query, key, value, attention_mask, dropout: floa
     return attend_segments(query, key, value, packed_layout, scaling, sliding_window), None
 
 
-def attend_segments(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, layout: Layout,
-                    scaling: float | None, sliding_window: int | None) -> torch.Tensor:
+def attend_segments(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    layout: Layout,
+    scaling: float | None,
+    sliding_window: int | None,
+) -> torch.Tensor:
     """``[1, T, heads, head_dim]``: SDPA per segment of the layout over ``[1, heads, T,
     head_dim]`` queries, keys and values."""
     q, k, v = query[0], key[0], value[0]  # [heads, T, head_dim]
@@ -176,8 +201,14 @@ def attend_segments(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
         if sliding_window is not None and keys.shape[1] > sliding_window:
             mask = _windowed(seg, keys.shape[1], sliding_window, query.device)
         o = torch.nn.functional.scaled_dot_product_attention(
-            q[None, :, a:b], keys[None], values[None], attn_mask=mask, is_causal=mask is None,
-            scale=scaling, enable_gqa=gqa)
+            q[None, :, a:b],
+            keys[None],
+            values[None],
+            attn_mask=mask,
+            is_causal=mask is None,
+            scale=scaling,
+            enable_gqa=gqa,
+        )
         out[a:b] = o[0].transpose(0, 1)
     return out[None]
 
@@ -203,12 +234,12 @@ class _Joined:
         if seg.prefix not in self.buffers:
             shape = (self.k.shape[0], pn + self.longest[seg.prefix], self.k.shape[2])
             kb, vb = self.k.new_empty(shape), self.v.new_empty(shape)
-            kb[:, :pn], vb[:, :pn] = self.k[:, pa:pa + pn], self.v[:, pa:pa + pn]
+            kb[:, :pn], vb[:, :pn] = self.k[:, pa : pa + pn], self.v[:, pa : pa + pn]
             self.buffers[seg.prefix] = kb, vb
         kb, vb = self.buffers[seg.prefix]
         # The previous continuation's SDPA has read the tail: ops on a device run in order.
-        kb[:, pn:pn + seg.length], vb[:, pn:pn + seg.length] = self.k[:, a:b], self.v[:, a:b]
-        return kb[:, :pn + seg.length], vb[:, :pn + seg.length]
+        kb[:, pn : pn + seg.length], vb[:, pn : pn + seg.length] = self.k[:, a:b], self.v[:, a:b]
+        return kb[:, : pn + seg.length], vb[:, : pn + seg.length]
 
 
 def _windowed(seg: Segment, n_keys: int, window: int, device: torch.device) -> torch.Tensor:
@@ -243,11 +274,11 @@ def dense_mask(layout: Layout, sliding_window: int | None = None) -> torch.Tenso
         a, b = seg.start, seg.start + seg.length
         mask[a:b, a:b] = torch.ones(seg.length, seg.length, dtype=torch.bool).tril()
         if seg.prefix is not None:
-            mask[a:b, seg.prefix[0]:seg.prefix[0] + seg.prefix[1]] = True
+            mask[a:b, seg.prefix[0] : seg.prefix[0] + seg.prefix[1]] = True
     if sliding_window is not None:  # distances along each sequence's own positions
         positions = torch.zeros(layout.length, dtype=torch.long)
         for seg in layout.segments:
             first = seg.prefix[1] if seg.prefix is not None else 0
-            positions[seg.start:seg.start + seg.length] = torch.arange(first, first + seg.length)
+            positions[seg.start : seg.start + seg.length] = torch.arange(first, first + seg.length)
         mask &= (positions[:, None] - positions[None, :]) < sliding_window
     return mask

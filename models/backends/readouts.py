@@ -29,8 +29,10 @@ PRE_NORM_CHILDREN = {"self_attn", "mlp", "input_layernorm", "post_attention_laye
 # Attention modules whose forward is q/k/v projections, optional per-head q/k norms,
 # rotary embeddings over the whole head, SDPA and o_proj (Llama, Qwen2/3, Mistral): their
 # queries are computed at the read rows only too.
-PLAIN_ATTENTION_CHILDREN = ({"q_proj", "k_proj", "v_proj", "o_proj"},
-                            {"q_proj", "k_proj", "v_proj", "o_proj", "q_norm", "k_norm"})
+PLAIN_ATTENTION_CHILDREN = (
+    {"q_proj", "k_proj", "v_proj", "o_proj"},
+    {"q_proj", "k_proj", "v_proj", "o_proj", "q_norm", "k_norm"},
+)
 
 
 class LastLayerAtReads(nn.Module):
@@ -80,7 +82,8 @@ def attend_at_reads(attn: nn.Module, x: torch.Tensor, layout, position_embedding
     k = _rotate(k.transpose(1, 2), cos, sin)
     v = attn.v_proj(x).view(1, x.shape[1], -1, d).transpose(1, 2)
     out = torch.nn.functional.scaled_dot_product_attention(
-        q, k, v, attn_mask=reads_mask(layout).to(x.device), scale=attn.scaling, enable_gqa=True)
+        q, k, v, attn_mask=reads_mask(layout).to(x.device), scale=attn.scaling, enable_gqa=True
+    )
     return attn.o_proj(out.transpose(1, 2).reshape(1, len(reads), -1))
 
 
@@ -89,8 +92,13 @@ def queries_can_be_cut(attn: nn.Module, config) -> bool:
     module (see PLAIN_ATTENTION_CHILDREN) without a sliding window or partial rotary."""
     children = {name for name, _ in attn.named_children()}
     window = getattr(attn, "sliding_window", None) or getattr(config, "sliding_window", None)
-    return (children in PLAIN_ATTENTION_CHILDREN and hasattr(attn, "head_dim") and hasattr(attn, "scaling")
-            and not window and getattr(config, "partial_rotary_factor", 1.0) == 1.0)
+    return (
+        children in PLAIN_ATTENTION_CHILDREN
+        and hasattr(attn, "head_dim")
+        and hasattr(attn, "scaling")
+        and not window
+        and getattr(config, "partial_rotary_factor", 1.0) == 1.0
+    )
 
 
 def wrap_last_layer(decoder: nn.Module, queries_at_reads: bool = False) -> bool:

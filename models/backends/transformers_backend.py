@@ -80,9 +80,17 @@ class TransformersBackend(Backend):
             from rewardserve.models.backends.dtype_probe import advise
 
             with timed_phase(spec.name, "dtype probe"):  # before the linears are packed
-                advise(spec.name, self.base if self._whole is None else self._whole, self.dtype,
-                       explicit=spec.dtype != "auto")
-        if self.device.type == "cpu" and self.dtype in (torch.float32, torch.bfloat16) and self.options.cpu_linear == "onednn":
+                advise(
+                    spec.name,
+                    self.base if self._whole is None else self._whole,
+                    self.dtype,
+                    explicit=spec.dtype != "auto",
+                )
+        if (
+            self.device.type == "cpu"
+            and self.dtype in (torch.float32, torch.bfloat16)
+            and self.options.cpu_linear == "onednn"
+        ):
             from rewardserve.models.backends.kernels.cpu_linear import ROW_MULTIPLE, build_kernels, pack_linears
 
             # Only inside the backbone (or the whole classifier): heads stay nn.Linear
@@ -104,8 +112,12 @@ class TransformersBackend(Backend):
         self.attention = self._attention_kernel(self.options.attention)
         self._packing = self._whole is None and self.options.packing and self._install_segments()
         self.compiled_layers = self.compiled_norms = 0
-        if self._packing and self.attention == "segments" and self.device.type == "cpu" \
-                and self.dtype in (torch.bfloat16, torch.float32):
+        if (
+            self._packing
+            and self.attention == "segments"
+            and self.device.type == "cpu"
+            and self.dtype in (torch.bfloat16, torch.float32)
+        ):
             with timed_phase(spec.name, "compile"):
                 self._compile(self.options)
         self.batch_preferences = batch_preferences(self.device, self._packing)
@@ -176,8 +188,9 @@ class TransformersBackend(Backend):
         if self._reads_only and positions:  # the last layer returns the read rows alone, in this order
             packed.layout.reads = torch.tensor(positions, dtype=torch.long, device=self.device)
             positions = list(range(len(positions)))
-        hidden = self.base(input_ids=packed.ids, position_ids=packed.position_ids,
-                           packed_layout=packed.layout, use_cache=False).last_hidden_state
+        hidden = self.base(
+            input_ids=packed.ids, position_ids=packed.position_ids, packed_layout=packed.layout, use_cache=False
+        ).last_hidden_state
         (read,) = self._heads_at(hidden, [Sequence([], tuple(positions))], token_ids)
         out = iter(np.split(read, np.cumsum([len(r) for r in spans])[:-1]))
         return [[next(out) for _ in rows] for rows in packed.readouts]
@@ -258,7 +271,9 @@ class TransformersBackend(Backend):
                 if not (self.compiled_layers or self.compiled_norms):
                     return
                 if self._packed_probe_agrees(COMPILED_TOLERANCE[self.dtype]) and self._one_read_works():
-                    log.debug("compiled: %d decoder layers, %d RMSNorm layers", self.compiled_layers, self.compiled_norms)
+                    log.debug(
+                        "compiled: %d decoder layers, %d RMSNorm layers", self.compiled_layers, self.compiled_norms
+                    )
                     return
             uncompile_layers(self.base)
             uncompile_norms(self.base)
@@ -308,18 +323,19 @@ class TransformersBackend(Backend):
             whole = after_prefix(prefix, seqs)
             return self.read(whole, token_ids)
         cache = DynamicCache(config=self.base.config)
-        self.base(input_ids=torch.tensor([prefix], device=self.device), past_key_values=cache,
-                  use_cache=True)
+        self.base(input_ids=torch.tensor([prefix], device=self.device), past_key_values=cache, use_cache=True)
         cache.batch_repeat_interleave(len(seqs))
         ids, mask = self._pad_batch(seqs)
         full_mask = torch.cat([torch.ones((len(seqs), len(prefix)), dtype=mask.dtype, device=mask.device), mask], 1)
-        hidden = self.base(input_ids=ids, attention_mask=full_mask, past_key_values=cache,
-                           use_cache=True).last_hidden_state
+        hidden = self.base(
+            input_ids=ids, attention_mask=full_mask, past_key_values=cache, use_cache=True
+        ).last_hidden_state
         return self._heads_at(hidden, seqs, token_ids)
 
     @torch.inference_mode()
-    def generate(self, prompt: list[int], *, n: int, temperature: float, top_p: float,
-                 max_new_tokens: int, seed: int | None) -> list[str]:
+    def generate(
+        self, prompt: list[int], *, n: int, temperature: float, top_p: float, max_new_tokens: int, seed: int | None
+    ) -> list[str]:
         """``n`` samples continuing ``prompt``; greedy (temperature 0) gives one."""
         if self.task != "lm":
             raise ValueError("generate needs a causal LM")
@@ -338,7 +354,7 @@ class TransformersBackend(Backend):
             num_return_sequences=n if sampling else 1,
             pad_token_id=self._pad,
         )
-        return self.tokenizer.batch_decode(out[:, len(prompt):], skip_special_tokens=True)
+        return self.tokenizer.batch_decode(out[:, len(prompt) :], skip_special_tokens=True)
 
     def _heads_at(self, hidden: torch.Tensor, seqs: list[Sequence], token_ids) -> list[np.ndarray]:
         counts = [len(s.positions) for s in seqs]
@@ -371,6 +387,8 @@ def context_limit(name: str, asked: int | None, config, tokenizer) -> int:
     if asked is None:
         return limit or 4096
     if limit is not None and asked > limit:
-        raise ValueError(f"model {name!r}: max_tokens {asked} is over the checkpoint's context of {limit} "
-                         f"positions; set max_tokens to at most {limit} or leave it unset")
+        raise ValueError(
+            f"model {name!r}: max_tokens {asked} is over the checkpoint's context of {limit} "
+            f"positions; set max_tokens to at most {limit} or leave it unset"
+        )
     return asked

@@ -53,8 +53,14 @@ class VllmBackend(Backend):
     name = "vllm"
     # vLLM schedules its own batches: ours only group what arrives together, a few in
     # flight, so the engine always has the next work queued.
-    batch_preferences = {"pads": False, "max_batch_tokens": 65536, "max_batch_items": 1024,
-                         "max_wait_ms": 2.0, "concurrency": 4, "max_padding_ratio": 1.0}
+    batch_preferences = {
+        "pads": False,
+        "max_batch_tokens": 65536,
+        "max_batch_items": 1024,
+        "max_wait_ms": 2.0,
+        "concurrency": 4,
+        "max_padding_ratio": 1.0,
+    }
     caches_prefixes = True
 
     def __init__(self, spec: ModelSpec, task: str, options: BackendOptions | None = None):
@@ -131,7 +137,7 @@ class VllmBackend(Backend):
         last_only = self.task == "classify" and seq.positions == (len(seq.ids) - 1,)
         params = PoolingParams(task="classify" if last_only else "token_classify", use_activation=False)
         output = None
-        async for output in self.engine.encode({"prompt_token_ids": seq.ids}, params, self._request_id()):
+        async for output in self.engine.encode({"prompt_token_ids": seq.ids}, params, self._request_id()):  # noqa: B007 (the last is the answer)
             pass
         data = np.asarray(output.outputs.data.float().numpy(), dtype=np.float32)
         if last_only:
@@ -143,16 +149,18 @@ class VllmBackend(Backend):
 
         if seq.positions != (len(seq.ids) - 1,):
             raise ValueError("the vllm lm task reads the next-token logits after the last token only")
-        params = SamplingParams(max_tokens=1, temperature=0.0, logprobs=len(token_ids),
-                                logprob_token_ids=list(token_ids))
+        params = SamplingParams(
+            max_tokens=1, temperature=0.0, logprobs=len(token_ids), logprob_token_ids=list(token_ids)
+        )
         output = None
-        async for output in self.engine.generate({"prompt_token_ids": seq.ids}, params, self._request_id()):
+        async for output in self.engine.generate({"prompt_token_ids": seq.ids}, params, self._request_id()):  # noqa: B007 (the last is the answer)
             pass
         step = output.outputs[0].logprobs[0]
         return np.asarray([[step[t].logprob for t in token_ids]], dtype=np.float32)
 
-    def generate(self, prompt: list[int], *, n: int, temperature: float, top_p: float,
-                 max_new_tokens: int, seed: int | None) -> list[str]:
+    def generate(
+        self, prompt: list[int], *, n: int, temperature: float, top_p: float, max_new_tokens: int, seed: int | None
+    ) -> list[str]:
         if self.task != "lm":
             raise ValueError("generate needs a causal LM")
         return self._call(self._generate(prompt, n, temperature, top_p, max_new_tokens, seed))
@@ -170,7 +178,7 @@ class VllmBackend(Backend):
             skip_special_tokens=True,
         )
         output = None
-        async for output in self.engine.generate({"prompt_token_ids": prompt}, params, self._request_id()):
+        async for output in self.engine.generate({"prompt_token_ids": prompt}, params, self._request_id()):  # noqa: B007 (the last is the answer)
             pass
         return [choice.text for choice in output.outputs]
 

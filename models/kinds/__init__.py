@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import importlib
 import re
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from rewardserve.models import presets
 from rewardserve.models.reward_model import ModelContext, RewardModel
@@ -67,7 +68,8 @@ def build_model(spec: ModelSpec, context: ModelContext | None = None) -> RewardM
         raise ValueError(
             f"model {spec.name!r}: cannot tell the kind of {spec.source}: no preset knows it and "
             f"its config.json names no *ForSequenceClassification architecture; set 'kind' "
-            f"(kind: in the config, NAME=SOURCE:KIND or --kind on the command line)")
+            f"(kind: in the config, NAME=SOURCE:KIND or --kind on the command line)"
+        )
     if preset is not None and preset.get("kind") != kind:
         preset = None  # a preset of another kind says nothing about this model
     try:

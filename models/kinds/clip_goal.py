@@ -22,12 +22,12 @@ import torch
 from pydantic import Field
 
 from rewardserve.client.protocol import Item, ItemResult, ScoreOptions, StepOptions, StepsResult
-from rewardserve.models.reward_model import BatchPolicy, RewardModel
-from rewardserve.models.options import KindOptions
-from rewardserve.models.planning import ItemError, Job, RequestError, Unit, UnitOutput
 from rewardserve.models.cache import LRUCache
 from rewardserve.models.images import load_item_images
 from rewardserve.models.kinds import register_kind
+from rewardserve.models.options import KindOptions
+from rewardserve.models.planning import ItemError, Job, RequestError, Unit, UnitOutput
+from rewardserve.models.reward_model import BatchPolicy, RewardModel
 from rewardserve.models.text.steps import aggregate
 
 
@@ -53,8 +53,10 @@ def goal_reward(x: np.ndarray, goal: np.ndarray, baseline: np.ndarray | None, al
     if baseline is not None and alpha > 0:
         d = goal - baseline
         if float(d @ d) < 1e-12:
-            raise ItemError("the goal and baseline prompts embed to the same vector, so the direction "
-                            "between them is undefined; give another baseline, or alpha 0")
+            raise ItemError(
+                "the goal and baseline prompts embed to the same vector, so the direction "
+                "between them is undefined; give another baseline, or alpha 0"
+            )
         projection = alpha * np.outer(d, d) / float(d @ d) + (1 - alpha) * projection
     diff = (x - goal) @ projection
     return 1.0 - 0.5 * np.sum(diff * diff, axis=-1)
@@ -66,8 +68,12 @@ def _unit(v: np.ndarray) -> np.ndarray:
 
 class CLIPGoalOptions(KindOptions):
     goal: str | list[str] | None = Field(None, description="The goal prompt(s) when a request sends none.")
-    baseline: str | list[str] | None = Field(None, description="Baseline prompt(s): the goal direction is goal - baseline.")
-    alpha: float | None = Field(None, description="How far to project onto the goal-baseline direction (default 0.5 with a baseline).")
+    baseline: str | list[str] | None = Field(
+        None, description="Baseline prompt(s): the goal direction is goal - baseline."
+    )
+    alpha: float | None = Field(
+        None, description="How far to project onto the goal-baseline direction (default 0.5 with a baseline)."
+    )
     text_cache_size: int = Field(4096, ge=0, description="Prompt embeddings kept.")
 
 
@@ -167,6 +173,9 @@ class CLIPGoalModel(RewardModel):
                 results.append(ItemResult(score=rewards[-1]))
                 continue
             stats = aggregate(rewards, None)
-            results.append(StepsResult(score=rewards[-1], step_scores=rewards, steps_scored=len(rewards),
-                                       aggregates=stats.aggregates))
+            results.append(
+                StepsResult(
+                    score=rewards[-1], step_scores=rewards, steps_scored=len(rewards), aggregates=stats.aggregates
+                )
+            )
         return [[result] for result in results]

@@ -18,8 +18,16 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from rewardserve.client.protocol import CompareItem, CompareOptions, CompareResult, Escalation, Item, ItemResult, \
-    Scale, ScoreOptions
+from rewardserve.client.protocol import (
+    CompareItem,
+    CompareOptions,
+    CompareResult,
+    Escalation,
+    Item,
+    ItemResult,
+    Scale,
+    ScoreOptions,
+)
 from rewardserve.models.cache import LRUCache
 from rewardserve.models.kinds import register_kind
 from rewardserve.models.options import KindOptions
@@ -39,13 +47,17 @@ class Member(BaseModel):
 
 class EnsembleOptions(KindOptions):
     members: list[str | Member] = Field(
-        min_length=1, description="The served models mixed: names, or {name, weight} (weight 1 by default).")
+        min_length=1, description="The served models mixed: names, or {name, weight} (weight 1 by default)."
+    )
     normalize: Scale = Field(
-        "none", description="Each member's scores put on this scale before mixing: none, sigmoid, group, running.")
+        "none", description="Each member's scores put on this scale before mixing: none, sigmoid, group, running."
+    )
     min_members: int | None = Field(
-        None, ge=1, description="How many members must score an item for it to be valid (default: all).")
+        None, ge=1, description="How many members must score an item for it to be valid (default: all)."
+    )
     escalate: Escalation | None = Field(
-        None, description="Ask an expensive model where the mix is unsure: {to, when, max_fraction, normalize}.")
+        None, description="Ask an expensive model where the mix is unsure: {to, when, max_fraction, normalize}."
+    )
 
     @model_validator(mode="after")
     def _distinct(self) -> EnsembleOptions:
@@ -103,8 +115,9 @@ class EnsembleModel(RewardModel):
     def run(self, units: list[Unit[Any]]) -> list[UnitOutput]:
         raise NotImplementedError("an ensemble runs no units of its own")
 
-    def plan_score(self, items: list[Item], options: ScoreOptions, cache: LRUCache | None = None,
-                   peers: PeerLookup | None = None) -> Plan[ItemResult]:
+    def plan_score(
+        self, items: list[Item], options: ScoreOptions, cache: LRUCache | None = None, peers: PeerLookup | None = None
+    ) -> Plan[ItemResult]:
         self.refuse_unscorable_shapes(items)
         lookup = peers or self.peers  # the request's tenant's view of the members, when lent
         members = self.options.weighted()
@@ -124,8 +137,9 @@ class EnsembleModel(RewardModel):
                 raw = [None if isinstance(s, ItemError) else s for s in scores]
                 scaled, _ = normalize_scores(self.options.normalize, raw, groups, stats)
                 per_member.append((scores, scaled))
-            results = [self._mix(item, members, [(m[0][i], m[1][i]) for m in per_member], need)
-                       for i, item in enumerate(items)]
+            results = [
+                self._mix(item, members, [(m[0][i], m[1][i]) for m in per_member], need) for i, item in enumerate(items)
+            ]
             then = (lambda rs: group_advantages(items, rs)) if options.normalize == "group" else None
             return escalate(self.options.escalate, items, results, lookup, then)
 
@@ -136,18 +150,30 @@ class EnsembleModel(RewardModel):
         components = {m.name: value for m, (_, value) in zip(members, scored)}
         valid = [(m, value) for m, (_, value) in zip(members, scored) if value is not None]
         if len(valid) < need:
-            failed = "; ".join(str(raw) if isinstance(raw, ItemError) else f"model {m.name!r}: no score"
-                               for m, (raw, value) in zip(members, scored) if value is None)
-            return ItemResult(id=item.id, valid=False, components=components,
-                              error=f"{len(valid)} of {len(members)} members scored it (needs {need}): {failed}")
+            failed = "; ".join(
+                str(raw) if isinstance(raw, ItemError) else f"model {m.name!r}: no score"
+                for m, (raw, value) in zip(members, scored)
+                if value is None
+            )
+            return ItemResult(
+                id=item.id,
+                valid=False,
+                components=components,
+                error=f"{len(valid)} of {len(members)} members scored it (needs {need}): {failed}",
+            )
         total = sum(m.weight for m, _ in valid)
         score = sum(m.weight * v for m, v in valid) / total
         mean = sum(v for _, v in valid) / len(valid)
         uncertainty = math.sqrt(sum((v - mean) ** 2 for _, v in valid) / len(valid))
         return ItemResult(id=item.id, score=score, uncertainty=uncertainty, components=components)
 
-    def plan_compare(self, items: list[CompareItem], options: CompareOptions,
-                     cache: LRUCache | None = None, peers: PeerLookup | None = None) -> Plan[CompareResult]:
+    def plan_compare(
+        self,
+        items: list[CompareItem],
+        options: CompareOptions,
+        cache: LRUCache | None = None,
+        peers: PeerLookup | None = None,
+    ) -> Plan[CompareResult]:
         from rewardserve.models.plans.compare import compare_by_scores
 
         return compare_by_scores(self, items, cache, peers)

@@ -16,12 +16,12 @@ from pydantic import Field
 
 from rewardserve.client.protocol import Item, ItemResult, ScoreOptions
 from rewardserve.models.backends import Sequence, make_backend
-from rewardserve.models.options import WeightedKindOptions
-from rewardserve.models.reward_model import BatchPolicy, RewardModel, sigmoid, work_key
-from rewardserve.models.planning import ItemError, Job, Unit, UnitOutput
-from rewardserve.models.text.chat import fit_length, fit_text, readout_position, render_chat, rendered_ids, split_pair
-from rewardserve.models.prefix_sharing import jobs_of, read_units, share_prefixes
 from rewardserve.models.kinds import register_kind
+from rewardserve.models.options import WeightedKindOptions
+from rewardserve.models.planning import ItemError, Job, Unit, UnitOutput
+from rewardserve.models.prefix_sharing import jobs_of, read_units, share_prefixes
+from rewardserve.models.reward_model import BatchPolicy, RewardModel, sigmoid, work_key
+from rewardserve.models.text.chat import fit_length, fit_text, readout_position, render_chat, rendered_ids, split_pair
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,8 @@ def _activate(values: list[float], activation: str) -> list[float]:
 
 class OutcomeOptions(WeightedKindOptions):
     input: Literal["chat", "pair"] = Field(
-        "chat", description="chat: the tokenizer's chat template over the conversation; pair: tokenizer(prompt, response)."
+        "chat",
+        description="chat: the tokenizer's chat template over the conversation; pair: tokenizer(prompt, response).",
     )
     strip_bos: bool = Field(True, description="Drop a BOS the template wrote when the tokenizer adds its own again.")
 
@@ -71,8 +72,14 @@ class OutcomeModel(RewardModel):
         chat = []
         for i, item in enumerate(items):
             if item.rendered:
-                out[i] = rendered_ids(self.backend, item, i, options.truncate,
-                                      add_special_tokens=options.add_special_tokens, keep=options.truncate_tokens)
+                out[i] = rendered_ids(
+                    self.backend,
+                    item,
+                    i,
+                    options.truncate,
+                    add_special_tokens=options.add_special_tokens,
+                    keep=options.truncate_tokens,
+                )
             else:
                 chat.append(i)
         if chat:
@@ -89,15 +96,17 @@ class OutcomeModel(RewardModel):
             pairs = [split_pair(item) for item in items]
             for i, (q, a) in zip(indices, pairs):
                 fit_text(q + a, limit, "error" if truncate == "error" else "right", index=i)
-            pairs = [(fit_text(q, limit, truncate, index=i), fit_text(a, limit, truncate, index=i))
-                     for i, (q, a) in zip(indices, pairs)]
+            pairs = [
+                (fit_text(q, limit, truncate, index=i), fit_text(a, limit, truncate, index=i))
+                for i, (q, a) in zip(indices, pairs)
+            ]
             return list(tok([q for q, _ in pairs], [a for _, a in pairs])["input_ids"])
         texts: dict[int, str] = {}
         for k, (i, item) in enumerate(zip(indices, items)):
             try:
-                texts[k] = fit_text(render_chat(
-                    tok, item.conversation(), strip_bos=self.options.strip_bos
-                ), limit, truncate, index=i)
+                texts[k] = fit_text(
+                    render_chat(tok, item.conversation(), strip_bos=self.options.strip_bos), limit, truncate, index=i
+                )
             except ItemError as exc:
                 out.append(exc)
                 continue
@@ -120,9 +129,7 @@ class OutcomeModel(RewardModel):
             if not ids:
                 entries.append(ItemError("the item encodes to no tokens"))
                 continue
-            ids, cut = fit_length(
-                ids, backend.max_tokens, options.truncate, index=index, bos_id=bos
-            )
+            ids, cut = fit_length(ids, backend.max_tokens, options.truncate, index=index, bos_id=bos)
             cut = cut or kept_short
             # Pre-rendered text is read at its last token, as OpenRLHF's and vLLM's own
             # servers read it; a templated conversation where transformers reads.
@@ -145,8 +152,9 @@ class OutcomeModel(RewardModel):
 
     def run(self, units: list[Unit[Any]]) -> list[UnitOutput]:
         read = read_units(self.backend, units, lambda j: j.payload.seq)
-        return [[self._result(job, rows) for job, rows in zip(jobs_of(unit), members)]
-                for unit, members in zip(units, read)]
+        return [
+            [self._result(job, rows) for job, rows in zip(jobs_of(unit), members)] for unit, members in zip(units, read)
+        ]
 
     def _result(self, work: Job[_Scoring], rows: list[np.ndarray]) -> ItemResult | ItemError:
         (head,) = rows

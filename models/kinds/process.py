@@ -22,26 +22,26 @@ from rewardserve.client.protocol import (
     ItemResult,
     ScoreOptions,
     StepOptions,
-    StepsResult,
     StepSpan,
+    StepsResult,
 )
 from rewardserve.models.backends import Sequence, make_backend
-from rewardserve.models.reward_model import BatchPolicy, RewardModel, work_key
-from rewardserve.models.planning import ItemError, Job, PeerLookup, Plan, RequestError, Unit, UnitOutput
-from rewardserve.models.text.chat import MAX_CHARS_PER_TOKEN, fit_text, rendered_ids
 from rewardserve.models.cache import LRUCache
+from rewardserve.models.kinds import register_kind
 from rewardserve.models.options import WeightedKindOptions
+from rewardserve.models.planning import ItemError, Job, PeerLookup, Plan, RequestError, Unit, UnitOutput
 from rewardserve.models.plans.groups import group_advantages
 from rewardserve.models.prefix_sharing import jobs_of, read_units, share_prefixes
+from rewardserve.models.reward_model import BatchPolicy, RewardModel, work_key
+from rewardserve.models.text.chat import MAX_CHARS_PER_TOKEN, fit_text, rendered_ids
 from rewardserve.models.text.prm_formats import FORMATS, StepFormat, StepFormatOptions
-from rewardserve.models.kinds import register_kind
 from rewardserve.models.text.steps import aggregate, extract
-
 
 
 class ProcessOptions(WeightedKindOptions, StepFormatOptions):
     format: Literal["separator_chat", "classifier_tags", "tag_lm", "value_head", "chat_turn"] = Field(
-        description="How steps are laid out and read (models/text/prm_formats.py); presets set it.")
+        description="How steps are laid out and read (models/text/prm_formats.py); presets set it."
+    )
     aggregate: Aggregate = Field("min", description="A trajectory's score from its step scores: min, prod, mean, last.")
     separator: str | None = Field(None, description="How a response splits into steps when the request gives none.")
     max_steps: int = Field(256, gt=0, description="Steps per trajectory; more is a 413.")
@@ -89,13 +89,15 @@ class ProcessModel(RewardModel):
 
     # ------------------------------------------------------------------ prepare
 
-    def plan_score(self, items: list[Item], options: ScoreOptions, cache: LRUCache | None = None,
-                   peers: PeerLookup | None = None) -> Plan[ItemResult]:
+    def plan_score(
+        self, items: list[Item], options: ScoreOptions, cache: LRUCache | None = None, peers: PeerLookup | None = None
+    ) -> Plan[ItemResult]:
         """/v1/score on a PRM: the trajectory reward is the preset's aggregate."""
         steps = StepOptions(truncate="error" if options.truncate == "error" else "steps")
         normalize = options.normalize == "group"
-        return self.plan_items(items, steps, cache, ItemResult,
-                               lambda results: group_advantages(items, results) if normalize else results)
+        return self.plan_items(
+            items, steps, cache, ItemResult, lambda results: group_advantages(items, results) if normalize else results
+        )
 
     def prepare(self, items: list[Item], options: StepOptions) -> list[Job[_Payload] | ItemError]:
         entries: list[Job[_Payload] | ItemError] = []
@@ -114,8 +116,7 @@ class ProcessModel(RewardModel):
             raise ItemError("the item has no steps to score")
         if len(traj.steps) > self.max_steps:
             raise RequestError(
-                f"items[{index}] has {len(traj.steps)} steps, over this model's limit of "
-                f"{self.max_steps}",
+                f"items[{index}] has {len(traj.steps)} steps, over this model's limit of {self.max_steps}",
                 param=f"items[{index}]",
                 type="payload_too_large",
             )
@@ -126,7 +127,8 @@ class ProcessModel(RewardModel):
                 raise RequestError(
                     f"items[{index}] has {traj.chars()} characters, more than this model's limit of "
                     f"{limit} tokens can hold; send options.truncate = 'steps' to score the steps that fit",
-                    param=f"items[{index}]", type="payload_too_large",
+                    param=f"items[{index}]",
+                    type="payload_too_large",
                 )
             fitted = traj.leading(limit * MAX_CHARS_PER_TOKEN)
             if fitted is None:
@@ -144,9 +146,12 @@ class ProcessModel(RewardModel):
         if len(ids) <= limit:
             return ids, positions
         if truncate == "error":
-            raise RequestError(f"{field} has {len(ids)} tokens, over this model's limit of {limit}; "
-                               "send options.truncate = 'steps' to score the steps that fit",
-                               param=field, type="payload_too_large")
+            raise RequestError(
+                f"{field} has {len(ids)} tokens, over this model's limit of {limit}; "
+                "send options.truncate = 'steps' to score the steps that fit",
+                param=field,
+                type="payload_too_large",
+            )
         positions = [p for p in positions if p < limit]
         if not positions:
             raise ItemError(f"the first step ends past this model's context of {limit} tokens")
@@ -158,22 +163,28 @@ class ProcessModel(RewardModel):
         field = f"items[{index}].{item.rendered}"
         tag_id = self.format.tag_id
         if tag_id is None:
-            raise RequestError(f"{field}: model {self.name!r} ({self.options.format}) marks steps "
-                               "without a tag token, so pre-rendered input cannot show them; send steps",
-                               param=field)
+            raise RequestError(
+                f"{field}: model {self.name!r} ({self.options.format}) marks steps "
+                "without a tag token, so pre-rendered input cannot show them; send steps",
+                param=field,
+            )
         ids, _ = rendered_ids(self.backend, item, index, "error" if options.truncate == "error" else "right")
         positions = [p for p, token in enumerate(ids) if token == tag_id]
         if not positions:
             raise ItemError(f"the {item.rendered} holds no step tag")
         if len(positions) > self.max_steps:
-            raise RequestError(f"{field} has {len(positions)} steps, over this model's limit of {self.max_steps}",
-                               param=field, type="payload_too_large")
+            raise RequestError(
+                f"{field} has {len(positions)} steps, over this model's limit of {self.max_steps}",
+                param=field,
+                type="payload_too_large",
+            )
         n_steps = len(positions)
         ids, positions = self._fit(ids, positions, field, options.truncate)
         return self._trajectory_work(ids, positions, n_steps, [], options)
 
-    def _trajectory_work(self, ids: list[int], positions: list[int], n_steps: int, spans: list[StepSpan],
-                         options: StepOptions) -> Job[_Payload]:
+    def _trajectory_work(
+        self, ids: list[int], positions: list[int], n_steps: int, spans: list[StepSpan], options: StepOptions
+    ) -> Job[_Payload]:
         payload = _Trajectory(
             seq=Sequence(ids=ids, positions=tuple(positions)),
             n_steps=n_steps,
@@ -182,10 +193,13 @@ class ProcessModel(RewardModel):
             threshold=options.threshold,
         )
         key_spans = tuple((span.message, span.start, span.end) for span in spans)
-        return Job(length=len(ids), payload=payload, prompt_tokens=len(ids),
-                    truncated=len(positions) < n_steps,
-                    key=work_key(ids, tuple(positions), n_steps, payload.aggregate,
-                                 payload.threshold, key_spans))
+        return Job(
+            length=len(ids),
+            payload=payload,
+            prompt_tokens=len(ids),
+            truncated=len(positions) < n_steps,
+            key=work_key(ids, tuple(positions), n_steps, payload.aggregate, payload.threshold, key_spans),
+        )
 
     # ------------------------------------------------------------------ run
 
@@ -195,8 +209,13 @@ class ProcessModel(RewardModel):
 
     def run(self, units: list[Unit[Any]]) -> list[UnitOutput]:
         read = read_units(self.backend, units, lambda j: j.payload.seq, self.format.token_ids)
-        return [[self._pooled(job, rows) if isinstance(job.payload, _Pooling) else self._result(job, rows)
-                 for job, rows in zip(jobs_of(unit), members)] for unit, members in zip(units, read)]
+        return [
+            [
+                self._pooled(job, rows) if isinstance(job.payload, _Pooling) else self._result(job, rows)
+                for job, rows in zip(jobs_of(unit), members)
+            ]
+            for unit, members in zip(units, read)
+        ]
 
     def _pooled(self, job: Job[_Payload], rows: list[np.ndarray]) -> list[list[float]]:
         return [self.format.pooled(row) for row in rows]
@@ -240,8 +259,7 @@ class ProcessModel(RewardModel):
         works = []
         for index, given in enumerate(inputs):
             if isinstance(given, str):
-                given = fit_text(given, self.backend.max_tokens, side if keep else "error", index=index,
-                                 field="input")
+                given = fit_text(given, self.backend.max_tokens, side if keep else "error", index=index, field="input")
             ids = self.backend.tokenizer.encode(given) if isinstance(given, str) else list(given)
             bad = next((t for t in ids if not 0 <= t < self.backend.vocab_size), None)
             if bad is not None:
@@ -251,23 +269,23 @@ class ProcessModel(RewardModel):
                     param=f"input[{index}]",
                 )
             if keep and len(ids) > keep:
-                ids = ids[len(ids) - keep:] if side == "left" else ids[:keep]
+                ids = ids[len(ids) - keep :] if side == "left" else ids[:keep]
             if not ids:
                 raise RequestError(f"input[{index}] is empty", param=f"input[{index}]")
             if len(ids) > self.backend.max_tokens:
                 raise RequestError(
-                    f"input[{index}] has {len(ids)} tokens, over this model's limit of "
-                    f"{self.backend.max_tokens}",
+                    f"input[{index}] has {len(ids)} tokens, over this model's limit of {self.backend.max_tokens}",
                     param=f"input[{index}]",
                     type="payload_too_large",
                 )
             positions = tuple(i for i, t in enumerate(ids) if t == tag_id)
-            works.append(Job[_Payload](length=len(ids), payload=_Pooling(Sequence(ids, positions)),
-                                       prompt_tokens=len(ids)))
+            works.append(
+                Job[_Payload](length=len(ids), payload=_Pooling(Sequence(ids, positions)), prompt_tokens=len(ids))
+            )
         units = [Unit(job.length, job) for job in works]
 
         def finish(outputs: list[UnitOutput], _values: list[Any]) -> list[list[list[float]]]:
-            vectors = [output for output, in outputs]
+            vectors = [output for (output,) in outputs]
             failed = next((i for i, v in enumerate(vectors) if isinstance(v, ItemError)), None)
             if failed is not None:  # vLLM's shape has no per-input error: fail the request, name the input
                 raise RequestError(f"input[{failed}]: {vectors[failed]}", param=f"input[{failed}]")

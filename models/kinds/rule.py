@@ -15,10 +15,10 @@ from typing import Any
 from pydantic import Field
 
 from rewardserve.client.protocol import Item, ItemResult, ScoreOptions
-from rewardserve.models.reward_model import BatchPolicy, RewardModel, work_key
+from rewardserve.models.kinds import register_kind
 from rewardserve.models.options import KindOptions
 from rewardserve.models.planning import ItemError, Job, RequestError, Unit, UnitOutput
-from rewardserve.models.kinds import register_kind
+from rewardserve.models.reward_model import BatchPolicy, RewardModel, work_key
 from rewardserve.models.rules import get_rule
 from rewardserve.models.rules.isolation import CallFailure, RuleCall
 from rewardserve.models.rules.runner import RuleLimits, RuleRunner
@@ -28,8 +28,11 @@ def failure_message(rule: str, failure: CallFailure) -> str:
     """A rule call's failure as an item's error."""
     if failure.kind == "rule":
         return failure.message
-    return f"rule {rule!r} {failure.message}" if failure.kind in ("timeout", "memory") else \
-        f"rule {rule!r} failed: {failure.message}"
+    return (
+        f"rule {rule!r} {failure.message}"
+        if failure.kind in ("timeout", "memory")
+        else f"rule {rule!r} failed: {failure.message}"
+    )
 
 
 class RuleOptions(KindOptions):
@@ -78,7 +81,9 @@ class RuleModel(RewardModel):
             problem = self.rule.check(response, item.reference, self.args)
             if problem is not None:
                 field, message = problem
-                raise RequestError(f"items[{index}].{field}: {message}", param=f"items[{index}].{field}", type="payload_too_large")
+                raise RequestError(
+                    f"items[{index}].{field}: {message}", param=f"items[{index}].{field}", type="payload_too_large"
+                )
             call = RuleCall(self.rule.name, response, item.reference, self.args, timeout_s=self.timeout_s)
             entries.append(Job(length=1, payload=call, key=work_key([], self._args_key, response, item.reference)))
         return entries
@@ -88,9 +93,15 @@ class RuleModel(RewardModel):
         by_request: dict[int, list[int]] = defaultdict(list)
         for index, unit in enumerate(units):
             by_request[unit.scope.id if unit.scope is not None else 0].append(index)
-        runs = [(indices, self.runner.run([units[i].payload.payload for i in indices], units[indices[0]].scope,
-                                          timeout_s=self.timeout_s))
-                for indices in by_request.values()]
+        runs = [
+            (
+                indices,
+                self.runner.run(
+                    [units[i].payload.payload for i in indices], units[indices[0]].scope, timeout_s=self.timeout_s
+                ),
+            )
+            for indices in by_request.values()
+        ]
         results: list[UnitOutput] = [[ItemError("not run")] for _ in units]
         for indices, future in runs:
             for index, value in zip(indices, future.result()):

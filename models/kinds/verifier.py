@@ -34,17 +34,17 @@ from rewardserve.client.protocol import (
     VerifySample,
 )
 from rewardserve.models.backends import Sequence, make_backend
-from rewardserve.models.reward_model import BatchPolicy, RewardModel, work_key
+from rewardserve.models.cache import LRUCache
+from rewardserve.models.kinds import register_kind
 from rewardserve.models.options import WeightedKindOptions
 from rewardserve.models.planning import ItemError, Job, PeerLookup, Plan, RequestError, Unit, UnitOutput
 from rewardserve.models.plans.compare import compare_by_judge
 from rewardserve.models.plans.groups import group_advantages
 from rewardserve.models.plans.rubric import Key, Outcome
-from rewardserve.models.cache import LRUCache
+from rewardserve.models.prefix_sharing import SharedUnit, read_units, shared_prefix_groups
+from rewardserve.models.reward_model import BatchPolicy, RewardModel, work_key
 from rewardserve.models.text.chat import MAX_CHARS_PER_TOKEN, render_chat, rendered_ids
 from rewardserve.models.text.judge_templates import JudgeTemplate, ParseError, item_variables, load_templates
-from rewardserve.models.prefix_sharing import SharedUnit, read_units, shared_prefix_groups
-from rewardserve.models.kinds import register_kind
 
 
 @dataclass(frozen=True)
@@ -96,7 +96,9 @@ class _Judge:
 class VerifierOptions(WeightedKindOptions):
     template: str = Field("yes_no", description="The judge template used when a request names none.")
     templates: dict[str, dict[str, Any]] = Field(
-        default_factory=dict, description="Judge templates of your own by name (the keys of presets/judge_templates.yaml).")
+        default_factory=dict,
+        description="Judge templates of your own by name (the keys of presets/judge_templates.yaml).",
+    )
     cache_size: int = Field(10_000, ge=0, description="Judge logits kept per prompt.")
 
 
@@ -170,8 +172,7 @@ class VerifierModel(RewardModel):
         return self.choices(names, template.choices, template.values)
 
     def encode_prompt(self, template: JudgeTemplate, variables: dict, prefill: str) -> list[int]:
-        text = render_chat(self.backend.tokenizer, template.render(variables),
-                           add_generation_prompt=True) + prefill
+        text = render_chat(self.backend.tokenizer, template.render(variables), add_generation_prompt=True) + prefill
         if len(text) > self.backend.max_tokens * MAX_CHARS_PER_TOKEN:  # not worth tokenizing
             raise ItemError(
                 f"the judge prompt has {len(text)} characters, more than this model's limit of "
@@ -180,22 +181,32 @@ class VerifierModel(RewardModel):
         ids = self.backend.tokenizer(text)["input_ids"]
         if len(ids) > self.backend.max_tokens:
             raise ItemError(
-                f"the judge prompt has {len(ids)} tokens, over this model's limit of "
-                f"{self.backend.max_tokens}"
+                f"the judge prompt has {len(ids)} tokens, over this model's limit of {self.backend.max_tokens}"
             )
         return ids
 
     # ------------------------------------------------------------------ prepare
 
-    def plan_score(self, items: list[Item], options: ScoreOptions, cache: LRUCache | None = None,
-                   peers: PeerLookup | None = None) -> Plan[ItemResult]:
+    def plan_score(
+        self, items: list[Item], options: ScoreOptions, cache: LRUCache | None = None, peers: PeerLookup | None = None
+    ) -> Plan[ItemResult]:
         """/v1/score on a judge: P(yes) of the default template."""
         normalize = options.normalize == "group"
-        return self.plan_items(items, VerifyOptions(), cache, ItemResult,
-                               lambda results: group_advantages(items, results) if normalize else results)
+        return self.plan_items(
+            items,
+            VerifyOptions(),
+            cache,
+            ItemResult,
+            lambda results: group_advantages(items, results) if normalize else results,
+        )
 
-    def plan_compare(self, items: list[CompareItem], options: CompareOptions,
-                     cache: LRUCache | None = None, peers: PeerLookup | None = None) -> Plan[CompareResult]:
+    def plan_compare(
+        self,
+        items: list[CompareItem],
+        options: CompareOptions,
+        cache: LRUCache | None = None,
+        peers: PeerLookup | None = None,
+    ) -> Plan[CompareResult]:
         """Every ordered pair judged, both orders averaged (plans/compare.py)."""
         return compare_by_judge(self, items, options)
 
@@ -208,10 +219,15 @@ class VerifierModel(RewardModel):
                 if options.mode == "logprob":
                     prefill = template.logprob_prefill if template.logprob_prefill is not None else template.prefill
                     ids = self._prompt_ids(item, index, template, options, prefill)
-                    payload = _Logprob(Sequence(ids, (len(ids) - 1,)), choices,
-                                       key=(tuple(ids), choices.token_ids))
-                    entries.append(Job(len(ids), payload, prompt_tokens=len(ids),
-                                       key=work_key(ids, choices.token_ids, choices.values)))
+                    payload = _Logprob(Sequence(ids, (len(ids) - 1,)), choices, key=(tuple(ids), choices.token_ids))
+                    entries.append(
+                        Job(
+                            len(ids),
+                            payload,
+                            prompt_tokens=len(ids),
+                            key=work_key(ids, choices.token_ids, choices.values),
+                        )
+                    )
                 else:
                     ids = self._prompt_ids(item, index, template, options, template.prefill)
                     cost = len(ids) + options.max_new_tokens * options.n
@@ -227,8 +243,11 @@ class VerifierModel(RewardModel):
             return self.encode_prompt(template, item_variables(item, options.variables), prefill)
         ids, _ = rendered_ids(self.backend, item, index, "error")
         if len(ids) > self.backend.max_tokens:
-            raise RequestError(f"items[{index}] has {len(ids)} tokens, over this model's limit of "
-                               f"{self.backend.max_tokens}", param=f"items[{index}]", type="payload_too_large")
+            raise RequestError(
+                f"items[{index}] has {len(ids)} tokens, over this model's limit of {self.backend.max_tokens}",
+                param=f"items[{index}]",
+                type="payload_too_large",
+            )
         return ids
 
     def combine(self, jobs: list[Job[_Payload]]) -> list[tuple[Unit[Any], list[int]]]:
@@ -236,7 +255,8 @@ class VerifierModel(RewardModel):
         question: such logprob jobs become one shared-prefix unit."""
         logprob = [i for i, j in enumerate(jobs) if isinstance(j.payload, _Logprob)]
         units: list[tuple[Unit[Any], list[int]]] = [
-            (Unit(j.length, j), [i]) for i, j in enumerate(jobs) if not isinstance(j.payload, _Logprob)]
+            (Unit(j.length, j), [i]) for i, j in enumerate(jobs) if not isinstance(j.payload, _Logprob)
+        ]
         seqs = [_logprob(jobs[i]).seq for i in logprob]
         for prefix, members in shared_prefix_groups([s.ids for s in seqs]):
             indices = [logprob[m] for m in members]
@@ -262,9 +282,14 @@ class VerifierModel(RewardModel):
         keys = [(tuple(p), c.token_ids) for p, c in zip(prompts, choices)]
         return Unit(cost, _Judge(prompts[0][:common], suffixes, choices, keys), members=len(prompts))
 
-    def plan_judge(self, items: list[Item], criteria: list[list[Criterion]], params: list[str],
-                   texts: dict[Key, Any], template: str | None
-                   ) -> tuple[list[Unit[Any]], Callable[[list[UnitOutput]], dict[Key, Outcome]], int]:
+    def plan_judge(
+        self,
+        items: list[Item],
+        criteria: list[list[Criterion]],
+        params: list[str],
+        texts: dict[Key, Any],
+        template: str | None,
+    ) -> tuple[list[Unit[Any]], Callable[[list[UnitOutput]], dict[Key, Outcome]], int]:
         """Rubric judge questions: one unit per item (its criteria share the item's
         context), how the units' outputs become criterion outcomes, and the tokens they
         hold. A criterion whose text failed, or whose prompt is over the limit, fails
@@ -291,8 +316,9 @@ class VerifierModel(RewardModel):
                         chosen = self.template("criterion_choices")
                         n = len(c.choices)
                         try:
-                            choice = self.choices(c.choices, [[x, " " + x] for x in c.choices],
-                                                  [1.0 - i / (n - 1) for i in range(n)])
+                            choice = self.choices(
+                                c.choices, [[x, " " + x] for x in c.choices], [1.0 - i / (n - 1) for i in range(n)]
+                            )
                         except RequestError as exc:
                             raise RequestError(exc.message, param=f"{params[index]}[{k}].choices") from exc
                     prefill = chosen.logprob_prefill if chosen.logprob_prefill is not None else chosen.prefill
@@ -359,8 +385,9 @@ class VerifierModel(RewardModel):
 
     def _generate(self, job: _Generate) -> VerifyResult | ItemError:
         o = job.options
-        texts = self.backend.generate(job.prompt, n=o.n, temperature=o.temperature, top_p=o.top_p,
-                                      max_new_tokens=o.max_new_tokens, seed=o.seed)
+        texts = self.backend.generate(
+            job.prompt, n=o.n, temperature=o.temperature, top_p=o.top_p, max_new_tokens=o.max_new_tokens, seed=o.seed
+        )
         samples = []
         for text in texts:
             try:
@@ -371,8 +398,12 @@ class VerifierModel(RewardModel):
         valid = [s for s in samples if s.score is not None]
         if not valid:
             # Invalid, with what the judge wrote, so the caller can see why.
-            return VerifyResult(score=None, valid=False, samples=samples,
-                                error=f"no verdict could be parsed from {len(samples)} sample(s)")
+            return VerifyResult(
+                score=None,
+                valid=False,
+                samples=samples,
+                error=f"no verdict could be parsed from {len(samples)} sample(s)",
+            )
         return VerifyResult(
             score=sum(s.score for s in valid) / len(valid),
             verdict=valid[0].verdict,

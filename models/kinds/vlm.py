@@ -23,13 +23,13 @@ from pydantic import Field
 from torch import nn
 
 from rewardserve.client.protocol import ImagePart, ImageURLPart, Item, ItemResult, ScoreOptions
-from rewardserve.models.reward_model import BatchPolicy, RewardModel, sigmoid
-from rewardserve.models.options import KindOptions
-from rewardserve.models.planning import ItemError, Job, RequestError, Unit, UnitOutput
 from rewardserve.models.backends.transformers_backend import context_limit
-from rewardserve.models.text.chat import fit_text
 from rewardserve.models.images import load_item_images
 from rewardserve.models.kinds import register_kind
+from rewardserve.models.options import KindOptions
+from rewardserve.models.planning import ItemError, Job, RequestError, Unit, UnitOutput
+from rewardserve.models.reward_model import BatchPolicy, RewardModel, sigmoid
+from rewardserve.models.text.chat import fit_text
 
 _ACTIVATIONS = {"relu": nn.ReLU, "silu": nn.SiLU, "gelu": nn.GELU, "tanh": nn.Tanh}
 
@@ -44,9 +44,11 @@ class _VLMInput:
 
 class VLMOptions(KindOptions):
     head: Literal["value_head", "mlp", "yes_no"] = Field(
-        "value_head", description="value_head: a linear head; mlp: Linear-act-Linear; yes_no: P(yes) from the LM head.")
-    head_prefix: str | None = Field(None, description="The head's weight names in the checkpoint "
-                                                      "(default v_head.summary. or score.).")
+        "value_head", description="value_head: a linear head; mlp: Linear-act-Linear; yes_no: P(yes) from the LM head."
+    )
+    head_prefix: str | None = Field(
+        None, description="The head's weight names in the checkpoint (default v_head.summary. or score.)."
+    )
     head_activation: Literal["relu", "gelu", "silu", "tanh"] = Field("relu", description="mlp: the activation.")
     yes: list[str] = Field(["Yes", " Yes"], description="yes_no: spellings of yes.")
     no: list[str] = Field(["No", " No"], description="yes_no: spellings of no.")
@@ -155,7 +157,7 @@ class VLMModel(RewardModel):
         )
         bos = self.tokenizer.bos_token
         if bos and text.startswith(bos):
-            text = text[len(bos):]
+            text = text[len(bos) :]
         fit_text(text, self.max_tokens_limit, "error", index=index)  # before tokenizing
         pixel_values = grid = None
         if images:
@@ -166,7 +168,9 @@ class VLMModel(RewardModel):
         if len(ids) > self.max_tokens_limit:
             raise RequestError(
                 f"items[{index}] has {len(ids)} tokens with its images, over this model's limit of "
-                f"{self.max_tokens_limit}", param=f"items[{index}]", type="payload_too_large",
+                f"{self.max_tokens_limit}",
+                param=f"items[{index}]",
+                type="payload_too_large",
             )
         return Job(len(ids), _VLMInput(ids, pixel_values, grid, activation), prompt_tokens=len(ids))
 
@@ -190,8 +194,9 @@ class VLMModel(RewardModel):
                 # Where the image tokens are, for the multimodal rotary positions.
                 "mm_token_type_ids": (ids == self.image_token_id).int().to(self.device),
             }
-        hidden = self.backbone(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
-                               **extra).last_hidden_state
+        hidden = self.backbone(
+            input_ids=ids.to(self.device), attention_mask=mask.to(self.device), **extra
+        ).last_hidden_state
         last = hidden[torch.arange(len(inputs)), torch.tensor([len(x.ids) - 1 for x in inputs])]
         if self.head_kind == "yes_no":
             logits = nn.functional.linear(last, self.head.weight[self.token_ids]).double()

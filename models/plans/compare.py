@@ -26,19 +26,22 @@ def _preference_result(item_id: str | None, scores: list[float], preference: lis
 
 
 def bradley_terry(scores: list[float]) -> list[list[float]]:
-    return [[1.0 / (1.0 + math.exp(scores[j] - scores[i])) if i != j else 0.5 for j in range(len(scores))]
-            for i in range(len(scores))]
+    return [
+        [1.0 / (1.0 + math.exp(scores[j] - scores[i])) if i != j else 0.5 for j in range(len(scores))]
+        for i in range(len(scores))
+    ]
 
 
-def compare_by_scores(model: RewardModel, items: list[CompareItem], cache: LRUCache | None,
-                      peers: PeerLookup | None = None) -> Plan[CompareResult]:
+def compare_by_scores(
+    model: RewardModel, items: list[CompareItem], cache: LRUCache | None, peers: PeerLookup | None = None
+) -> Plan[CompareResult]:
     flat = [Item(prompt=it.prompt, response=r, reference=it.reference) for it in items for r in it.responses]
     scoring = model.plan_score(flat, ScoreOptions(), cache, peers)
 
     def preferences(scored: list[ItemResult]) -> list[CompareResult]:
         results, at = [], 0
         for item in items:
-            chunk: list[ItemResult] = scored[at: at + len(item.responses)]
+            chunk: list[ItemResult] = scored[at : at + len(item.responses)]
             at += len(item.responses)
             bad = [r.error for r in chunk if not r.valid]
             if bad:
@@ -51,10 +54,18 @@ def compare_by_scores(model: RewardModel, items: list[CompareItem], cache: LRUCa
     def finish(outputs: list[UnitOutput], values: list[Any]) -> list[CompareResult] | Plan[CompareResult]:
         return then(scoring.finish(outputs, values), preferences)
 
-    return Plan(units=scoring.units, finish=finish, calls=scoring.calls, prompt_tokens=scoring.prompt_tokens,
-                cached_tokens=scoring.cached_tokens, cache_hits=scoring.cache_hits,
-                cache_misses=scoring.cache_misses, deduplicated=scoring.deduplicated, scored_items=len(flat),
-                parts=scoring.parts)
+    return Plan(
+        units=scoring.units,
+        finish=finish,
+        calls=scoring.calls,
+        prompt_tokens=scoring.prompt_tokens,
+        cached_tokens=scoring.cached_tokens,
+        cache_hits=scoring.cache_hits,
+        cache_misses=scoring.cache_misses,
+        deduplicated=scoring.deduplicated,
+        scored_items=len(flat),
+        parts=scoring.parts,
+    )
 
 
 def compare_by_judge(judge: VerifierModel, items: list[CompareItem], options: CompareOptions) -> Plan[CompareResult]:
@@ -69,9 +80,12 @@ def compare_by_judge(judge: VerifierModel, items: list[CompareItem], options: Co
         prefill = template.logprob_prefill if template.logprob_prefill is not None else template.prefill
         n = len(item.responses)
         pairs = [(i, j) for i in range(n) for j in range(n) if i != j]
-        prompts = [judge.encode_prompt(template, {**variables, "response_a": item.responses[i],
-                                                  "response_b": item.responses[j]}, prefill)
-                   for i, j in pairs]
+        prompts = [
+            judge.encode_prompt(
+                template, {**variables, "response_a": item.responses[i], "response_b": item.responses[j]}, prefill
+            )
+            for i, j in pairs
+        ]
         choices = judge.template_choices(template)
         return pairs, judge.prepare_judge(prompts, [choices] * len(prompts))
 
@@ -98,8 +112,9 @@ def compare_by_judge(judge: VerifierModel, items: list[CompareItem], options: Co
                 continue
             n = len(item.responses)
             p_first = {pair: v.score for pair, v in zip(pairs, verdicts)}  # P(A) = P(i better)
-            preference = [[0.5 if i == j else (p_first[(i, j)] + 1.0 - p_first[(j, i)]) / 2.0
-                           for j in range(n)] for i in range(n)]
+            preference = [
+                [0.5 if i == j else (p_first[(i, j)] + 1.0 - p_first[(j, i)]) / 2.0 for j in range(n)] for i in range(n)
+            ]
             scores = [sum(preference[i][j] for j in range(n) if j != i) / (n - 1) for i in range(n)]
             results.append(_preference_result(item.id, scores, preference))
         return results

@@ -27,15 +27,16 @@ def score_part(peers: PeerLookup, name: str, items: list[Item], param: str) -> t
     statistics; a 422 naming ``param`` for a model that does not score."""
     peer = peers(name, param)
     if "score" not in peer.model.endpoints:
-        raise RequestError(f"model {name!r} is a {peer.model.kind} model; it gives no /v1/score score",
-                           param=param)
+        raise RequestError(f"model {name!r} is a {peer.model.kind} model; it gives no /v1/score score", param=param)
     return Part(name, peer.model.plan_score(items, ScoreOptions(), peer.cache, peers)), peer.running
 
 
 def part_scores(part: Part[ItemResult]) -> list[float | ItemError]:
     """Each item's score from a part, or why it has none."""
-    return [r.score if r.valid and r.score is not None else ItemError(f"model {part.model!r}: {r.error}")
-            for r in part.finished()]
+    return [
+        r.score if r.valid and r.score is not None else ItemError(f"model {part.model!r}: {r.error}")
+        for r in part.finished()
+    ]
 
 
 @dataclass
@@ -58,8 +59,9 @@ class ModelCriteria:
         return out
 
 
-def plan_model_criteria(items: list[Item], criteria: list[list[Criterion]], params: list[str],
-                        peers: PeerLookup | None) -> ModelCriteria:
+def plan_model_criteria(
+    items: list[Item], criteria: list[list[Criterion]], params: list[str], peers: PeerLookup | None
+) -> ModelCriteria:
     keys: dict[str, list[Key]] = {}
     for i, own in enumerate(criteria):
         for k, criterion in enumerate(own):
@@ -69,8 +71,9 @@ def plan_model_criteria(items: list[Item], criteria: list[list[Criterion]], para
     for name, model_keys in keys.items():
         i, k = model_keys[0]
         if peers is None:
-            raise RequestError("model criteria are scored by served models; none are lent here",
-                               param=f"{params[i]}[{k}].model")
+            raise RequestError(
+                "model criteria are scored by served models; none are lent here", param=f"{params[i]}[{k}].model"
+            )
         indices = sorted({i for i, _ in model_keys})
         part, running[name] = score_part(peers, name, [items[i] for i in indices], f"{params[i]}[{k}].model")
         parts.append(part)
@@ -88,9 +91,12 @@ class Scaled:
     running_count: int | None = None
 
 
-def scale_outcomes(items: Sequence[Item], criteria: list[list[Criterion]],
-                   outcomes: dict[Key, tuple[Any, str | None]],
-                   running: dict[str, RunningScore]) -> dict[Key, Scaled]:
+def scale_outcomes(
+    items: Sequence[Item],
+    criteria: list[list[Criterion]],
+    outcomes: dict[Key, tuple[Any, str | None]],
+    running: dict[str, RunningScore],
+) -> dict[Key, Scaled]:
     """Every criterion's raw outcome on its ``normalize`` scale, polarity applied. Scales
     over several items (group, running) read all items' outcomes of the same criterion
     name (and model) together."""
@@ -102,8 +108,9 @@ def scale_outcomes(items: Sequence[Item], criteria: list[list[Criterion]],
     scaled: dict[Key, Scaled] = {}
     for (_, model, mode), bucket in buckets.items():
         raw = [outcomes[key][0] if not isinstance(outcomes[key][0], ItemError) else None for key in bucket]
-        values, stats = normalize_scores(mode, raw, [groups[key[0]] for key in bucket],
-                                         running.get(model) if model is not None else None)
+        values, stats = normalize_scores(
+            mode, raw, [groups[key[0]] for key in bucket], running.get(model) if model is not None else None
+        )
         for key, value, r in zip(bucket, values, raw):
             criterion = criteria[key[0]][key[1]]
             outcome, reason = outcomes[key]
@@ -141,13 +148,15 @@ def pick_escalated(escalation: Escalation, items: Sequence[Item], results: Seque
     if when.uncertainty_above is not None:
         for i, r in enumerate(results):
             if r.valid and r.uncertainty is not None and r.uncertainty > when.uncertainty_above:
-                candidates.append(((2, -r.uncertainty), [i], f"uncertainty {r.uncertainty:.4g} > "
-                                                             f"{when.uncertainty_above:g}"))
+                candidates.append(
+                    ((2, -r.uncertainty), [i], f"uncertainty {r.uncertainty:.4g} > {when.uncertainty_above:g}")
+                )
     if when.margin_below is not None:
         for i, s in enumerate(scores):
             if s is not None and abs(s - when.threshold) < when.margin_below:
-                candidates.append(((3, abs(s - when.threshold)), [i], f"margin {abs(s - when.threshold):.4g} < "
-                                                                      f"{when.margin_below:g}"))
+                candidates.append(
+                    ((3, abs(s - when.threshold)), [i], f"margin {abs(s - when.threshold):.4g} < {when.margin_below:g}")
+                )
     picked: dict[int, str] = {}
     for _, indices, why in sorted(candidates, key=lambda c: c[0]):
         fresh = [i for i in indices if i not in picked]
@@ -156,8 +165,13 @@ def pick_escalated(escalation: Escalation, items: Sequence[Item], results: Seque
     return picked
 
 
-def escalate(escalation: Escalation | None, items: list[Item], results: list[R], peers: PeerLookup | None,
-             then: Callable[[list[R]], list[R]] | None = None) -> list[R] | Plan[R]:
+def escalate(
+    escalation: Escalation | None,
+    items: list[Item],
+    results: list[R],
+    peers: PeerLookup | None,
+    then: Callable[[list[R]], list[R]] | None = None,
+) -> list[R] | Plan[R]:
     """``results`` as they are when nothing escalates; else the plan that asks
     ``escalation.to`` for the picked items and puts its scores in their place (an item
     whose escalation fails keeps its cheap score, saying so)."""
@@ -173,8 +187,9 @@ def escalate(escalation: Escalation | None, items: list[Item], results: list[R],
 
     def finish(_outputs: list[Any], _values: list[Any]) -> list[R]:
         raw = part_scores(part)
-        values, _ = normalize_scores(mode, [None if isinstance(r, ItemError) else r for r in raw],
-                                     [None] * len(raw), running)
+        values, _ = normalize_scores(
+            mode, [None if isinstance(r, ItemError) else r for r in raw], [None] * len(raw), running
+        )
         out = list(results)
         for index, value, r in zip(order, values, raw):
             why = f"{picked[index]}: scored by {escalation.to}"
@@ -182,8 +197,9 @@ def escalate(escalation: Escalation | None, items: list[Item], results: list[R],
                 why += f" (failed: {r}; the cheap score kept)"
                 out[index] = out[index].model_copy(update={"escalated": why})
             else:
-                out[index] = out[index].model_copy(update={"score": value, "valid": True, "error": None,
-                                                           "escalated": why})
+                out[index] = out[index].model_copy(
+                    update={"score": value, "valid": True, "error": None, "escalated": why}
+                )
         return done(out)
 
     return Plan(units=[], finish=finish, parts=[part])

@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 import math
 import operator
-from typing import Callable
+from collections.abc import Callable
 
 MAX_LENGTH = 2000
 MAX_NODES = 300
@@ -91,15 +91,27 @@ def _check_constant_parts(nodes: list[ast.AST]) -> None:
 
 def _check(node: ast.AST, names: set[str]) -> None:
     allowed = (
-        ast.Expression, ast.BinOp, ast.UnaryOp, ast.BoolOp, ast.Compare, ast.IfExp,
-        ast.Call, ast.Name, ast.Constant, ast.Load, ast.And, ast.Or, ast.Not, ast.USub,
-        ast.UAdd, *_BINARY, *_COMPARE,
+        ast.Expression,
+        ast.BinOp,
+        ast.UnaryOp,
+        ast.BoolOp,
+        ast.Compare,
+        ast.IfExp,
+        ast.Call,
+        ast.Name,
+        ast.Constant,
+        ast.Load,
+        ast.And,
+        ast.Or,
+        ast.Not,
+        ast.USub,
+        ast.UAdd,
+        *_BINARY,
+        *_COMPARE,
     )
     if not isinstance(node, allowed):
         raise FormulaError(f"'{type(node).__name__}' is not allowed in a formula")
-    if isinstance(node, ast.Constant) and (
-        isinstance(node.value, bool) or not isinstance(node.value, (int, float))
-    ):
+    if isinstance(node, ast.Constant) and (isinstance(node.value, bool) or not isinstance(node.value, (int, float))):
         raise FormulaError("only numbers may appear as constants")
     if isinstance(node, ast.Name) and node.id not in names and node.id not in FUNCTIONS:
         raise FormulaError(f"unknown name {node.id!r}; criteria: {', '.join(sorted(names))}")

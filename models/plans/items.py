@@ -1,8 +1,8 @@
 """The plan of a list of items scored one result each (/v1/score, /steps, /verify).
 
-    prepare -> the score cache by key -> one job per distinct key -> combine into units
-    finish: each unit's outputs back to its members, to their duplicates, in request
-    order; an ItemError or a non-finite score becomes ``valid: false`` with the reason.
+prepare -> the score cache by key -> one job per distinct key -> combine into units
+finish: each unit's outputs back to its members, to their duplicates, in request
+order; an ItemError or a non-finite score becomes ``valid: false`` with the reason.
 """
 
 from __future__ import annotations
@@ -21,8 +21,14 @@ if TYPE_CHECKING:
 R = TypeVar("R", bound=ItemResult)
 
 
-def plan_items(model: RewardModel, items: list[Item], options: Any, cache: LRUCache | None,
-               result_type: type[R], then: Callable[[list[R]], list[R]] | None = None) -> Plan[R]:
+def plan_items(
+    model: RewardModel,
+    items: list[Item],
+    options: Any,
+    cache: LRUCache | None,
+    result_type: type[R],
+    then: Callable[[list[R]], list[R]] | None = None,
+) -> Plan[R]:
     entries = model.prepare_isolating(items, options)
     answers: dict[int, Any] = {i: e for i, e in enumerate(entries) if isinstance(e, ItemError)}
     jobs = [(i, e) for i, e in enumerate(entries) if isinstance(e, Job)]
@@ -49,8 +55,11 @@ def plan_items(model: RewardModel, items: list[Item], options: Any, cache: LRUCa
     computed = {index for index, _ in todo}
 
     def finish(outputs: list[UnitOutput], values: list[Any]) -> list[R]:
-        produced_by = [(members, produced) for (_, members), produced in zip(units, outputs)] if units else \
-            [([k], [model.call_result(value)]) for k, value in enumerate(values)]
+        produced_by = (
+            [(members, produced) for (_, members), produced in zip(units, outputs)]
+            if units
+            else [([k], [model.call_result(value)]) for k, value in enumerate(values)]
+        )
         for members, produced in produced_by:
             for member, result in zip(members, produced):
                 index, job = todo[member]
@@ -81,8 +90,9 @@ def _finished(item: Item, result: Any, result_type: type[R]) -> R:
     if isinstance(result, ItemError):
         return result_type(id=item.id, score=None, valid=False, error=str(result))
     if result.valid and (result.score is None or not math.isfinite(result.score)):
-        result = result.model_copy(update={"score": None, "valid": False,
-                                           "error": "the model gave no finite score for this item"})
+        result = result.model_copy(
+            update={"score": None, "valid": False, "error": "the model gave no finite score for this item"}
+        )
     if not isinstance(result, result_type):
         result = result_type(**result.model_dump())
     finished: R = result.model_copy(update={"id": item.id})

@@ -11,17 +11,17 @@ its questions), and the aggregation of criterion scores into each item's reward.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from rewardserve.client.protocol import Aggregation, Criterion, CriterionResult, Item, RubricRequest, RubricResult
 from rewardserve.models.planning import ItemError, PeerLookup, Plan, RequestError, Unit, UnitOutput
 from rewardserve.models.plans.composite import Scaled, escalate, plan_model_criteria, scale_outcomes
 from rewardserve.models.plans.formula import FormulaError, compile_formula, evaluate
-from rewardserve.models.text.judge_templates import item_variables
 from rewardserve.models.rules import get_rule, with_named_reference
 from rewardserve.models.rules.isolation import CallFailure, RenderCall, RuleCall
+from rewardserve.models.text.judge_templates import item_variables
 from rewardserve.models.text.templating import (
     TemplateLimitError,
     all_plain,
@@ -106,8 +106,11 @@ def plan_criteria(items: list[Item], criteria: list[list[Criterion]], params: li
     plan = CriteriaPlan()
     for i, (item, own, param) in enumerate(zip(items, criteria, params)):
         if item.rendered is not None:
-            raise RequestError(f"items[{i}].{item.rendered}: rubric criteria read the response; send "
-                               "'messages' or 'prompt' + 'response'", param=f"items[{i}].{item.rendered}")
+            raise RequestError(
+                f"items[{i}].{item.rendered}: rubric criteria read the response; send "
+                "'messages' or 'prompt' + 'response'",
+                param=f"items[{i}].{item.rendered}",
+            )
         response = response_with_tool_calls(item)
         variables: dict[str, Any] | None = None
         for k, criterion in enumerate(own):
@@ -140,8 +143,7 @@ def plan_criteria(items: list[Item], criteria: list[list[Criterion]], params: li
                 reference, source = with_named_reference(reference, source)
                 check_rule_input(criterion.fn, response, reference, source, i)
             plan.rule_keys.append(key)
-            plan.rule_calls.append(RuleCall(criterion.fn, response, reference, source,
-                                            variables if pooled else None))
+            plan.rule_calls.append(RuleCall(criterion.fn, response, reference, source, variables if pooled else None))
     return plan
 
 
@@ -150,8 +152,9 @@ def check_rule_input(rule: str, response: str, reference: Any, args: dict, index
     problem = get_rule(rule).check(response, reference, args)
     if problem is not None:
         name, message = problem
-        raise RequestError(f"items[{index}].{name}: {message} ({rule})", param=f"items[{index}].{name}",
-                           type="payload_too_large")
+        raise RequestError(
+            f"items[{index}].{name}: {message} ({rule})", param=f"items[{index}].{name}", type="payload_too_large"
+        )
 
 
 def call_outcome(key: Key, value: Any, rule: str | None, where: str) -> Any:
@@ -173,10 +176,17 @@ def call_outcome(key: Key, value: Any, rule: str | None, where: str) -> Any:
 
 def criterion_result(criterion: Criterion, scaled: Scaled) -> CriterionResult:
     if isinstance(scaled.score, ItemError):
-        return CriterionResult(name=criterion.name, valid=False, error=str(scaled.score), reason=scaled.reason,
-                               weight=criterion.weight)
-    return CriterionResult(name=criterion.name, score=scaled.score, reason=scaled.reason, weight=criterion.weight,
-                           raw=scaled.raw, running_count=scaled.running_count)
+        return CriterionResult(
+            name=criterion.name, valid=False, error=str(scaled.score), reason=scaled.reason, weight=criterion.weight
+        )
+    return CriterionResult(
+        name=criterion.name,
+        score=scaled.score,
+        reason=scaled.reason,
+        weight=criterion.weight,
+        raw=scaled.raw,
+        running_count=scaled.running_count,
+    )
 
 
 def aggregate(criteria: list[Criterion], results: list[CriterionResult], aggregation: Aggregation) -> float:
@@ -202,9 +212,14 @@ def aggregate(criteria: list[Criterion], results: list[CriterionResult], aggrega
 class Judge(Protocol):
     """A model that answers rubric judge questions (endpoint "judge")."""
 
-    def plan_judge(self, items: list[Item], criteria: list[list[Criterion]], params: list[str],
-                   texts: dict[Key, Any], template: str | None
-                   ) -> tuple[list[Unit[Any]], Callable[[list[UnitOutput]], dict[Key, Outcome]], int]:
+    def plan_judge(
+        self,
+        items: list[Item],
+        criteria: list[list[Criterion]],
+        params: list[str],
+        texts: dict[Key, Any],
+        template: str | None,
+    ) -> tuple[list[Unit[Any]], Callable[[list[UnitOutput]], dict[Key, Outcome]], int]:
         """Judge units (one per item), how their outputs become criterion outcomes, and
         the prompt tokens they hold."""
         ...
@@ -252,8 +267,7 @@ def rubric_work(body: RubricRequest) -> int:
     return sum(len(item.criteria) if item.criteria is not None else shared for item in body.items)
 
 
-def plan_rubric(body: RubricRequest, model: RewardModel | None,
-                peers: PeerLookup | None = None) -> Plan[RubricResult]:
+def plan_rubric(body: RubricRequest, model: RewardModel | None, peers: PeerLookup | None = None) -> Plan[RubricResult]:
     """The criteria checked (their templates parsed: off the event loop, as all
     planning is); rule calls, pool-rendered texts and model criteria (parts on their
     models) first; then the judge units (with the rule calls, when nothing had to be
@@ -272,8 +286,9 @@ def plan_rubric(body: RubricRequest, model: RewardModel | None,
 
     def judging(texts: dict[Key, Any], rule_calls: list[Any]) -> Plan[RubricResult]:
         if judge is not None and checked.needs_judge:
-            units, judged, prompt_tokens = judge.plan_judge(body.items, checked.criteria, checked.params, texts,
-                                                            body.judge_template)
+            units, judged, prompt_tokens = judge.plan_judge(
+                body.items, checked.criteria, checked.params, texts, body.judge_template
+            )
         else:
             units, judged, prompt_tokens = [], (lambda _outputs: {}), 0
 
@@ -282,9 +297,12 @@ def plan_rubric(body: RubricRequest, model: RewardModel | None,
             outcomes.update(judged(outputs))
             outcomes.update({key: (value, None) for key, value in models.outcomes().items()})
             scaled = scale_outcomes(body.items, checked.criteria, outcomes, models.running)
-            results = [_item_result(item, own, [criterion_result(c, scaled[(i, k)]) for k, c in enumerate(own)],
-                                    body.aggregation)
-                       for i, (item, own) in enumerate(zip(body.items, checked.criteria))]
+            results = [
+                _item_result(
+                    item, own, [criterion_result(c, scaled[(i, k)]) for k, c in enumerate(own)], body.aggregation
+                )
+                for i, (item, own) in enumerate(zip(body.items, checked.criteria))
+            ]
             return escalate(body.escalate, list(body.items), results, peers)
 
         return Plan(units=units, finish=finish, calls=rule_calls, prompt_tokens=prompt_tokens)
@@ -305,13 +323,20 @@ def plan_rubric(body: RubricRequest, model: RewardModel | None,
     return Plan(units=[], finish=rendered, calls=[*work.rule_calls, *work.render_calls], parts=list(models.parts))
 
 
-def _item_result(item: Item, criteria: list[Criterion], per: list[CriterionResult],
-                 aggregation: Aggregation) -> RubricResult:
+def _item_result(
+    item: Item, criteria: list[Criterion], per: list[CriterionResult], aggregation: Aggregation
+) -> RubricResult:
     components = {r.name: r.score for r in per}
     bad = [r.name for r in per if not r.valid]
     if bad:
-        return RubricResult(id=item.id, valid=False, score=None, criteria=per, components=components,
-                            error=f"criteria could not be scored: {', '.join(bad)}")
+        return RubricResult(
+            id=item.id,
+            valid=False,
+            score=None,
+            criteria=per,
+            components=components,
+            error=f"criteria could not be scored: {', '.join(bad)}",
+        )
     try:
         score = aggregate(criteria, per, aggregation)
     except ValueError as exc:

@@ -1,13 +1,13 @@
 """Putting a model's scores on a common scale before they are mixed with others.
 
-    none     the score as the model gives it
-    sigmoid  1 / (1 + e^-score): a logit-scale reward model's score in (0, 1)
-    group    z-score among the valid scores of the item's ``group_id`` in this request
-             (sample standard deviation + 1e-6, as GRPO advantages; a group of one is 0)
-    running  z-score against the model's running mean and standard deviation on this
-             replica: the request's scores are added first, then every score of the
-             request is read against the statistics they leave. Kept in memory only: a
-             restarted replica starts from zero, and replicas keep their own.
+none     the score as the model gives it
+sigmoid  1 / (1 + e^-score): a logit-scale reward model's score in (0, 1)
+group    z-score among the valid scores of the item's ``group_id`` in this request
+         (sample standard deviation + 1e-6, as GRPO advantages; a group of one is 0)
+running  z-score against the model's running mean and standard deviation on this
+         replica: the request's scores are added first, then every score of the
+         request is read against the statistics they leave. Kept in memory only: a
+         restarted replica starts from zero, and replicas keep their own.
 """
 
 from __future__ import annotations
@@ -70,8 +70,9 @@ class RunningScore:
         return RunningSnapshot(self._count, self._mean, std)
 
 
-def normalize_scores(mode: Scale, raw: Sequence[float | None], groups: Sequence[Hashable],
-                     running: RunningScore | None = None) -> tuple[list[float | None], RunningSnapshot | None]:
+def normalize_scores(
+    mode: Scale, raw: Sequence[float | None], groups: Sequence[Hashable], running: RunningScore | None = None
+) -> tuple[list[float | None], RunningSnapshot | None]:
     """Each raw score (None: invalid, kept None) on ``mode``'s scale, and the running
     statistics used (``running`` only)."""
     if mode == "none":

@@ -37,9 +37,7 @@ def by_source(source: str) -> dict[str, Any] | None:
 def by_architecture(source: str) -> dict[str, Any] | None:
     """The preset claiming the local checkpoint's architecture, when exactly one does."""
     architectures = checkpoint_architectures(source)
-    claims = [
-        p for p in all_presets() if set(p.get("architectures", ())) & set(architectures)
-    ]
+    claims = [p for p in all_presets() if set(p.get("architectures", ())) & set(architectures)]
     return claims[0] if len(claims) == 1 else None
 
 

@@ -13,8 +13,9 @@ process before the call is queued, that names the field over its cap (a 413).
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 RuleFn = Callable[..., float]
 # Caps every rule has; rules with super-linear costs add their own (``limits``).
@@ -63,8 +64,9 @@ class Rule:
 _RULES: dict[str, Rule] = {}
 
 
-def rule(name: str, *, limits: LimitsFn | None = None, pool: str = "light",
-         warm: Callable[[], None] | None = None) -> Callable[[RuleFn], RuleFn]:
+def rule(
+    name: str, *, limits: LimitsFn | None = None, pool: str = "light", warm: Callable[[], None] | None = None
+) -> Callable[[RuleFn], RuleFn]:
     def add(fn: RuleFn) -> RuleFn:
         _RULES[name] = Rule(name, fn, limits, pool, warm)
         return fn
@@ -90,9 +92,10 @@ def text_references(reference: Any, rule_name: str) -> list[str]:
     for ref in refs:
         if isinstance(ref, (dict, list)):
             raise RuleError(
-                f"{rule_name} compares text, and the reference is {type(ref).__name__ if isinstance(ref, list) else 'an object'} "
+                f"{rule_name} compares text, and the reference is "
+                f"{type(ref).__name__ if isinstance(ref, list) else 'an object'} "
                 f"({str(ref)[:60]}); name the part to compare in the criterion, e.g. "
-                "args: {\"reference\": \"{{ item.reference.answer }}\"}"
+                'args: {"reference": "{{ item.reference.answer }}"}'
             )
     return [str(r) for r in refs]
 
@@ -124,11 +127,9 @@ def get_rule(name: str) -> Rule:
     try:
         return _RULES[name]
     except KeyError:
-        raise KeyError(f"unknown rule {name!r}; known rules: {', '.join(sorted(_RULES))}")
+        raise KeyError(f"unknown rule {name!r}; known rules: {', '.join(sorted(_RULES))}") from None
 
 
 def rule_names() -> list[str]:
     _load_rules()
     return sorted(_RULES)
-
-

@@ -29,8 +29,13 @@ WORKER_NICENESS = 19
 # Imported once by the fork server, shared by every worker forked from it ("__main__":
 # a script's main module is imported there once, not again in every worker).
 PRELOAD = (
-    "__main__", "rewardserve.models.rules.isolation", "rewardserve.models.rules.warmed", "sacrebleu",
-    "rouge_score.rouge_scorer", "rapidfuzz.fuzz", "jsonschema",
+    "__main__",
+    "rewardserve.models.rules.isolation",
+    "rewardserve.models.rules.warmed",
+    "sacrebleu",
+    "rouge_score.rouge_scorer",
+    "rapidfuzz.fuzz",
+    "jsonschema",
 )
 
 
@@ -83,10 +88,19 @@ _memory_bytes = 0
 # Audit events of the network (PEP 578): refused in every worker, whatever the rule or
 # template, so no input can make a worker reach a host, the service's own port included.
 # Unix sockets stay: a worker talks to its pool over one.
-_NETWORK_EVENTS = frozenset({
-    "socket.connect", "socket.bind", "socket.sendto", "socket.sendmsg", "socket.getaddrinfo",
-    "socket.gethostbyname", "socket.gethostbyaddr", "socket.getnameinfo", "urllib.Request",
-})
+_NETWORK_EVENTS = frozenset(
+    {
+        "socket.connect",
+        "socket.bind",
+        "socket.sendto",
+        "socket.sendmsg",
+        "socket.getaddrinfo",
+        "socket.gethostbyname",
+        "socket.gethostbyaddr",
+        "socket.getnameinfo",
+        "urllib.Request",
+    }
+)
 
 
 class NetworkRefused(PermissionError):
@@ -139,7 +153,9 @@ class _MemoryLimit:
         if _memory_bytes > 0:
             limit = _mapped_bytes() + _memory_bytes
             hard = self.previous[1]
-            resource.setrlimit(resource.RLIMIT_AS, (limit if hard == resource.RLIM_INFINITY else min(limit, hard), hard))
+            resource.setrlimit(
+                resource.RLIMIT_AS, (limit if hard == resource.RLIM_INFINITY else min(limit, hard), hard)
+            )
         return self
 
     def __exit__(self, *exc) -> None:

@@ -88,18 +88,30 @@ class RulePool:
     ``weight(tenant)``: a tenant's share (1 by default); ``on_charge(tenant, seconds)``:
     told the worker time each chunk took, for the tenant's bill."""
 
-    def __init__(self, workers: int, timeout_s: float, memory_mb: int = 1024, *,
-                 max_queued: int = 200_000, warm: tuple[str, ...] = (), max_tasks: int = 2000,
-                 weight: Callable[[Tenant], float] | None = None,
-                 on_charge: Callable[[Tenant, float], None] | None = None):
+    def __init__(
+        self,
+        workers: int,
+        timeout_s: float,
+        memory_mb: int = 1024,
+        *,
+        max_queued: int = 200_000,
+        warm: tuple[str, ...] = (),
+        max_tasks: int = 2000,
+        weight: Callable[[Tenant], float] | None = None,
+        on_charge: Callable[[Tenant, float], None] | None = None,
+    ):
         self.workers = workers
         self.timeout_s = timeout_s
         self.max_queued = max_queued
         self._weight = weight or (lambda _tenant: 1.0)
         self._on_charge = on_charge
         context = worker_context()
-        self._workers = [ProcessPool(max_workers=1, max_tasks=max_tasks, initializer=init_worker,
-                                     initargs=(memory_mb, warm), context=context) for _ in range(workers)]
+        self._workers = [
+            ProcessPool(
+                max_workers=1, max_tasks=max_tasks, initializer=init_worker, initargs=(memory_mb, warm), context=context
+            )
+            for _ in range(workers)
+        ]
         self._idle: list[int] = []  # workers up and free; each joins once it has answered
         # Reentrant: a cancelled pebble future runs its callbacks in the cancelling thread.
         self._lock = threading.RLock()
@@ -122,8 +134,9 @@ class RulePool:
         """Workers one tenant (or request) may hold at once: all but one."""
         return max(1, self.workers - 1)
 
-    def run(self, calls: list[Any], scope: RequestScope | None = None,
-            timeout_s: float | None = None) -> Future[list[Any]]:
+    def run(
+        self, calls: list[Any], scope: RequestScope | None = None, timeout_s: float | None = None
+    ) -> Future[list[Any]]:
         """Queue ``calls`` for ``scope``'s request; the future resolves to their results
         in order (a value or a CallFailure each). ``timeout_s`` per chunk of calls
         (default: the pool's). Raises PoolBusy when the tenant has no room."""
@@ -133,8 +146,10 @@ class RulePool:
             future.set_result([])
             return future
         run = _Run([None] * len(calls), len(calls), future, timeout_s or self.timeout_s)
-        chunks = [_Chunk(run, scope, calls[at: at + CHUNK_CALLS], list(range(at, min(at + CHUNK_CALLS, len(calls)))))
-                  for at in range(0, len(calls), CHUNK_CALLS)]
+        chunks = [
+            _Chunk(run, scope, calls[at : at + CHUNK_CALLS], list(range(at, min(at + CHUNK_CALLS, len(calls)))))
+            for at in range(0, len(calls), CHUNK_CALLS)
+        ]
         tenant = scope.tenant
         with self._lock:
             if self._closed:
@@ -164,8 +179,11 @@ class RulePool:
         share = self.max_queued * self._weight(tenant) / sum(self._weight(t) for t in active)
         if total > 2 * self.max_queued or queued + calls > share:
             who = f"tenant {tenant!r}" if tenant is not None else "this service"
-            raise PoolBusy(f"{who} has {queued} rule calls queued and the pool {self._queued_calls}; "
-                           f"{calls} more would pass its share of {int(share)}", tenant)
+            raise PoolBusy(
+                f"{who} has {queued} rule calls queued and the pool {self._queued_calls}; "
+                f"{calls} more would pass its share of {int(share)}",
+                tenant,
+            )
 
     def _dispatch(self) -> None:
         with self._lock:
@@ -214,7 +232,8 @@ class RulePool:
         with self._lock:
             if replaced and not self._closed:  # still the tenant's until the new worker answers
                 self._workers[worker].schedule(ready).add_done_callback(
-                    lambda _t, w=worker, s=started: self._back(tenant, w, s))
+                    lambda _t, w=worker, s=started: self._back(tenant, w, s)
+                )
             else:
                 self._release(tenant, worker, started)
             queue = self._tenants[tenant]

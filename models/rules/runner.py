@@ -39,8 +39,13 @@ class RuleRunner:
     """``weight`` and ``on_charge``: the tenants' shares of the pools and their bill
     (pool.py)."""
 
-    def __init__(self, limits: RuleLimits | None = None, *, weight: Callable[[str | None], float] | None = None,
-                 on_charge: Callable[[str | None, float], None] | None = None):
+    def __init__(
+        self,
+        limits: RuleLimits | None = None,
+        *,
+        weight: Callable[[str | None], float] | None = None,
+        on_charge: Callable[[str | None, float], None] | None = None,
+    ):
         self.limits = limits or RuleLimits()
         self._weight = weight
         self._on_charge = on_charge
@@ -63,16 +68,23 @@ class RuleRunner:
                     workers, warm = limits.embedding_workers, ("similarity",)
                 else:
                     workers, warm = limits.workers or default_workers(), ()
-                self._pools[name] = RulePool(workers, limits.timeout_s, limits.memory_mb,
-                                             max_queued=limits.max_queued, warm=warm, weight=self._weight,
-                                             on_charge=self._on_charge)
+                self._pools[name] = RulePool(
+                    workers,
+                    limits.timeout_s,
+                    limits.memory_mb,
+                    max_queued=limits.max_queued,
+                    warm=warm,
+                    weight=self._weight,
+                    on_charge=self._on_charge,
+                )
             return self._pools[name]
 
     def queued_calls(self) -> int:
         return sum(pool.queued_calls for pool in list(self._pools.values()))
 
-    def run(self, calls: list[RuleCall | RenderCall], scope: RequestScope | None = None,
-            timeout_s: float | None = None) -> Future:
+    def run(
+        self, calls: list[RuleCall | RenderCall], scope: RequestScope | None = None, timeout_s: float | None = None
+    ) -> Future:
         """Every call's result in order (a value or a CallFailure). Raises PoolBusy
         when a pool has no room for them. ``timeout_s``: per chunk of calls, by default
         the longest the calls ask for, else the pools' own."""
@@ -87,8 +99,10 @@ class RuleRunner:
             return self._pool(name).run(calls, scope, timeout_s)
         merged: Future = Future()
         results: list = [None] * len(calls)
-        parts = [(indices, self._pool(name).run([calls[i] for i in indices], scope, timeout_s))
-                 for name, indices in by_pool.items()]
+        parts = [
+            (indices, self._pool(name).run([calls[i] for i in indices], scope, timeout_s))
+            for name, indices in by_pool.items()
+        ]
         left = [len(parts)]
         lock = threading.Lock()
 

@@ -32,9 +32,7 @@ class SentenceEmbedder:
 
     def embed(self, texts: list[str]):
         torch = self.torch
-        batch = self.tokenizer(
-            texts, padding=True, truncation=True, max_length=self.max_tokens, return_tensors="pt"
-        )
+        batch = self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_tokens, return_tensors="pt")
         with torch.inference_mode():
             tokens = self.model(**batch).last_hidden_state
         mask = batch["attention_mask"].unsqueeze(-1).to(tokens.dtype)

@@ -75,13 +75,19 @@ def json_schema(response: str, reference: Any = None, *, schema: dict | None = N
     try:
         return float(validator_class(schema, registry=Registry()).is_valid(value))
     except Unresolvable as exc:
-        raise RuleError(f"json_schema: the $ref {str(exc.ref)[:200]!r} is not inside the schema; "
-                        "references outside it are never fetched") from None
+        raise RuleError(
+            f"json_schema: the $ref {str(exc.ref)[:200]!r} is not inside the schema; "
+            "references outside it are never fetched"
+        ) from None
 
 
 @rule("think_format")
 def think_format(
-    response: str, reference: Any = None, *, tags: list[str] | None = None, strict: bool = True,
+    response: str,
+    reference: Any = None,
+    *,
+    tags: list[str] | None = None,
+    strict: bool = True,
     **_: Any,
 ) -> float:
     """1.0 when each tag (default ``think`` then ``answer``) appears exactly once, as
@@ -123,9 +129,7 @@ def response_tool_calls(response: str) -> list[dict]:
 
 
 @rule("tool_call_match")
-def tool_call_match(
-    response: str, reference: Any, *, arguments: str = "exact", **_: Any
-) -> float:
+def tool_call_match(response: str, reference: Any, *, arguments: str = "exact", **_: Any) -> float:
     """Agreement of the response's tool calls with the reference call(s), in order: the
     share of reference calls whose name matches and whose arguments match — ``exact``
     (equal), ``subset`` (every reference argument present and equal), or ``partial``
@@ -160,7 +164,12 @@ def tool_call_match(
 
 @rule("length_penalty")
 def length_penalty(
-    response: str, reference: Any = None, *, max_length: int, cache: int, unit: str = "chars",
+    response: str,
+    reference: Any = None,
+    *,
+    max_length: int,
+    cache: int,
+    unit: str = "chars",
     **_: Any,
 ) -> float:
     """DAPO's soft overlong penalty: 0 up to max_length - cache, then falling linearly to

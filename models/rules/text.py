@@ -78,9 +78,7 @@ def exact_match(
         raise RuleError(f"exact_match: unknown extract {extract!r}")
 
     def norm(text: Any) -> str:
-        return normalize_text(
-            str(text), case=case_sensitive, punctuation=keep_punctuation, articles=keep_articles
-        )
+        return normalize_text(str(text), case=case_sensitive, punctuation=keep_punctuation, articles=keep_articles)
 
     answer = norm(response)
     return float(any(answer == norm(ref) for ref in references))
@@ -88,8 +86,13 @@ def exact_match(
 
 @rule("regex")
 def regex(
-    response: str, reference: Any = None, *, pattern: str | None = None, mode: str = "search",
-    flags: str = "", **_: Any,
+    response: str,
+    reference: Any = None,
+    *,
+    pattern: str | None = None,
+    mode: str = "search",
+    flags: str = "",
+    **_: Any,
 ) -> float:
     """1.0 when ``pattern`` (or the reference) matches: ``search`` anywhere, ``full`` the
     whole response. ``flags``: any of ``i`` (ignore case), ``m`` (multiline), ``s``
@@ -132,14 +135,12 @@ def _rouge_limits(response: str, reference: Any, args: dict) -> tuple[str, str] 
         ref_words = len(ref.split())
         problem = problem or over("reference", ref_words, MAX_ROUGE_WORDS, "words")
         if problem is None and args.get("variant", "rougeL") in ("rougeL", "rougeLsum"):
-            problem = over("response", words * ref_words, MAX_LCS_WORDS_PRODUCT,
-                           "words x reference words (ROUGE-L)")
+            problem = over("response", words * ref_words, MAX_LCS_WORDS_PRODUCT, "words x reference words (ROUGE-L)")
     return problem
 
 
 @rule("rouge", limits=_rouge_limits)
-def rouge(response: str, reference: Any, *, variant: str = "rougeL", measure: str = "fmeasure",
-          **_: Any) -> float:
+def rouge(response: str, reference: Any, *, variant: str = "rougeL", measure: str = "fmeasure", **_: Any) -> float:
     """ROUGE (rouge-score; ``rouge1``, ``rouge2``, ``rougeL``, ``rougeLsum``), best over
     the references."""
     from rouge_score import rouge_scorer
@@ -149,10 +150,7 @@ def rouge(response: str, reference: Any, *, variant: str = "rougeL", measure: st
     if measure not in ("precision", "recall", "fmeasure"):
         raise RuleError(f"rouge: unknown measure {measure!r}")
     scorer = rouge_scorer.RougeScorer([variant], use_stemmer=True)
-    return max(
-        getattr(scorer.score(ref, response)[variant], measure)
-        for ref in text_references(reference, "rouge")
-    )
+    return max(getattr(scorer.score(ref, response)[variant], measure) for ref in text_references(reference, "rouge"))
 
 
 def _fuzzy_limits(response: str, reference: Any, args: dict) -> tuple[str, str] | None:
@@ -161,8 +159,12 @@ def _fuzzy_limits(response: str, reference: Any, args: dict) -> tuple[str, str] 
         problem = problem or over("reference", len(ref), MAX_FUZZY_CHARS)
         if problem is None and args.get("method") == "partial_ratio":
             shorter = "response" if len(response) <= len(ref) else "reference"
-            problem = over(shorter, min(len(response), len(ref)), MAX_PARTIAL_SHORTER,
-                           "characters (the shorter text, for partial_ratio)")
+            problem = over(
+                shorter,
+                min(len(response), len(ref)),
+                MAX_PARTIAL_SHORTER,
+                "characters (the shorter text, for partial_ratio)",
+            )
     return problem
 
 

@@ -2,8 +2,8 @@
 loaded and their first-call set-up done once, so every worker forked from it starts
 warm (math-verify's first parse alone builds its grammar)."""
 
-from rewardserve.models.text import templating
 from rewardserve.models.rules import get_rule, rule_names
+from rewardserve.models.text import templating
 
 rule_names()
 templating.render_field_bounded("{{ 1 }}", {})

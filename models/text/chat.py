@@ -69,7 +69,7 @@ def fit_text(text: str, max_tokens: int, truncate: str, *, index: int, field: st
     if truncate == "right":
         return text[:limit]
     if truncate == "left":
-        return text[len(text) - limit:]
+        return text[len(text) - limit :]
     raise RequestError(
         f"{field}[{index}] has {len(text)} characters, more than this model's limit of {max_tokens} "
         f"tokens can hold; shorten it or send options.truncate = 'left' or 'right'",
@@ -110,8 +110,9 @@ def readout_position(ids: list[int], pad_token_id: int | None) -> int:
     return 0
 
 
-def rendered_ids(backend, item: Item, index: int, truncate: str, *, add_special_tokens: bool = False,
-                 keep: int | None = None) -> tuple[list[int], bool]:
+def rendered_ids(
+    backend, item: Item, index: int, truncate: str, *, add_special_tokens: bool = False, keep: int | None = None
+) -> tuple[list[int], bool]:
     """A pre-rendered item's token ids: ``input_ids`` as sent (each checked against the
     vocabulary), or ``text`` tokenized as it is, without adding special tokens unless
     asked (the caller wrote them into the text); at most ``keep`` tokens, cut from the
@@ -122,7 +123,7 @@ def rendered_ids(backend, item: Item, index: int, truncate: str, *, add_special_
     ids = _rendered_ids(backend, item, index, side, add_special_tokens)
     if keep is None or len(ids) <= keep:
         return ids, False
-    return (ids[:keep] if truncate == "right" else ids[len(ids) - keep:]), True
+    return (ids[:keep] if truncate == "right" else ids[len(ids) - keep :]), True
 
 
 def _rendered_ids(backend, item: Item, index: int, truncate: str, add_special_tokens: bool) -> list[int]:
@@ -131,7 +132,9 @@ def _rendered_ids(backend, item: Item, index: int, truncate: str, add_special_to
             if token >= backend.vocab_size:
                 raise RequestError(
                     f"items[{index}].input_ids[{position}] is {token}, outside this model's vocabulary "
-                    f"of {backend.vocab_size} tokens", param=f"items[{index}].input_ids[{position}]")
+                    f"of {backend.vocab_size} tokens",
+                    param=f"items[{index}].input_ids[{position}]",
+                )
         return list(item.input_ids)
     text = fit_text(item.text, backend.max_tokens, truncate, index=index)
     return list(backend.tokenizer(text, add_special_tokens=add_special_tokens)["input_ids"])

@@ -24,10 +24,9 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from rewardserve.client.protocol import Message
-from rewardserve.models.reward_model import sigmoid
 from rewardserve.models.planning import ItemError
+from rewardserve.models.reward_model import sigmoid
 from rewardserve.models.text.steps import Trajectory
-
 
 T = TypeVar("T")
 
@@ -37,12 +36,15 @@ class StepFormatOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    tag: str | None = Field(None, description="separator_chat, classifier_tags, tag_lm: the step tag after each step "
-                                              "(defaults <extra_0>, ки).")
+    tag: str | None = Field(
+        None,
+        description="separator_chat, classifier_tags, tag_lm: the step tag after each step (defaults <extra_0>, ки).",
+    )
     label: int | None = Field(None, description="separator_chat: the head's index of a good step (default 1).")
     default_system: str | None = Field(None, description="separator_chat: a system turn when the item has none.")
     activation: Literal["sigmoid", "none"] | None = Field(
-        None, description="classifier_tags: sigmoid of the logit per step (default), or the raw logit.")
+        None, description="classifier_tags: sigmoid of the logit per step (default), or the raw logit."
+    )
     good: str | None = Field(None, description="tag_lm, chat_turn: the token of a good step (default +).")
     bad: str | None = Field(None, description="tag_lm, chat_turn: the token of a bad step (default -).")
     step_join: str | None = Field(None, description="tag_lm: what joins the tagged steps (default a newline).")
@@ -99,14 +101,11 @@ class StepFormat(ABC):
     def positions_of(self, ids: list[int], tag_id: int, n_steps: int) -> list[int]:
         positions = [i for i, t in enumerate(ids) if t == tag_id]
         if len(positions) != n_steps:
-            raise ItemError(
-                f"found {len(positions)} step tags for {n_steps} steps after tokenization"
-            )
+            raise ItemError(f"found {len(positions)} step tags for {n_steps} steps after tokenization")
         return positions
 
     def clean(self, message: Message, extra: str = "") -> Message:
         return message.model_copy(update={"content": self.sanitize(message.text()) + extra})
-
 
 
 def _or(value: T | None, default: T) -> T:
@@ -176,9 +175,11 @@ class TagLM(StepFormat):
         self.tag_id = _single_id(tokenizer, self.tag, "step tag")
         good, bad = _or(options.good, "+"), _or(options.bad, "-")
         ids = tokenizer.encode(f"{good} {bad}", add_special_tokens=False)
-        self.token_ids = [ids[0], ids[-1]] if len(ids) == 2 else [
-            _single_id(tokenizer, good, "good token"), _single_id(tokenizer, bad, "bad token")
-        ]
+        self.token_ids = (
+            [ids[0], ids[-1]]
+            if len(ids) == 2
+            else [_single_id(tokenizer, good, "good token"), _single_id(tokenizer, bad, "bad token")]
+        )
 
     @property
     def literals(self) -> list[str]:

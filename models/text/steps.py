@@ -57,8 +57,13 @@ class Trajectory:
                 kept, end = kept + 1, index + 1
         if not kept:
             return None
-        return replace(self, context=self.context[:end], steps=self.steps[:kept], spans=self.spans[:kept],
-                       step_turns=self.step_turns[:kept])
+        return replace(
+            self,
+            context=self.context[:end],
+            steps=self.steps[:kept],
+            spans=self.spans[:kept],
+            step_turns=self.step_turns[:kept],
+        )
 
     def inline_steps(self) -> list[str]:
         """Steps as plain text. For turns, a step is the assistant's text and its tool
@@ -173,7 +178,5 @@ def aggregate(scores: list[float | None], threshold: float | None) -> StepStats:
             "last": scored[-1],
         }
     if threshold is not None:
-        stats.first_error_step = next(
-            (i for i, s in enumerate(scores) if s is not None and s < threshold), None
-        )
+        stats.first_error_step = next((i for i, s in enumerate(scores) if s is not None and s < threshold), None)
     return stats

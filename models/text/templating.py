@@ -49,8 +49,7 @@ def has_template(value: Any) -> bool:
     return False
 
 
-_PLAIN_NODES = (nodes.Template, nodes.Output, nodes.TemplateData, nodes.Name, nodes.Getattr,
-                nodes.Getitem, nodes.Const)
+_PLAIN_NODES = (nodes.Template, nodes.Output, nodes.TemplateData, nodes.Name, nodes.Getattr, nodes.Getitem, nodes.Const)
 
 
 # Bounded: the sources are the clients' own strings.

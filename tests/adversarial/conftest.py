@@ -101,7 +101,9 @@ class Watch:
                 n = next(self.target._probe_ids)
                 start = time.monotonic()
                 try:
-                    response = http.post("/v1/score", json={"model": "rm", "items": [{"response": f"probe {n} {time.time()}"}]})
+                    response = http.post(
+                        "/v1/score", json={"model": "rm", "items": [{"response": f"probe {n} {time.time()}"}]}
+                    )
                     if response.status_code != 200:
                         self.failures.append(f"{response.status_code} {response.text[:200]}")
                 except httpx.HTTPError as exc:

@@ -28,8 +28,9 @@ def test_a_large_body_without_a_key_is_refused_unread(attacked):
 
     def send() -> None:
         for _ in range(3):
-            r = httpx.post(attacked.url + "/v1/score", content=body, headers={"content-type": "application/json"},
-                           timeout=30)
+            r = httpx.post(
+                attacked.url + "/v1/score", content=body, headers={"content-type": "application/json"}, timeout=30
+            )
             codes.append(r.status_code)
 
     with attacked.watch():
@@ -54,8 +55,10 @@ def test_two_million_tiny_items_are_refused_cheaply(attacked):
 def test_ten_thousand_items_are_refused_on_every_route(attacked):
     items = [{"response": "x", "reference": "x"}] * 10_000
     criteria = [{"name": "e", "fn": "exact_match"}]
-    for path, body in (("/v1/score", {"model": "math", "items": items}),
-                       ("/v1/rubric", {"items": items, "criteria": criteria})):
+    for path, body in (
+        ("/v1/score", {"model": "math", "items": items}),
+        ("/v1/rubric", {"items": items, "criteria": criteria}),
+    ):
         response = attacked.post(path, body)
         assert response.status_code == 413 and response.json()["error"]["param"] == "items", response.text[:300]
 
@@ -71,8 +74,10 @@ def test_numbers_and_unicode_json_allows_but_we_cannot_use(attacked):
     digits = b'{"model":"math","items":[{"response":"x","reference":' + b"9" * 4401 + b"}]}"
     response = attacked.post("/v1/score", content=digits, headers={"content-type": "application/json"})
     assert response.status_code == 422 and "digits" in response.json()["error"]["message"]
-    lone = {"response": rb'{"model":"math","items":[{"response":"\ud800","reference":"x"}]}',
-            "id": rb'{"model":"math","items":[{"id":"\udfff","response":"1","reference":"1"}]}'}
+    lone = {
+        "response": rb'{"model":"math","items":[{"response":"\ud800","reference":"x"}]}',
+        "id": rb'{"model":"math","items":[{"id":"\udfff","response":"1","reference":"1"}]}',
+    }
     for field, raw in lone.items():
         response = attacked.post("/v1/score", content=raw, headers={"content-type": "application/json"})
         assert response.status_code == 422, response.text
@@ -103,8 +108,10 @@ def test_open_routes_name_no_model_and_docs_need_the_key(attacked):
 def test_no_redirect_is_built_from_the_host_header(attacked):
     port = urlsplit(attacked.url).port
     with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-        s.sendall(b"POST /v1/score/ HTTP/1.1\r\nHost: evil.example\r\ncontent-length: 2\r\n"
-                  b"authorization: " + AUTH["authorization"].encode() + b"\r\n\r\n{}")
+        s.sendall(
+            b"POST /v1/score/ HTTP/1.1\r\nHost: evil.example\r\ncontent-length: 2\r\n"
+            b"authorization: " + AUTH["authorization"].encode() + b"\r\n\r\n{}"
+        )
         head = s.recv(4096).decode()
     assert head.startswith("HTTP/1.1 404") and "evil.example" not in head, head
 
@@ -118,8 +125,12 @@ def test_deadline_counts_from_arrival(attacked):
         time.sleep(1.0)
         yield b'"reference": "2"}]}'
 
-    response = httpx.post(attacked.url + "/v1/score", content=slow_body(), timeout=30,
-                          headers={**AUTH, "content-type": "application/json", "x-deadline-ms": "300"})
+    response = httpx.post(
+        attacked.url + "/v1/score",
+        content=slow_body(),
+        timeout=30,
+        headers={**AUTH, "content-type": "application/json", "x-deadline-ms": "300"},
+    )
     assert response.status_code == 504, response.text
 
 

@@ -15,9 +15,25 @@ from tests.adversarial.conftest import KEY_A
 
 
 def score(attacked, *args: str, stdout=subprocess.PIPE) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rewardserve.cli", "score", "--url", attacked.url,
-                           "--api-key", KEY_A, "--model", "math", *args], stdout=stdout, stderr=subprocess.PIPE,
-                          text=True, timeout=120)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rewardserve.cli",
+            "score",
+            "--url",
+            attacked.url,
+            "--api-key",
+            KEY_A,
+            "--model",
+            "math",
+            *args,
+        ],
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=120,
+    )
 
 
 def one_line_error(done: subprocess.CompletedProcess, says: str) -> None:
@@ -59,8 +75,10 @@ def test_hostile_inputs_are_one_line_errors(attacked, tmp_path: Path):
     long.write_text(json.dumps({"response": "x" * 40_000_000}) + "\n")
     cases = {deep: "nested too deeply", long: "over 16777216 bytes", tmp_path: "is a directory"}
     with ThreadPoolExecutor(len(cases)) as side_by_side:
-        runs = {path: side_by_side.submit(score, attacked, str(path), "-o", str(tmp_path / "out-never.jsonl"))
-                for path in cases}
+        runs = {
+            path: side_by_side.submit(score, attacked, str(path), "-o", str(tmp_path / "out-never.jsonl"))
+            for path in cases
+        }
     for path, says in cases.items():
         one_line_error(runs[path].result(), says)
     assert not (tmp_path / "out-never.jsonl").exists()

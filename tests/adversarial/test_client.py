@@ -50,7 +50,7 @@ for mode in modes:
     out["seconds"] = time.monotonic() - start
     out["peak_mb"] = peak_mb()
     print(json.dumps(out), flush=True)
-""" % {"deadline": DEADLINE_S}
+""" % {"deadline": DEADLINE_S}  # noqa: UP031 (the code holds f-strings: braces of its own)
 GZIP_BOMB_BYTES = 256 * 1024 * 1024
 
 
@@ -65,7 +65,9 @@ def read_request(conn: socket.socket) -> dict:
     while b"\r\n\r\n" not in data:
         data += conn.recv(65536)
     head, _, body = data.partition(b"\r\n\r\n")
-    length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length"))
+    length = next(
+        int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")
+    )
     while len(body) < length:
         body += conn.recv(65536)
     return json.loads(body)
@@ -93,8 +95,10 @@ def hostile(mode: str, conn: socket.socket, bomb: bytes) -> None:
             conn.sendall(b" ")
             time.sleep(0.5)
     elif mode == "gzip_bomb":
-        conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-encoding: gzip\r\n"
-                     b"content-length: %d\r\n\r\n" % len(bomb) + bomb)
+        conn.sendall(
+            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-encoding: gzip\r\n"
+            b"content-length: %d\r\n\r\n" % len(bomb) + bomb
+        )
     elif mode == "endless":
         conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 1500000000\r\n\r\n")
         chunk = b" " * (1024 * 1024)
@@ -131,7 +135,7 @@ def hostile_server():
         while not stop.is_set():
             try:
                 conn, _ = listener.accept()
-            except (socket.timeout, OSError):
+            except (TimeoutError, OSError):
                 continue
             threading.Thread(target=handle, args=(conn,), daemon=True).start()
 
@@ -153,8 +157,9 @@ def server():
 
 def calls(url: str, twin: str, *modes: str) -> dict[str, dict]:
     """What a client process got from each mode in turn (its peak memory so far with each)."""
-    done = subprocess.run([sys.executable, "-c", CLIENT, url, twin, *modes], capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", CLIENT, url, twin, *modes], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     outs = [json.loads(line) for line in done.stdout.strip().splitlines() if line.startswith("{")]
     return {out["mode"]: out for out in outs}
@@ -162,22 +167,28 @@ def calls(url: str, twin: str, *modes: str) -> dict[str, dict]:
 
 @pytest.mark.parametrize("twin", ["sync", "async"])
 def test_a_dripping_server_cannot_hold_a_call_past_its_deadline(server, twin):
-    for mode, out in calls(server, twin, "drip_headers", "drip_body").items():
+    for out in calls(server, twin, "drip_headers", "drip_body").values():
         assert out.get("error") == "APITimeoutError", out
         assert out["seconds"] < DEADLINE_S + 1.5, out
 
 
 @pytest.mark.parametrize("twin", ["sync", "async"])
 def test_a_bomb_or_an_endless_body_is_cut_at_the_size_cap(server, twin):
-    for mode, out in calls(server, twin, "gzip_bomb", "endless").items():
+    for out in calls(server, twin, "gzip_bomb", "endless").values():
         assert out.get("error") == "ResponseTooLargeError", out
         assert out["peak_mb"] < 400, out  # the cap is 64 MB; the bomb is 256 MB, the body 1.5 GB
 
 
 @pytest.mark.parametrize("twin", ["sync", "async"])
 def test_results_are_matched_by_id_and_bad_ones_refused(server, twin):
-    refused = {"strangers": "matches no item", "short": "2 results for 3 items", "nan": "not a finite number",
-               "infinity": "not a finite number", "null": "not a finite number", "malformed": "not valid"}
+    refused = {
+        "strangers": "matches no item",
+        "short": "2 results for 3 items",
+        "nan": "not a finite number",
+        "infinity": "not a finite number",
+        "null": "not a finite number",
+        "malformed": "not valid",
+    }
     outs = calls(server, twin, "reversed", *refused)
     assert outs["reversed"]["results"] == [["x", 1.0], ["y", 2.0], [None, 3.0]], outs  # each on its own item
     for mode, says in refused.items():

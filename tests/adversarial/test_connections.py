@@ -22,7 +22,7 @@ def closed_within(s: socket.socket, seconds: float) -> tuple[bool, bytes]:
     s.settimeout(seconds)
     try:
         return True, s.recv(4096)
-    except socket.timeout:
+    except TimeoutError:
         return False, b""
     except ConnectionError:
         return True, b""

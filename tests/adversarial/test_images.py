@@ -13,9 +13,16 @@ from tests.models.test_images import png_bytes, url_of
 
 
 def image_item(*urls: str) -> dict:
-    return {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": u}} for u in urls]
-                          + [{"type": "text", "text": "what is it?"}]},
-                         {"role": "assistant", "content": "a square"}]}
+    return {
+        "messages": [
+            {
+                "role": "user",
+                "content": [{"type": "image_url", "image_url": {"url": u}} for u in urls]
+                + [{"type": "text", "text": "what is it?"}],
+            },
+            {"role": "assistant", "content": "a square"},
+        ]
+    }
 
 
 def png_with_text_chunk(size: int) -> bytes:

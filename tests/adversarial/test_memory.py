@@ -18,12 +18,24 @@ def test_huge_templates_are_refused_and_leave_nothing_behind(attacked):
     with attacked.watch():
         for k in range(4):
             template = "{{ item.response }}" + "z" * 8_000_000 + str(k)
-            response = attacked.post("/v1/rubric", {"items": [{"response": "x"}], "criteria": [
-                {"name": "t", "fn": "exact_match", "args": {"reference": template}}]}, headers=AS_A)
+            response = attacked.post(
+                "/v1/rubric",
+                {
+                    "items": [{"response": "x"}],
+                    "criteria": [{"name": "t", "fn": "exact_match", "args": {"reference": template}}],
+                },
+                headers=AS_A,
+            )
             assert response.status_code == 422, response.text
         for k in range(4):  # templates under the cap are rendered as ever
-            criteria = [{"name": f"t{c}", "fn": "exact_match",
-                         "args": {"reference": "{{ item.response }}" + "z" * 60_000 + f"{k}-{c}"}} for c in range(16)]
+            criteria = [
+                {
+                    "name": f"t{c}",
+                    "fn": "exact_match",
+                    "args": {"reference": "{{ item.response }}" + "z" * 60_000 + f"{k}-{c}"},
+                }
+                for c in range(16)
+            ]
             response = attacked.post("/v1/rubric", {"items": [{"response": "x"}], "criteria": criteria}, headers=AS_A)
             assert response.status_code == 200, response.text
     time.sleep(1)
@@ -33,8 +45,11 @@ def test_huge_templates_are_refused_and_leave_nothing_behind(attacked):
 def test_judge_choices_are_capped_and_kept_boundedly(attacked):
     def judged(choices: list[list[str]]):
         criteria = [{"name": f"q{k}", "text": "Is it right?", "choices": c} for k, c in enumerate(choices)]
-        return attacked.post("/v1/rubric", {"judge": "judge", "items": [{"prompt": "2+2?", "response": "4"}],
-                                            "criteria": criteria}, headers=AS_A)
+        return attacked.post(
+            "/v1/rubric",
+            {"judge": "judge", "items": [{"prompt": "2+2?", "response": "4"}], "criteria": criteria},
+            headers=AS_A,
+        )
 
     start = rss_mb(attacked.pid)
     with attacked.watch():
@@ -63,8 +78,13 @@ models:
 
 def serve_once(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, float]:
     start = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "rewardserve.cli", "serve", "--port", "0", *args],
-                          capture_output=True, text=True, timeout=60, env={**os.environ, **(env or {})})
+    done = subprocess.run(
+        [sys.executable, "-m", "rewardserve.cli", "serve", "--port", "0", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **(env or {})},
+    )
     return done.returncode, done.stderr, time.monotonic() - start
 
 
@@ -76,9 +96,11 @@ def test_a_yaml_alias_bomb_or_deep_nesting_stops_the_start_in_one_line(tmp_path)
     tenants = tmp_path / "tenants.yaml"
     tenants.write_text("tenants:\n  - &t {name: a, keys: [k]}\n  - *t\n")
     with ThreadPoolExecutor(3) as side_by_side:
-        started = {"bomb": side_by_side.submit(serve_once, "--config", str(bomb)),
-                   "deep": side_by_side.submit(serve_once, "--config", str(deep)),
-                   "tenants": side_by_side.submit(serve_once, env={"REWARDSERVE_TENANTS_FILE": str(tenants)})}
+        started = {
+            "bomb": side_by_side.submit(serve_once, "--config", str(bomb)),
+            "deep": side_by_side.submit(serve_once, "--config", str(deep)),
+            "tenants": side_by_side.submit(serve_once, env={"REWARDSERVE_TENANTS_FILE": str(tenants)}),
+        }
         runs = {name: future.result() for name, future in started.items()}
     for name, (code, err, seconds) in runs.items():
         assert code == 2 and seconds < 30, (name, code, err)

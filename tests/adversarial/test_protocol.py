@@ -31,7 +31,7 @@ def exchange(url: str, raw: bytes, wait_s: float = 3.0) -> tuple[bytes, bool]:
         while time.monotonic() < deadline:
             try:
                 chunk = s.recv(65536)
-            except socket.timeout:
+            except TimeoutError:
                 return received, False
             if not chunk:
                 return received, True
@@ -41,9 +41,11 @@ def exchange(url: str, raw: bytes, wait_s: float = 3.0) -> tuple[bytes, bool]:
 
 def test_a_request_framed_two_ways_is_refused_and_nothing_rides_behind_it(logged):
     url, _ = logged
-    smuggled = (b"POST /v1/score HTTP/1.1\r\nHost: 127.0.0.1\r\ncontent-type: application/json\r\n"
-                b"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
-                b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+    smuggled = (
+        b"POST /v1/score HTTP/1.1\r\nHost: 127.0.0.1\r\ncontent-type: application/json\r\n"
+        b"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
+        b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+    )
     received, closed = exchange(url, smuggled)
     assert received.startswith(b"HTTP/1.1 400"), received[:200]
     assert received.count(b"HTTP/1.1") == 1 and closed, received

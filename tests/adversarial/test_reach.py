@@ -24,15 +24,19 @@ def internal_server():
         while not stop.is_set():
             try:
                 conn, _ = listener.accept()
-            except (socket.timeout, OSError):
+            except (TimeoutError, OSError):
                 continue
             with conn:
                 conn.settimeout(1)
                 try:
                     contacts.append(conn.recv(4096))
                     body = b'{"type": "string"}'
-                    conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: "
-                                 + str(len(body)).encode() + b"\r\n\r\n" + body)
+                    conn.sendall(
+                        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: "
+                        + str(len(body)).encode()
+                        + b"\r\n\r\n"
+                        + body
+                    )
                 except OSError:
                     pass
 
@@ -58,23 +62,42 @@ def test_a_schema_ref_never_reaches_a_host_and_is_no_port_oracle(attacked):
         errors = {}
         for name, target in (("open", port), ("closed", dead)):
             url = f"http://127.0.0.1:{target}/internal/schema.json"
-            rubric = attacked.post("/v1/rubric", {
-                "items": [{"response": '"hello"'}],
-                "criteria": [{"name": "s", "fn": "json_schema", "args": {"schema": {"$ref": url}}}]}, headers=AS_A)
+            rubric = attacked.post(
+                "/v1/rubric",
+                {
+                    "items": [{"response": '"hello"'}],
+                    "criteria": [{"name": "s", "fn": "json_schema", "args": {"schema": {"$ref": url}}}],
+                },
+                headers=AS_A,
+            )
             assert rubric.status_code == 200, rubric.text
             (result,) = rubric.json()["results"]
             assert result["valid"] is False
             errors[name] = result["criteria"][0]["error"].replace(str(target), "PORT")
             # The served rule model reads the item's reference as its schema: the same.
-            served = attacked.post("/v1/score", {"model": "schema", "items": [
-                {"response": '"hello"', "reference": {"$ref": url}}]}, headers=AS_A)
+            served = attacked.post(
+                "/v1/score",
+                {"model": "schema", "items": [{"response": '"hello"', "reference": {"$ref": url}}]},
+                headers=AS_A,
+            )
             (scored,) = served.json()["results"]
             assert served.status_code == 200 and scored["valid"] is False
             assert "never fetched" in scored["error"]
         # A reference inside the schema still resolves.
-        inside = attacked.post("/v1/rubric", {"items": [{"response": '"hello"'}], "criteria": [{
-            "name": "s", "fn": "json_schema",
-            "args": {"schema": {"$defs": {"t": {"type": "string"}}, "$ref": "#/$defs/t"}}}]}, headers=AS_A)
+        inside = attacked.post(
+            "/v1/rubric",
+            {
+                "items": [{"response": '"hello"'}],
+                "criteria": [
+                    {
+                        "name": "s",
+                        "fn": "json_schema",
+                        "args": {"schema": {"$defs": {"t": {"type": "string"}}, "$ref": "#/$defs/t"}},
+                    }
+                ],
+            },
+            headers=AS_A,
+        )
         assert inside.json()["results"][0]["score"] == 1.0
     assert contacts == [], contacts
     assert errors["open"] == errors["closed"] and "never fetched" in errors["open"]

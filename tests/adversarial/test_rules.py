@@ -28,13 +28,19 @@ def test_fuzzy_partial_ratio_on_long_texts_is_refused_by_its_cap(attacked):
     413 naming the field, before any work."""
     with attacked.watch():
         start = time.monotonic()
-        response = rubric(attacked, [{"response": ab(50_000, 1), "reference": ab(50_000, 2)}],
-                          [{"name": "f", "fn": "fuzzy", "args": {"method": "partial_ratio"}}])
+        response = rubric(
+            attacked,
+            [{"response": ab(50_000, 1), "reference": ab(50_000, 2)}],
+            [{"name": "f", "fn": "fuzzy", "args": {"method": "partial_ratio"}}],
+        )
         assert time.monotonic() - start < 2
     assert response.status_code == 413, response.text
     assert response.json()["error"]["param"] == "items[0].response"
-    ok = rubric(attacked, [{"response": ab(900, 1), "reference": ab(5_000, 2)}],
-                [{"name": "f", "fn": "fuzzy", "args": {"method": "partial_ratio"}}])
+    ok = rubric(
+        attacked,
+        [{"response": ab(900, 1), "reference": ab(5_000, 2)}],
+        [{"name": "f", "fn": "fuzzy", "args": {"method": "partial_ratio"}}],
+    )
     assert ok.status_code == 200 and ok.json()["results"][0]["valid"]
 
 
@@ -52,8 +58,9 @@ def test_quadratic_rules_are_capped(attacked):
     words = " ".join(["word"] * 10_000)
     with attacked.watch():
         rouge = rubric(attacked, [{"response": words, "reference": words}], [{"name": "r", "fn": "rouge"}])
-        similar = rubric(attacked, [{"response": "a cat", "reference": ["a dog"] * 300}],
-                         [{"name": "s", "fn": "similarity"}])
+        similar = rubric(
+            attacked, [{"response": "a cat", "reference": ["a dog"] * 300}], [{"name": "s", "fn": "similarity"}]
+        )
     assert rouge.status_code == 413 and rouge.json()["error"]["param"] == "items[0].response"
     assert similar.status_code == 413 and similar.json()["error"]["param"] == "items[0].reference"
 
@@ -62,8 +69,9 @@ def test_json_extraction_on_unclosed_brackets_gives_up_with_a_reason(attacked):
     text = "[" * 900 + "1," * 200_000
     with attacked.watch():
         start = time.monotonic()
-        response = rubric(attacked, [{"response": text}],
-                          [{"name": "s", "fn": "json_schema", "args": {"schema": {"type": "array"}}}])
+        response = rubric(
+            attacked, [{"response": text}], [{"name": "s", "fn": "json_schema", "args": {"schema": {"type": "array"}}}]
+        )
         assert time.monotonic() - start < 5
     (result,) = response.json()["results"]
     assert result["valid"] is False and "brackets" in result["criteria"][0]["error"]
@@ -79,8 +87,7 @@ def test_slow_rules_of_one_request_leave_room_for_others(attacked):
         slow.start()
         time.sleep(0.5)
         start = time.monotonic()
-        innocent = rubric(attacked, [{"response": r"\boxed{3}", "reference": "3"}],
-                          [{"name": "m", "fn": "math_equiv"}])
+        innocent = rubric(attacked, [{"response": r"\boxed{3}", "reference": "3"}], [{"name": "m", "fn": "math_equiv"}])
         waited = time.monotonic() - start
         slow.join(timeout=60)
     assert innocent.status_code == 200 and innocent.json()["results"][0]["score"] == 1.0

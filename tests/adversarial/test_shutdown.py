@@ -16,8 +16,12 @@ SLOW = [{"name": "r", "fn": "regex", "args": {"pattern": "^(a+)+$"}}]  # exponen
 
 
 def test_sigterm_with_requests_in_flight(tmp_path):
-    env = {"REWARDSERVE_DRAIN_SECONDS": "1", "REWARDSERVE_GRACEFUL_SECONDS": "2",
-           "REWARDSERVE_RULE_TIMEOUT_S": "5", "REWARDSERVE_LOG_LEVEL": "warning"}
+    env = {
+        "REWARDSERVE_DRAIN_SECONDS": "1",
+        "REWARDSERVE_GRACEFUL_SECONDS": "2",
+        "REWARDSERVE_RULE_TIMEOUT_S": "5",
+        "REWARDSERVE_LOG_LEVEL": "warning",
+    }
     with serve_process(env=env, log_path=tmp_path / "server.log") as (url, proc):
         answers: list[httpx.Response | Exception] = []
 
@@ -34,8 +38,11 @@ def test_sigterm_with_requests_in_flight(tmp_path):
         time.sleep(1.0)  # all twelve are in the rule pool's queue
         proc.send_signal(signal.SIGTERM)
         time.sleep(0.3)
-        during = httpx.post(url + "/v1/rubric", timeout=10, json={
-            "items": [{"response": "x", "reference": "x"}], "criteria": [{"name": "e", "fn": "exact_match"}]})
+        during = httpx.post(
+            url + "/v1/rubric",
+            timeout=10,
+            json={"items": [{"response": "x", "reference": "x"}], "criteria": [{"name": "e", "fn": "exact_match"}]},
+        )
         for t in threads:
             t.join(timeout=30)
         code = proc.wait(timeout=30)

@@ -21,8 +21,12 @@ BACKTRACKING = {"type": "string", "pattern": "^(a+)+$"}  # minutes on "aaa...a!"
 
 
 def math_as_b(attacked, n: int) -> httpx.Response:
-    return attacked.post("/v1/score", {"model": "math", "items": [{"response": rf"\boxed{{{n}}}", "reference": str(n)}]},
-                         headers=AS_B, timeout=30)
+    return attacked.post(
+        "/v1/score",
+        {"model": "math", "items": [{"response": rf"\boxed{{{n}}}", "reference": str(n)}]},
+        headers=AS_B,
+        timeout=30,
+    )
 
 
 def timed(call) -> tuple[float, httpx.Response]:
@@ -34,9 +38,16 @@ def timed(call) -> tuple[float, httpx.Response]:
 def test_a_huge_template_is_refused_before_it_is_parsed(attacked):
     template = "{{ item.response }}" + "{% if 1 %}x{% endif %}" * 350_000  # 8 MB of Jinja
     with attacked.watch():
-        seconds, response = timed(lambda: attacked.post("/v1/rubric", {
-            "items": [{"response": "x"}], "criteria": [{"name": "t", "fn": "regex", "args": {"pattern": template}}]},
-            headers=AS_A))
+        seconds, response = timed(
+            lambda: attacked.post(
+                "/v1/rubric",
+                {
+                    "items": [{"response": "x"}],
+                    "criteria": [{"name": "t", "fn": "regex", "args": {"pattern": template}}],
+                },
+                headers=AS_A,
+            )
+        )
     assert response.status_code == 422, response.text
     assert "over the limit" in response.json()["error"]["message"]
     assert seconds < 5, seconds
@@ -44,8 +55,10 @@ def test_a_huge_template_is_refused_before_it_is_parsed(attacked):
 
 def test_bodies_sent_a_byte_at_a_time_hold_no_more_than_their_tenant_s_share(attacked):
     port = urlsplit(attacked.url).port
-    head = (f"POST /v1/score HTTP/1.1\r\nHost: 127.0.0.1\r\nauthorization: Bearer {KEY_A}\r\n"
-            "content-type: application/json\r\ncontent-length: 100000\r\n\r\n{").encode()
+    head = (
+        f"POST /v1/score HTTP/1.1\r\nHost: 127.0.0.1\r\nauthorization: Bearer {KEY_A}\r\n"
+        "content-type: application/json\r\ncontent-length: 100000\r\n\r\n{"
+    ).encode()
     sockets = []
     closed: dict = {}
     try:
@@ -108,15 +121,17 @@ def flood(attacked, body: dict, threads: int, seconds: float, statuses: list[int
 def test_another_tenant_s_full_rule_queue_is_never_a_silent_invalid(attacked):
     """Tenant a keeps the rule queue full of slow calls; b's math is scored every time
     (or told to retry: a 429 with retry-after), never answered ``valid: false``."""
-    slow = {"items": [{"response": "a" * 28 + "!" * (1 + i % 7)} for i in range(600)],
-            "criteria": [{"name": "r", "fn": "regex", "args": {"pattern": "^(a+)+$"}}]}
+    slow = {
+        "items": [{"response": "a" * 28 + "!" * (1 + i % 7)} for i in range(600)],
+        "criteria": [{"name": "r", "fn": "regex", "args": {"pattern": "^(a+)+$"}}],
+    }
     statuses: list[int] = []
     with attacked.watch():
         callers = flood(attacked, slow, threads=7, seconds=8, statuses=statuses)
         time.sleep(2)
         answers = []
         for n in range(10):
-            seconds, response = timed(lambda: math_as_b(attacked, n))
+            seconds, response = timed(lambda n=n: math_as_b(attacked, n))
             answers.append((seconds, response.status_code, response.json()))
         for thread in callers:
             thread.join(timeout=30)
@@ -131,14 +146,24 @@ def test_a_tenant_s_slow_rule_calls_leave_the_workers_to_the_other(attacked):
     """Eight concurrent 12-item rubrics of a backtracking JSON schema from tenant a; b's
     one-item rubric of the same rule waits median <= 2 s, worst <= 4 s (it takes a few
     milliseconds alone), and a's worker time is charged to a."""
+
     def schema_rubric(headers: dict, response: str, items: int = 1) -> httpx.Response:
-        return attacked.post("/v1/rubric", {"items": [{"response": response}] * items, "criteria": [
-            {"name": "s", "fn": "json_schema", "args": {"schema": BACKTRACKING}}]}, headers=headers, timeout=60)
+        return attacked.post(
+            "/v1/rubric",
+            {
+                "items": [{"response": response}] * items,
+                "criteria": [{"name": "s", "fn": "json_schema", "args": {"schema": BACKTRACKING}}],
+            },
+            headers=headers,
+            timeout=60,
+        )
 
     alone = [timed(lambda: schema_rubric(AS_B, '"aaaa"'))[0] for _ in range(3)]
     charged = metric(attacked.metrics(), "rewardserve_tenant_rule_seconds_total", tenant="a")
-    evil = {"items": [{"response": '"' + "a" * 26 + "!" * (1 + i) + '"'} for i in range(12)],
-            "criteria": [{"name": "s", "fn": "json_schema", "args": {"schema": BACKTRACKING}}]}
+    evil = {
+        "items": [{"response": '"' + "a" * 26 + "!" * (1 + i) + '"'} for i in range(12)],
+        "criteria": [{"name": "s", "fn": "json_schema", "args": {"schema": BACKTRACKING}}],
+    }
     statuses: list[int] = []
     with attacked.watch():
         callers = flood(attacked, evil, threads=8, seconds=10, statuses=statuses)
@@ -157,14 +182,19 @@ def test_a_tenant_s_slow_rule_calls_leave_the_workers_to_the_other(attacked):
 
 def test_work_is_charged_and_capped_by_what_a_request_makes_not_its_bytes(attacked):
     # 4,096 items x 64 criteria in 75 KB: 262,144 rule calls, refused before any is queued.
-    body = {"items": [{"response": "x"}] * 4096,
-            "criteria": [{"name": f"c{k}", "fn": "exact_match"} for k in range(64)]}
+    body = {
+        "items": [{"response": "x"}] * 4096,
+        "criteria": [{"name": f"c{k}", "fn": "exact_match"} for k in range(64)],
+    }
     # One item of 16 responses makes 240 judge prompts: charged as 240, not 16. (Real
     # work, not an attack: its forwards hold the CPU models' one compute thread, so the
     # bystander probe is not watched here.)
     before = metric(attacked.metrics(), "rewardserve_tenant_work_total", tenant="a")
-    compared = attacked.post("/v1/compare", {"model": "judge", "items": [
-        {"prompt": "Which is best?", "responses": [f"answer {k}" for k in range(16)]}]}, headers=AS_A)
+    compared = attacked.post(
+        "/v1/compare",
+        {"model": "judge", "items": [{"prompt": "Which is best?", "responses": [f"answer {k}" for k in range(16)]}]},
+        headers=AS_A,
+    )
     assert compared.status_code == 200, compared.text
     assert metric(attacked.metrics(), "rewardserve_tenant_work_total", tenant="a") - before == 240
     with attacked.watch():
@@ -174,12 +204,22 @@ def test_work_is_charged_and_capped_by_what_a_request_makes_not_its_bytes(attack
         # 64 slow templates cost their tenant's worker time, not b's turn (a's client gives
         # up after 4 s: the rest of its work is dropped).
         slow = "{% for i in range(99000) %}{{ i % 7 }}{% endfor %}"
-        templates = threading.Thread(target=gave_up, args=(attacked, {
-            "items": [{"response": "x"}],
-            "criteria": [{"name": f"t{k}", "fn": "exact_match", "args": {"reference": slow + str(k)}}
-                         for k in range(64)]}, 4.0), daemon=True)
+        templates = threading.Thread(
+            target=gave_up,
+            args=(
+                attacked,
+                {
+                    "items": [{"response": "x"}],
+                    "criteria": [
+                        {"name": f"t{k}", "fn": "exact_match", "args": {"reference": slow + str(k)}} for k in range(64)
+                    ],
+                },
+                4.0,
+            ),
+            daemon=True,
+        )
         templates.start()
         time.sleep(1)
-        waits = [timed(lambda: math_as_b(attacked, n))[0] for n in range(5)]
+        waits = [timed(lambda n=n: math_as_b(attacked, n))[0] for n in range(5)]
         templates.join(timeout=30)
     assert max(waits) < 1.5, waits

@@ -34,8 +34,13 @@ def test_a_long_loop_over_the_response_dies_with_its_worker(attacked):
     text = "{% for a in item.response %}{% for b in item.response %}{% endfor %}{% endfor %}x"
     item = {"response": "y" * 30_000, "reference": "x"}
     with attacked.watch():
-        response = attacked.post("/v1/rubric", {"items": [item], "criteria": [
-            {"name": "e", "fn": "exact_match", "args": {"extract": "none", "case_sensitive": text}}]})
+        response = attacked.post(
+            "/v1/rubric",
+            {
+                "items": [item],
+                "criteria": [{"name": "e", "fn": "exact_match", "args": {"extract": "none", "case_sensitive": text}}],
+            },
+        )
     assert response.status_code == 200
     (result,) = response.json()["results"]
     assert result["valid"] is False and "timed out" in result["criteria"][0]["error"]
@@ -51,11 +56,20 @@ def test_data_is_never_rendered_and_bad_syntax_is_a_422(attacked):
 
 
 def test_constant_formula_parts_and_repeated_choices_are_422s(attacked):
-    formula = {"items": [ITEM], "criteria": [{"name": "e", "fn": "exact_match"}],
-               "aggregation": {"mode": "formula", "formula": "e * 9 ** 9 ** 9"}}
+    formula = {
+        "items": [ITEM],
+        "criteria": [{"name": "e", "fn": "exact_match"}],
+        "aggregation": {"mode": "formula", "formula": "e * 9 ** 9 ** 9"},
+    }
     response = attacked.post("/v1/rubric", formula)
     assert response.status_code == 422 and response.json()["error"]["param"] == "aggregation.formula"
-    choices = {"items": [ITEM], "judge": "judge", "criteria": [
-        {"name": "e", "fn": "exact_match"}, {"name": "q", "text": "How good?", "choices": ["good", "good", "bad"]}]}
+    choices = {
+        "items": [ITEM],
+        "judge": "judge",
+        "criteria": [
+            {"name": "e", "fn": "exact_match"},
+            {"name": "q", "text": "How good?", "choices": ["good", "good", "bad"]},
+        ],
+    }
     response = attacked.post("/v1/rubric", choices)
     assert response.status_code == 422 and response.json()["error"]["param"] == "criteria[1].choices"

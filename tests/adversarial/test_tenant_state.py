@@ -14,9 +14,14 @@ from tests.harness import metric
 
 
 def running_rubric(attacked, headers: dict, responses: list[str]) -> dict:
-    response = attacked.post("/v1/rubric", {
-        "items": [{"response": r, "reference": "3"} for r in responses],
-        "criteria": [{"name": "m", "model": "math", "normalize": "running"}]}, headers=headers)
+    response = attacked.post(
+        "/v1/rubric",
+        {
+            "items": [{"response": r, "reference": "3"} for r in responses],
+            "criteria": [{"name": "m", "model": "math", "normalize": "running"}],
+        },
+        headers=headers,
+    )
     assert response.status_code == 200, response.text
     return response.json()
 
@@ -63,8 +68,13 @@ def test_metrics_show_no_tenant_another_s_work(attacked):
         assert "rewardserve_requests_total" not in text and "rewardserve_model_ready" in text
     as_b = attacked.metrics(AS_B)
     assert 'tenant="b"' in as_b and 'tenant="a"' not in as_b
-    for family in ("rewardserve_reward_score", "rewardserve_reward_length_correlation", "rewardserve_cache_hits",
-                   "rewardserve_items_scored", "rewardserve_shadow"):
+    for family in (
+        "rewardserve_reward_score",
+        "rewardserve_reward_length_correlation",
+        "rewardserve_cache_hits",
+        "rewardserve_items_scored",
+        "rewardserve_shadow",
+    ):
         assert family not in as_b, family
     operator = attacked.metrics(AUTH)
     assert 'tenant="a"' in operator and 'tenant="b"' in operator and "rewardserve_reward_score" in operator

@@ -36,8 +36,9 @@ def read_jsonl(path: Path) -> list[dict]:
 
 
 def test_version_and_paths(capsys):
-    done = subprocess.run([sys.executable, "-m", "rewardserve.cli", "--version"], capture_output=True,
-                          text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "rewardserve.cli", "--version"], capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0 and done.stdout.startswith("rewardserve ")
     main(["paths"])
     lines = capsys.readouterr().out.splitlines()
@@ -58,8 +59,10 @@ def test_models_lists_kinds_presets_and_what_a_config_would_serve(capsys, qwen3_
 
 
 def test_score_a_file_in_order_and_resume_after_a_cut(tmp_path, capsys):
-    items = [{"id": f"q{i}", "response": rf"\boxed{{{i % 5}}}", "reference": "2", "group_id": f"g{i // 4}"}
-             for i in range(40)]
+    items = [
+        {"id": f"q{i}", "response": rf"\boxed{{{i % 5}}}", "reference": "2", "group_id": f"g{i // 4}"}
+        for i in range(40)
+    ]
     source = write_jsonl(tmp_path / "items.jsonl", items)
     out = tmp_path / "out.jsonl"
     main(["score", "--model", "math", str(source), "-o", str(out), "--options", '{"normalize": "group"}'])
@@ -81,8 +84,9 @@ def test_score_a_file_in_order_and_resume_after_a_cut(tmp_path, capsys):
 
 
 def test_score_against_a_running_service_equals_transformers(live_service, qwen3_rm, tmp_path, capsys):
-    conversations = [[{"role": "user", "content": f"Is {k} prime?"}, {"role": "assistant", "content": "Yes."}]
-                     for k in range(6)]
+    conversations = [
+        [{"role": "user", "content": f"Is {k} prime?"}, {"role": "assistant", "content": "Yes."}] for k in range(6)
+    ]
     from tests.models.test_images import png_bytes, url_of
 
     image = {"role": "user", "content": [{"type": "image_url", "image_url": {"url": url_of(png_bytes())}}]}
@@ -102,18 +106,28 @@ def test_eval_decides_each_pair_as_rewardbench_does(qwen3_rm, tmp_path, capsys):
 
     prompts = [f"Name a colour ({k})." for k in range(5)]
     responses = ["Red.", "Blue, I think.", "Green!", "I cannot say.", "Yellow."]
-    lines = [{"prompt": p, "chosen": responses[k], "rejected": responses[(k + 1) % 5], "subset": "pairs"}
-             for k, p in enumerate(prompts)]
-    lines += [{"prompt": prompts[0], "chosen": responses[k], "rejected": [r for r in responses if r != responses[k]],
-               "subset": "best-of-5"} for k in range(5)]
+    lines = [
+        {"prompt": p, "chosen": responses[k], "rejected": responses[(k + 1) % 5], "subset": "pairs"}
+        for k, p in enumerate(prompts)
+    ]
+    lines += [
+        {
+            "prompt": prompts[0],
+            "chosen": responses[k],
+            "rejected": [r for r in responses if r != responses[k]],
+            "subset": "best-of-5",
+        }
+        for k in range(5)
+    ]
     lines.append({"prompt": prompts[1], "chosen": "Same.", "rejected": ["Same.", "Same."], "subset": "best-of-5"})
     source = write_jsonl(tmp_path / "pairs.jsonl", lines)
     main(["eval", "--serve", f"rm={qwen3_rm}", "--model", "rm", str(source), "-o", str(tmp_path / "eval")])
     rows = read_jsonl(tmp_path / "eval" / "pairs.jsonl")
 
     def reference(prompt: str, response: str) -> float:
-        (row,) = reference_outcome_scores(qwen3_rm, [[{"role": "user", "content": prompt},
-                                                      {"role": "assistant", "content": response}]])
+        (row,) = reference_outcome_scores(
+            qwen3_rm, [[{"role": "user", "content": prompt}, {"role": "assistant", "content": response}]]
+        )
         return row[0]
 
     for line, row in zip(lines, rows):

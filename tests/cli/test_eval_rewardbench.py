@@ -38,10 +38,14 @@ def test_eval_agrees_with_rewardbench_pair_by_pair(qwen3_rm, tmp_path, capsys):
     answers = ["Blue.", "Grey, mostly.", "It depends on the weather.", "Black at night.", "Red at dusk!"]
     pairs = [(p, answers[k % 5], answers[(k * 3 + 1) % 5]) for k, p in enumerate(prompts)]
     ours = [{"prompt": p, "chosen": c, "rejected": r, "subset": "sky"} for p, c, r in pairs]
-    theirs = [{"prompt": p,
-               "chosen": [{"role": "user", "content": p}, {"role": "assistant", "content": c}],
-               "rejected": [{"role": "user", "content": p}, {"role": "assistant", "content": r}]}
-              for p, c, r in pairs]
+    theirs = [
+        {
+            "prompt": p,
+            "chosen": [{"role": "user", "content": p}, {"role": "assistant", "content": c}],
+            "rejected": [{"role": "user", "content": p}, {"role": "assistant", "content": r}],
+        }
+        for p, c, r in pairs
+    ]
     (tmp_path / "ours.jsonl").write_text("".join(json.dumps(x) + "\n" for x in ours))
     (tmp_path / "theirs.json").write_text("".join(json.dumps(x) + "\n" for x in theirs))
 
@@ -54,20 +58,47 @@ def test_eval_agrees_with_rewardbench_pair_by_pair(qwen3_rm, tmp_path, capsys):
         "import transformers.tokenization_utils_base as base\n"
         "_to = base.BatchEncoding.to\n"
         "base.BatchEncoding.to = lambda self, device, *a, **k: _to(\n"
-        "    self, 'cpu' if str(device).startswith('cuda') else device, *a, **k)\n")
+        "    self, 'cpu' if str(device).startswith('cuda') else device, *a, **k)\n"
+    )
     done = subprocess.run(
-        [str(RB_PYTHON), "-m", "rewardbench.rewardbench", "--model", str(model), "--dataset",
-         str(tmp_path / "theirs.json"), "--load_json", "--batch_size", "1", "--torch_dtype", "float32",
-         "--not_quantized", "--output_dir", str(tmp_path / "rb")],
-        cwd=tmp_path, capture_output=True, text=True, timeout=600,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "WANDB_MODE": "disabled",
-             "PYTHONPATH": str(shim)})
+        [
+            str(RB_PYTHON),
+            "-m",
+            "rewardbench.rewardbench",
+            "--model",
+            str(model),
+            "--dataset",
+            str(tmp_path / "theirs.json"),
+            "--load_json",
+            "--batch_size",
+            "1",
+            "--torch_dtype",
+            "float32",
+            "--not_quantized",
+            "--output_dir",
+            str(tmp_path / "rb"),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={
+            **os.environ,
+            "HF_HUB_OFFLINE": "1",
+            "HF_DATASETS_OFFLINE": "1",
+            "WANDB_MODE": "disabled",
+            "PYTHONPATH": str(shim),
+        },
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     (outputs,) = list(Path("/").glob(str(model).lstrip("/") + "_outputs.jsonl")) or list(
-        (tmp_path / "rb").rglob("*_outputs.jsonl"))
+        (tmp_path / "rb").rglob("*_outputs.jsonl")
+    )
     rows = [json.loads(line) for line in outputs.read_text().splitlines()]
 
-    main(["eval", "--serve", f"rm={model}", "--model", "rm", str(tmp_path / "ours.jsonl"), "-o", str(tmp_path / "eval")])
+    main(
+        ["eval", "--serve", f"rm={model}", "--model", "rm", str(tmp_path / "ours.jsonl"), "-o", str(tmp_path / "eval")]
+    )
     mine = [json.loads(line) for line in (tmp_path / "eval" / "pairs.jsonl").read_text().splitlines()]
     assert [r["correct"] for r in mine] == [float(r["results"]) for r in rows]
     assert [r["chosen"] for r in mine] == pytest.approx([r["scores_chosen"] for r in rows], abs=1e-4)

@@ -21,8 +21,9 @@ async def test_score_takes_every_score_option_and_errors_name_the_param(clip_mod
         images = frames(3)
         item = {"messages": [{"role": "user", "content": [image_part(i) for i in images]}]}
         out = await client.score("clip", [item], goal="a blue circle", baseline=BASELINE, alpha=0.5)
-        assert out.results[0].score == pytest.approx(by_hand(clip_model, images, "a blue circle", BASELINE, 0.5)[-1],
-                                                     abs=1e-6)
+        assert out.results[0].score == pytest.approx(
+            by_hand(clip_model, images, "a blue circle", BASELINE, 0.5)[-1], abs=1e-6
+        )
         with pytest.raises(UnprocessableEntityError) as caught:
             await client.score("clip", [item], alpha=0.5)  # no goal here, none in the config
         assert caught.value.param == "options.goal" and "(param: options.goal)" in str(caught.value)

@@ -16,6 +16,7 @@ from rewardserve.client import (
     NotFoundError,
     PayloadTooLargeError,
     RewardClient,
+    RewardServeError,
 )
 from rewardserve.models.spec import ModelSpec
 from rewardserve.service.settings import Settings
@@ -29,8 +30,14 @@ def grpo_items(n_groups: int, per_group: int, seed: int = 0) -> list[dict]:
     for g in range(n_groups):
         prompt = random_text(rng, rng.randint(3, 20))
         for k in range(per_group):
-            items.append({"id": f"{g}-{k}", "group_id": f"g{g}", "prompt": prompt,
-                          "response": random_text(rng, rng.randint(1, 40))})
+            items.append(
+                {
+                    "id": f"{g}-{k}",
+                    "group_id": f"g{g}",
+                    "prompt": prompt,
+                    "response": random_text(rng, rng.randint(1, 40)),
+                }
+            )
     rng.shuffle(items)  # groups interleaved, as trainers may send them
     return items
 
@@ -40,8 +47,9 @@ async def live(qwen3_rm):
     settings = Settings(
         models=[
             ModelSpec(name="qwen", source=str(qwen3_rm)),
-            ModelSpec(name="slowq", source=str(qwen3_rm), max_wait_ms=1500,
-                      max_queue_tokens=300, max_batch_tokens=100_000),
+            ModelSpec(
+                name="slowq", source=str(qwen3_rm), max_wait_ms=1500, max_queue_tokens=300, max_batch_tokens=100_000
+            ),
         ],
         api_keys=["k1"],
     )
@@ -57,9 +65,7 @@ async def test_async_client_chunked_equals_one_request(live):
     _, http = live
     items = grpo_items(6, 5)
     whole = await async_client(http, chunk_size=1000).score("qwen", items, normalize="group")
-    chunked = await async_client(http, chunk_size=7, max_concurrency=3).score(
-        "qwen", items, normalize="group"
-    )
+    chunked = await async_client(http, chunk_size=7, max_concurrency=3).score("qwen", items, normalize="group")
     assert [r.id for r in chunked.results] == [it["id"] for it in items]
     for a, b in zip(whole.results, chunked.results):
         assert a.score == pytest.approx(b.score, abs=1e-5)
@@ -116,8 +122,10 @@ def test_sync_client_against_uvicorn(server):
         for a, b in zip(chunked.results, whole.results):
             assert a.score == pytest.approx(b.score, abs=1e-5)
             assert a.advantage == pytest.approx(b.advantage, abs=1e-4)
-        math = client.score("math", [{"response": r"\boxed{\frac{1}{3}}", "reference": "1/3"},
-                                     {"response": r"\boxed{2}", "reference": "1/3"}])
+        math = client.score(
+            "math",
+            [{"response": r"\boxed{\frac{1}{3}}", "reference": "1/3"}, {"response": r"\boxed{2}", "reference": "1/3"}],
+        )
         assert [r.score for r in math.results] == [1.0, 0.0]
         assert client.ready() and client.health().status == "ok"
 
@@ -125,12 +133,13 @@ def test_sync_client_against_uvicorn(server):
 def test_work_of_a_client_that_hung_up_is_dropped(server):
     """The 'lazy' model waits 2 s for company; a client that gives up after 0.3 s is
     gone by then, and its item is dropped rather than computed."""
+
     def dropped() -> float:
         return metric(httpx.get(server + "/metrics").text, "rewardserve_items_dropped_total", model="lazy")
 
     before = dropped()
     client = RewardClient(server, timeout=0.3, max_retries=0)
-    with pytest.raises(Exception):
+    with pytest.raises(RewardServeError):
         client.score("lazy", [{"response": "abandoned"}])
     deadline = time.monotonic() + 10
     while dropped() < before + 1 and time.monotonic() < deadline:

@@ -59,9 +59,11 @@ def test_trl_grpo_trainer_logs_the_service_rewards(service, tmp_path):
             return super().rubric(*args, **kwargs)
 
     # A rubric's criteria as reward functions of their own, from one service call per step.
-    rubric = rubric_reward_functions(criteria=[{"name": "fuzz", "fn": "fuzzy", "weight": 3.0},
-                                               {"name": "rm", "model": "rm"}],
-                                     client=CountingClient(service), prefix="rubric_")
+    rubric = rubric_reward_functions(
+        criteria=[{"name": "fuzz", "fn": "fuzzy", "weight": 3.0}, {"name": "rm", "model": "rm"}],
+        client=CountingClient(service),
+        prefix="rubric_",
+    )
     assert [f.__name__ for f in rubric.functions] == ["rubric_fuzz", "rubric_rm"]
     assert rubric.weights == [0.75, 0.25]
     seen: list[tuple[list, list, list]] = []
@@ -72,12 +74,23 @@ def test_trl_grpo_trainer_logs_the_service_rewards(service, tmp_path):
         return rewards
 
     args = GRPOConfig(
-        output_dir=str(tmp_path / "out"), per_device_train_batch_size=4, num_generations=4,
-        max_completion_length=6, max_steps=3, logging_steps=1, learning_rate=1e-4,
-        report_to=[], use_cpu=True, bf16=False, save_strategy="no", seed=0, reward_weights=[1.0, *rubric.weights],
+        output_dir=str(tmp_path / "out"),
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=6,
+        max_steps=3,
+        logging_steps=1,
+        learning_rate=1e-4,
+        report_to=[],
+        use_cpu=True,
+        bf16=False,
+        save_strategy="no",
+        seed=0,
+        reward_weights=[1.0, *rubric.weights],
     )
-    trainer = GRPOTrainer(model=str(policy), reward_funcs=[fuzzy_reward, *rubric.functions], args=args,
-                          train_dataset=dataset)
+    trainer = GRPOTrainer(
+        model=str(policy), reward_funcs=[fuzzy_reward, *rubric.functions], args=args, train_dataset=dataset
+    )
     trainer.train()
     assert CountingClient.rubric_calls == 3
     history = trainer.state.log_history
@@ -88,8 +101,9 @@ def test_trl_grpo_trainer_logs_the_service_rewards(service, tmp_path):
     logged = [h["rewards/fuzzy_reward/mean"] for h in trainer.state.log_history if "rewards/fuzzy_reward/mean" in h]
     assert len(logged) == 3 and len(seen) == 3
     for (prompts, completions, rewards), mean in zip(seen, logged):
-        again = client.score("fuzzy", [{"prompt": p, "response": c, "reference": "yes yes yes"}
-                                       for p, c in zip(prompts, completions)])
+        again = client.score(
+            "fuzzy", [{"prompt": p, "response": c, "reference": "yes yes yes"} for p, c in zip(prompts, completions)]
+        )
         assert [r.score for r in again.results] == pytest.approx(rewards)
         assert mean == pytest.approx(sum(rewards) / len(rewards), abs=1e-5)
     for (prompts, completions, rewards), fuzz_mean, rm_mean in zip(seen, fuzz_logged, rm_logged):
@@ -115,11 +129,13 @@ async def test_an_ensemble_s_members_reach_trl_from_one_call_per_batch(service):
     assert [f.__name__ for f in rewards.functions] == ["mix", "rm", "fuzzy"] and rewards.weights == [1.0, 0.0, 0.0]
     columns = [fn(prompts, completions, reference=reference) for fn in rewards.functions]
     assert Counting.calls == 1
-    direct = RewardClient(service).score("mix", [{"prompt": p, "response": c, "reference": r}
-                                                  for p, c, r in zip(prompts, completions, reference)])
+    direct = RewardClient(service).score(
+        "mix", [{"prompt": p, "response": c, "reference": r} for p, c, r in zip(prompts, completions, reference)]
+    )
     assert columns[0] == pytest.approx([r.score for r in direct.results])
     assert columns[1] == pytest.approx(direct.components()["rm"]) and columns[2] == pytest.approx(
-        direct.components()["fuzzy"])
+        direct.components()["fuzzy"]
+    )
     async_rewards = ensemble_reward_functions("mix", members=["rm", "fuzzy"], client=AsyncRewardClient(service))
     gathered = await asyncio.gather(*(fn(prompts, completions, reference=reference) for fn in async_rewards.functions))
     assert gathered[0] == pytest.approx(columns[0]) and gathered[2] == pytest.approx(columns[2])
@@ -136,13 +152,17 @@ async def test_trl_reward_functions_all_endpoints(service):
     conversational = [[{"role": "user", "content": p}] for p in prompts]
     answers = [[{"role": "assistant", "content": c}] for c in completions]
     assert await async_reward_function("math", base_url=service, reference_column="answer")(
-        conversational, answers, answer=["4", "6"]) == [1.0, 0.0]
-    steps = reward_function("prm", endpoint="steps", base_url=service, aggregate="last")(
-        prompts, ["a\n\nb", "c"])
+        conversational, answers, answer=["4", "6"]
+    ) == [1.0, 0.0]
+    steps = reward_function("prm", endpoint="steps", base_url=service, aggregate="last")(prompts, ["a\n\nb", "c"])
     assert all(0 <= s <= 1 for s in steps)
-    rubric = reward_function(None, endpoint="rubric", base_url=service, criteria=[
-        {"name": "m", "fn": "math_equiv"}, {"name": "f", "fn": "regex", "args": {"pattern": "boxed"}}],
-        aggregation={"mode": "all"})
+    rubric = reward_function(
+        None,
+        endpoint="rubric",
+        base_url=service,
+        criteria=[{"name": "m", "fn": "math_equiv"}, {"name": "f", "fn": "regex", "args": {"pattern": "boxed"}}],
+        aggregation={"mode": "all"},
+    )
     assert rubric(prompts, completions, reference=["4", "6"]) == [1.0, 0.0]
     outcome = reward_function("rm", base_url=service)(prompts, completions)
     assert all(isinstance(x, float) for x in outcome)
@@ -150,11 +170,18 @@ async def test_trl_reward_functions_all_endpoints(service):
 
 def test_verl_compute_score_shapes(service):
     kwargs = {"model": "math", "base_url": service}
-    assert verl.compute_score("openai/gsm8k", "so #### \\boxed{72}", "72", {"question": "q", "split": "train"}, **kwargs) == 1.0
+    assert (
+        verl.compute_score("openai/gsm8k", "so #### \\boxed{72}", "72", {"question": "q", "split": "train"}, **kwargs)
+        == 1.0
+    )
     assert verl.compute_score("openai/gsm8k", "\\boxed{71}", "72", None, **kwargs) == 0.0
     batch = verl.compute_score_batch(
-        ["a", "b", "c"], ["\\boxed{1}", "\\boxed{2}", "\\boxed{3}"], ["1", "5", "3"],
-        [{"index": 0}, {"index": 1}, {"index": 2}], **kwargs)
+        ["a", "b", "c"],
+        ["\\boxed{1}", "\\boxed{2}", "\\boxed{3}"],
+        ["1", "5", "3"],
+        [{"index": 0}, {"index": 1}, {"index": 2}],
+        **kwargs,
+    )
     assert batch == [1.0, 0.0, 1.0]
     with pytest.raises(Exception, match="no reward"):
         verl.compute_score("x", "\\boxed{1}", None, None, **kwargs)
@@ -185,11 +212,18 @@ def _verl_custom_reward_fn(raw_fn, reward_kwargs):
 
 async def _verl_run_single(compute_score, sample: dict, reward_router_address=None, reward_model_tokenizer=None):
     extra_info = dict(sample.get("extra_info", {}), num_turns=None, rollout_reward_scores={})
-    extra_reward_kwargs = ({"reward_router_address": reward_router_address,
-                            "reward_model_tokenizer": reward_model_tokenizer}
-                           if reward_router_address is not None else {})
-    call = dict(data_source=sample["data_source"], solution_str=sample["response"],
-                ground_truth=sample["ground_truth"], extra_info=extra_info, **extra_reward_kwargs)
+    extra_reward_kwargs = (
+        {"reward_router_address": reward_router_address, "reward_model_tokenizer": reward_model_tokenizer}
+        if reward_router_address is not None
+        else {}
+    )
+    call = dict(
+        data_source=sample["data_source"],
+        solution_str=sample["response"],
+        ground_truth=sample["ground_truth"],
+        extra_info=extra_info,
+        **extra_reward_kwargs,
+    )
     if inspect.iscoroutinefunction(compute_score):
         result = await compute_score(**call)
     else:
@@ -204,8 +238,15 @@ def _verl_extra_info(result) -> dict:
 
 
 async def test_verl_reward_loop_managers_call_the_adapter(service):
-    samples = [{"data_source": "openai/gsm8k", "response": f"so \\boxed{{{k}}}", "ground_truth": "2",
-                "extra_info": {"question": "1+1?", "index": k}} for k in range(4)]
+    samples = [
+        {
+            "data_source": "openai/gsm8k",
+            "response": f"so \\boxed{{{k}}}",
+            "ground_truth": "2",
+            "extra_info": {"question": "1+1?", "index": k},
+        }
+        for k in range(4)
+    ]
     reward_kwargs = {"model": "math", "base_url": service}
     for raw_fn, awaited in ((verl.compute_score_async, True), (verl.compute_score, False)):
         fn = _verl_custom_reward_fn(raw_fn, reward_kwargs)
@@ -217,15 +258,27 @@ async def test_verl_reward_loop_managers_call_the_adapter(service):
 
 async def test_verl_gets_a_rubric_s_components_in_its_extra_info(service):
     criteria = [{"name": "fuzz", "fn": "fuzzy"}, {"name": "rm", "model": "rm", "normalize": "sigmoid"}]
-    reward_kwargs = {"model": "rubric", "endpoint": "rubric", "base_url": service, "components": True,
-                     "criteria": criteria}
+    reward_kwargs = {
+        "model": "rubric",
+        "endpoint": "rubric",
+        "base_url": service,
+        "components": True,
+        "criteria": criteria,
+    }
     sample = {"data_source": "d", "response": "yes yes", "ground_truth": "yes yes yes", "extra_info": {"question": "q"}}
-    expected = RewardClient(service).rubric([{"prompt": "q", "response": "yes yes", "reference": "yes yes yes"}],
-                                            criteria=criteria).results[0]
+    expected = (
+        RewardClient(service)
+        .rubric([{"prompt": "q", "response": "yes yes", "reference": "yes yes yes"}], criteria=criteria)
+        .results[0]
+    )
     for raw_fn in (verl.compute_score_async, verl.compute_score):
         fn = _verl_custom_reward_fn(raw_fn, reward_kwargs)
-        call = dict(data_source="d", solution_str=sample["response"], ground_truth=sample["ground_truth"],
-                    extra_info=sample["extra_info"])
+        call = dict(
+            data_source="d",
+            solution_str=sample["response"],
+            ground_truth=sample["ground_truth"],
+            extra_info=sample["extra_info"],
+        )
         result = await fn(**call) if inspect.iscoroutinefunction(fn) else fn(**call)
         extra = _verl_extra_info(result)
         assert extra["score"] == pytest.approx(expected.score)
@@ -267,9 +320,10 @@ class _PolicyEngine:
         import torch
 
         with torch.inference_mode():
-            out = self.model.generate(torch.tensor([prompt_token_ids]), max_new_tokens=params.max_tokens,
-                                      do_sample=False)
-        ids = out[0, len(prompt_token_ids):].tolist()
+            out = self.model.generate(
+                torch.tensor([prompt_token_ids]), max_new_tokens=params.max_tokens, do_sample=False
+            )
+        ids = out[0, len(prompt_token_ids) :].tolist()
         return SimpleNamespace(outputs=[SimpleNamespace(token_ids=ids, finish_reason="length", logprobs=None)])
 
 
@@ -290,8 +344,9 @@ def test_openrlhf_agent_gets_the_reward_its_own_server_gives(service, qwen3_rm, 
     executor = SingleTurnAgentExecutor(remote_rm_url=f"{service}/get_reward?model=rm")
     params = SimpleNamespace(max_tokens=12, logprobs=None)  # the fields of vLLM's SamplingParams it reads
     for k in range(3):
-        prompt = tokenizer.apply_chat_template([{"role": "user", "content": f"Say yes {k}."}], tokenize=False,
-                                               add_generation_prompt=True)
+        prompt = tokenizer.apply_chat_template(
+            [{"role": "user", "content": f"Say yes {k}."}], tokenize=False, add_generation_prompt=True
+        )
         output = asyncio.run(executor.execute(prompt, "yes", params, 256, tokenizer, engine))
         query = tokenizer.decode(output["observation_tokens"], skip_special_tokens=False)
         assert output["reward"] is not None, "the reward request failed"
@@ -301,8 +356,11 @@ def test_openrlhf_agent_gets_the_reward_its_own_server_gives(service, qwen3_rm, 
 def test_trajectory_rewards_and_token_placement(service):
     messages = [
         {"role": "user", "content": "find x"},
-        {"role": "assistant", "content": "Searching.",
-         "tool_calls": [{"id": "1", "function": {"name": "search", "arguments": "{}"}}]},
+        {
+            "role": "assistant",
+            "content": "Searching.",
+            "tool_calls": [{"id": "1", "function": {"name": "search", "arguments": "{}"}}],
+        },
         {"role": "tool", "tool_call_id": "1", "content": "x=4"},
         {"role": "assistant", "content": "x is 4."},
     ]
@@ -343,7 +401,7 @@ def test_shaped_step_rewards_on_the_tokenizer_s_own_text(service, qwen2_prm):
     assert text.text == tokenizer.apply_chat_template(messages, tokenize=False)
     for index in (1, 3):
         start = text.message_starts[index]
-        assert text.text[start:start + len(messages[index]["content"])] == messages[index]["content"]
+        assert text.text[start : start + len(messages[index]["content"])] == messages[index]["content"]
     ends = step_ends(delta.spans, text.message_starts)
     per_token = token_rewards(text.offsets, ends, delta.step_rewards)
     assert len(per_token) == len(tokenizer(text.text, add_special_tokens=False)["input_ids"])

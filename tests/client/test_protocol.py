@@ -50,8 +50,11 @@ def test_multimodal_and_tool_call_messages():
     )
     assert m.text() == "what is this?" and m.has_images()
     t = Message.model_validate(
-        {"role": "assistant", "content": None,
-         "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "search", "arguments": "{\"q\": 1}"}}]}
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "search", "arguments": '{"q": 1}'}}],
+        }
     )
     assert t.tool_calls[0].function.name == "search"
     with pytest.raises(ValidationError):

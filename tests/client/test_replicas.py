@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-
 import os
 import signal
 import subprocess
@@ -17,11 +16,15 @@ import pytest
 from rewardserve.client import APITimeoutError, RewardClient
 from tests.harness import free_port, wait_ready
 
+
 def ok(request: httpx.Request) -> dict:
     """A scoring answer to ``request``: each item's id back, as the service answers."""
     items = json.loads(request.content)["items"] if request.content else []
-    return {"model": "m", "results": [{"id": item.get("id"), "score": 1.0, "valid": True} for item in items],
-            "usage": {"items": len(items)}}
+    return {
+        "model": "m",
+        "results": [{"id": item.get("id"), "score": 1.0, "valid": True} for item in items],
+        "usage": {"items": len(items)},
+    }
 
 
 def test_round_robin_and_failover_on_scripted_replicas():
@@ -33,8 +36,9 @@ def test_round_robin_and_failover_on_scripted_replicas():
             raise httpx.ConnectError("refused")
         return httpx.Response(200, json=ok(request))
 
-    client = RewardClient(["http://a", "http://down", "http://b"],
-                          http_client=httpx.Client(transport=httpx.MockTransport(handle)))
+    client = RewardClient(
+        ["http://a", "http://down", "http://b"], http_client=httpx.Client(transport=httpx.MockTransport(handle))
+    )
     for _ in range(6):
         assert client.score("m", [{"response": "x"}]).results[0].score == 1.0
     # "down" was tried once, failed over at once, then skipped while cooling down.
@@ -43,11 +47,13 @@ def test_round_robin_and_failover_on_scripted_replicas():
 
 def test_deadline_bounds_the_whole_call(monkeypatch):
     def handle(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(503, json={"error": {"type": "not_ready", "message": "busy"}},
-                              headers={"retry-after": "1"})
+        return httpx.Response(
+            503, json={"error": {"type": "not_ready", "message": "busy"}}, headers={"retry-after": "1"}
+        )
 
-    client = RewardClient("http://a", max_retries=10, deadline=1.5,
-                          http_client=httpx.Client(transport=httpx.MockTransport(handle)))
+    client = RewardClient(
+        "http://a", max_retries=10, deadline=1.5, http_client=httpx.Client(transport=httpx.MockTransport(handle))
+    )
     start = time.monotonic()
     with pytest.raises(APITimeoutError, match="deadline"):
         client.score("m", [{"response": "x"}])
@@ -57,7 +63,9 @@ def test_deadline_bounds_the_whole_call(monkeypatch):
 def _start(port: int) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "rewardserve.cli", "serve", "--port", str(port)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ},
     )
 
 
@@ -67,8 +75,7 @@ def test_failover_when_a_replica_is_killed_mid_run():
     try:
         for port, proc in zip(ports, procs):
             wait_ready(f"http://127.0.0.1:{port}", proc, 120)
-        client = RewardClient([f"http://127.0.0.1:{p}" for p in ports], max_retries=4, chunk_size=4,
-                              max_concurrency=4)
+        client = RewardClient([f"http://127.0.0.1:{p}" for p in ports], max_retries=4, chunk_size=4, max_concurrency=4)
         items = [{"response": f"\\boxed{{{k}}}", "reference": str(k if k % 3 else k + 1)} for k in range(24)]
         expected = [0.0 if k % 3 == 0 else 1.0 for k in range(24)]
         results, errors, finished = [], [], []

@@ -18,11 +18,15 @@ from rewardserve.client import (
 from rewardserve.client._shared import ClientConfig, parse_retry_after, plan_chunks
 from rewardserve.client.protocol import Item
 
+
 def ok(request: httpx.Request) -> dict:
     """A scoring answer to ``request``: each item's id back, as the service answers."""
     items = json.loads(request.content)["items"] if request.content else []
-    return {"model": "m", "results": [{"id": item.get("id"), "score": 1.0, "valid": True} for item in items],
-            "usage": {"items": len(items)}}
+    return {
+        "model": "m",
+        "results": [{"id": item.get("id"), "score": 1.0, "valid": True} for item in items],
+        "usage": {"items": len(items)},
+    }
 
 
 def scripted(*steps):

@@ -17,9 +17,14 @@ from tests.harness import serve_in_process
 def items(n_groups=3, per_group=3):
     rng = random.Random(4)
     return [
-        {"id": f"{g}.{k}", "group_id": f"g{g}", "prompt": random_text(rng, 5),
-         "steps": [random_text(rng, 4) for _ in range(rng.randint(1, 5))]}
-        for g in range(n_groups) for k in range(per_group)
+        {
+            "id": f"{g}.{k}",
+            "group_id": f"g{g}",
+            "prompt": random_text(rng, 5),
+            "steps": [random_text(rng, 4) for _ in range(rng.randint(1, 5))],
+        }
+        for g in range(n_groups)
+        for k in range(per_group)
     ]
 
 

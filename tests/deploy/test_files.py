@@ -5,7 +5,6 @@ non-root user with a /ready health check, the k8s probes point at real routes.""
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -22,6 +21,7 @@ SCHEMA = ROOT / ".venv" / "share" / "compose_spec.json"
 def interpolate(text: str, env: dict[str, str]) -> str:
     """Compose's ${VAR} / ${VAR:-default} substitution, done before validation as
     compose does."""
+
     def value(match: re.Match) -> str:
         name, default = match.group(1), match.group(3) or ""
         return env.get(name) or default
@@ -75,8 +75,9 @@ def test_dockerfiles_run_non_root_with_a_ready_healthcheck(name):
 
 
 def test_prometheus_config_is_valid():
-    done = subprocess.run(["promtool", "check", "config", str(ROOT / "deploy/prometheus.yml")],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        ["promtool", "check", "config", str(ROOT / "deploy/prometheus.yml")], capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -97,14 +98,17 @@ def render_nginx(ports: list[int], listen: int, workdir: Path) -> Path:
 def test_nginx_accepts_the_config(tmp_path):
     assert shutil.which("nginx"), "make test installs nginx"
     conf = render_nginx([18001, 18002], 18080, tmp_path)
-    done = subprocess.run(["nginx", "-t", "-c", str(conf), "-p", str(tmp_path)],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        ["nginx", "-t", "-c", str(conf), "-p", str(tmp_path)], capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     assert "test is successful" in done.stderr
 
 
 def test_k8s_manifests():
-    docs = {d["kind"]: d for f in sorted((ROOT / "deploy/k8s").glob("*.yaml")) for d in yaml.safe_load_all(f.read_text())}
+    docs = {
+        d["kind"]: d for f in sorted((ROOT / "deploy/k8s").glob("*.yaml")) for d in yaml.safe_load_all(f.read_text())
+    }
     assert set(docs) == {"ConfigMap", "Deployment", "Service", "HorizontalPodAutoscaler"}
     pod = docs["Deployment"]["spec"]["template"]["spec"]
     container = pod["containers"][0]

@@ -29,20 +29,40 @@ class Stack:
 
     def __init__(self, model_dir: Path, workdir: Path, replicas: int = 2):
         self.ports = [free_port() for _ in range(replicas)]
-        env = {**os.environ, "REWARDSERVE_DRAIN_SECONDS": "2", "REWARDSERVE_LOG_LEVEL": "warning",
-               "REWARDSERVE_COMPILE": "false"}
+        env = {
+            **os.environ,
+            "REWARDSERVE_DRAIN_SECONDS": "2",
+            "REWARDSERVE_LOG_LEVEL": "warning",
+            "REWARDSERVE_COMPILE": "false",
+        }
         self.replicas = [
-            subprocess.Popen([sys.executable, "-m", "rewardserve.cli", "serve", "--port", str(p),
-                              "--model", f"rm={model_dir}", "--no-builtin-rules"],
-                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "rewardserve.cli",
+                    "serve",
+                    "--port",
+                    str(p),
+                    "--model",
+                    f"rm={model_dir}",
+                    "--no-builtin-rules",
+                ],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
             for p in self.ports
         ]
         for port, proc in zip(self.ports, self.replicas):
             wait_ready(f"http://127.0.0.1:{port}", proc, 120)
         listen = free_port()
         conf = render_nginx(self.ports, listen, workdir)
-        self.nginx = subprocess.Popen(["nginx", "-c", str(conf), "-p", str(workdir), "-g", "daemon off; user root;"],
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.nginx = subprocess.Popen(
+            ["nginx", "-c", str(conf), "-p", str(workdir), "-g", "daemon off; user root;"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
         self.url = f"http://127.0.0.1:{listen}"
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -111,8 +131,10 @@ def drive(url: str, on_progress) -> tuple[list[int], list[float | None]]:
 
 
 def single_request_scores(url: str) -> list[float]:
-    return [httpx.post(url + "/v1/score", json={"model": "rm", "items": [item]}, timeout=60).json()["results"][0]["score"]
-            for item in ITEMS]
+    return [
+        httpx.post(url + "/v1/score", json={"model": "rm", "items": [item]}, timeout=60).json()["results"][0]["score"]
+        for item in ITEMS
+    ]
 
 
 def test_sigkill_of_a_replica_mid_run_loses_nothing(stack):
@@ -141,8 +163,9 @@ def test_sigterm_drains_a_replica(stack):
             victim.send_signal(signal.SIGTERM)
             # At once: not ready, and new work refused with 503 (nginx moves it on).
             seen["ready"] = httpx.get(f"http://127.0.0.1:{port}/ready", timeout=5).status_code
-            seen["work"] = httpx.post(f"http://127.0.0.1:{port}/v1/score", timeout=5,
-                                      json={"model": "rm", "items": [ITEMS[0]]}).status_code
+            seen["work"] = httpx.post(
+                f"http://127.0.0.1:{port}/v1/score", timeout=5, json={"model": "rm", "items": [ITEMS[0]]}
+            ).status_code
 
     statuses, scores = drive(stack.url, on_progress)
     assert seen["ready"] == 503 and seen["work"] == 503

@@ -77,9 +77,15 @@ def test_two_ray_replicas_answer_everything_through_a_replica_kill(qwen3_rm, tmp
     config.write_text(f"models:\n  - {{name: rm, source: {qwen3_rm}}}\n")
     port = free_port()
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "HF_HUB_OFFLINE": "1"}
-    driver = subprocess.Popen([str(RAY_PYTHON), "-c", DRIVER, str(port), str(config)], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, stderr=open(tmp_path / "ray.log", "wb"), env=env,
-                              text=True, start_new_session=True)
+    driver = subprocess.Popen(
+        [str(RAY_PYTHON), "-c", DRIVER, str(port), str(config)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=open(tmp_path / "ray.log", "wb"),
+        env=env,
+        text=True,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 300
         line = ""
@@ -114,8 +120,9 @@ def test_two_ray_replicas_answer_everything_through_a_replica_kill(qwen3_rm, tmp
         killer.join()
         assert not psutil.pid_exists(pids[0]) or psutil.Process(pids[0]).status() == psutil.STATUS_ZOMBIE
         assert len(scores) == REQUESTS
-        reference = reference_outcome_scores(qwen3_rm, [[{"role": "user", "content": prompt},
-                                                         {"role": "assistant", "content": t}] for t in texts])
+        reference = reference_outcome_scores(
+            qwen3_rm, [[{"role": "user", "content": prompt}, {"role": "assistant", "content": t}] for t in texts]
+        )
         assert [scores[k] for k in range(REQUESTS)] == pytest.approx([r[0] for r in reference], abs=1e-4)
     finally:
         if driver.poll() is None:

@@ -14,8 +14,8 @@ from PIL import Image
 
 from rewardserve.client.images import data_url, image_part
 from rewardserve.client.protocol import Item
-from rewardserve.models.planning import RequestError
 from rewardserve.models.images import ImagePolicy, load_image, load_item_images
+from rewardserve.models.planning import RequestError
 
 POLICY = ImagePolicy()
 
@@ -28,6 +28,7 @@ def png_bytes(size=(8, 6), color=(200, 10, 10)) -> bytes:
 
 def huge_png_header(width=20000, height=20000) -> bytes:
     """A PNG whose header claims 20000x20000 pixels; its pixel data never exists."""
+
     def chunk(kind: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
 

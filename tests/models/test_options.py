@@ -3,7 +3,6 @@ closest valid key, at start of the service and of the CLI."""
 
 from __future__ import annotations
 
-
 import pytest
 
 from rewardserve.models.kinds import build_model
@@ -34,8 +33,9 @@ def test_a_wrong_value_is_named_too():
 
 
 def test_preset_options_and_the_user_s_merge_into_the_typed_options():
-    model = build_model(ModelSpec(name="sky", source="Skywork/Skywork-Reward-V2-Qwen3-0.6B",
-                                  options={"packing": False}))
+    model = build_model(
+        ModelSpec(name="sky", source="Skywork/Skywork-Reward-V2-Qwen3-0.6B", options={"packing": False})
+    )
     assert isinstance(model.options, OutcomeOptions)
     assert model.options.strip_bos is True and model.options.packing is False
     assert model.options.backend().packing is False
@@ -53,5 +53,5 @@ def test_the_readme_lists_every_option_of_every_kind():
     from rewardserve.models.options_reference import BEGIN, END, reference
 
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    listed = readme[readme.index(BEGIN): readme.index(END) + len(END)]
+    listed = readme[readme.index(BEGIN) : readme.index(END) + len(END)]
     assert listed == reference(), "README's option tables are stale: python -m rewardserve.models.options_reference"

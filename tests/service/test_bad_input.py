@@ -29,8 +29,9 @@ async def service(qwen3_rm):
 
 
 async def raw(http, content: bytes, headers=None):
-    return await http.post("/v1/score", content=content,
-                           headers={"content-type": "application/json", **(headers or {})})
+    return await http.post(
+        "/v1/score", content=content, headers={"content-type": "application/json", **(headers or {})}
+    )
 
 
 def status_and_type(response):
@@ -44,10 +45,18 @@ def status_and_type(response):
         ("wrong types", json.dumps({"model": 5, "items": {"a": 1}}).encode(), 422),
         ("NaN in a number", b'{"model": "math", "items": [{"response": "x"}], "options": {"alpha": NaN}}', 422),
         ("Infinity in a reference", b'{"model": "math", "items": [{"response": "x", "reference": Infinity}]}', 422),
-        ("deeply nested JSON", b'{"model": "math", "items": [{"response": "x", "reference": '
-         + b"[" * 100_000 + b"]" * 100_000 + b"}]}", 422),
-        ("nested past the field limit", json.dumps({"model": "math", "items": [{"response": "x", "reference":
-         json.loads("[" * 100 + "]" * 100)}]}).encode(), 422),
+        (
+            "deeply nested JSON",
+            b'{"model": "math", "items": [{"response": "x", "reference": ' + b"[" * 100_000 + b"]" * 100_000 + b"}]}",
+            422,
+        ),
+        (
+            "nested past the field limit",
+            json.dumps(
+                {"model": "math", "items": [{"response": "x", "reference": json.loads("[" * 100 + "]" * 100)}]}
+            ).encode(),
+            422,
+        ),
         ("invalid UTF-8", b'{"model": "math", "items": [{"response": "\xff\xfe"}]}', 422),
         ("unknown fields", json.dumps({**GOOD, "temperature": 1}).encode(), 422),
         ("100k items", json.dumps({"model": "math", "items": [{"response": "1"}] * 100_000}).encode(), 413),
@@ -72,16 +81,21 @@ async def test_a_one_gigabyte_body_is_refused_from_its_header(service):
             sent += 1
             yield b"x" * (1024 * 1024)
 
-    response = await http.post("/v1/score", content=body(), headers={
-        "content-type": "application/json", "content-length": str(1024 ** 3)})
+    response = await http.post(
+        "/v1/score", content=body(), headers={"content-type": "application/json", "content-length": str(1024**3)}
+    )
     assert status_and_type(response) == (413, "payload_too_large")
     assert sent <= 1  # refused before the body was read
 
 
 @pytest.mark.parametrize(
     ("headers", "url"),
-    [({"authorization": ""}, "/v1/score"), ({"authorization": "Bearer wrong"}, "/v1/score"),
-     ({"authorization": ""}, f"/v1/score?api_key={KEY}"), ({"authorization": f"Token {KEY}"}, "/v1/score")],
+    [
+        ({"authorization": ""}, "/v1/score"),
+        ({"authorization": "Bearer wrong"}, "/v1/score"),
+        ({"authorization": ""}, f"/v1/score?api_key={KEY}"),
+        ({"authorization": f"Token {KEY}"}, "/v1/score"),
+    ],
     ids=["missing", "wrong key", "key in query string", "wrong scheme"],
 )
 async def test_auth(service, headers, url):

@@ -42,7 +42,7 @@ def test_numbers_json_allows_but_python_should_not_build():
 def test_unpaired_surrogates_are_named_and_pairs_pass():
     refused(rb'{"items": [{"response": "ok"}, {"response": "bad \udc00 here"}]}', 422, "items[1].response")
     refused(rb'{"items": [{"metadata": {"\ud800": 1}}]}', 422, "items[0].metadata")
-    assert parse_body(rb'{"a": "\ud83d\ude00", "b": "\\ud800"}', **LIMITS) == {"a": "\U0001F600", "b": "\\ud800"}
+    assert parse_body(rb'{"a": "\ud83d\ude00", "b": "\\ud800"}', **LIMITS) == {"a": "\U0001f600", "b": "\\ud800"}
 
 
 def test_broken_bodies_say_what_is_wrong():

@@ -17,11 +17,14 @@ from tests.harness import serve_in_process
 
 @pytest_asyncio.fixture(scope="module")
 async def service(llama_rm, qwen3_multihead_rm, qwen2_prm):
-    settings = Settings(models=[
-        ModelSpec(name="rm", source=str(llama_rm)),
-        ModelSpec(name="heads", source=str(qwen3_multihead_rm)),
-        ModelSpec(name="prm", source=str(qwen2_prm)),
-    ], builtin_rules=False)
+    settings = Settings(
+        models=[
+            ModelSpec(name="rm", source=str(llama_rm)),
+            ModelSpec(name="heads", source=str(qwen3_multihead_rm)),
+            ModelSpec(name="prm", source=str(qwen2_prm)),
+        ],
+        builtin_rules=False,
+    )
     async with serve_in_process(settings) as (app, http):
         yield app, http
 
@@ -33,7 +36,7 @@ def verl_rm_prompt(tokenizer, chat: list[dict], response: str) -> str:
     chat = chat + [{"role": "assistant", "content": response.replace(tokenizer.eos_token, "")}]
     rm_prompt = tokenizer.apply_chat_template(chat, add_generation_prompt=False, tokenize=False)
     if tokenizer.bos_token is not None and rm_prompt.startswith(tokenizer.bos_token):
-        rm_prompt = rm_prompt[len(tokenizer.bos_token):]
+        rm_prompt = rm_prompt[len(tokenizer.bos_token) :]
     return rm_prompt
 
 
@@ -79,11 +82,15 @@ async def test_classify_in_vllm_shape(service, llama_rm, qwen3_multihead_rm):
     assert [d["probs"][0] for d in older.json()["data"]] == pytest.approx(raw, abs=1e-4)
     single = await http.post("/classify", json={"model": "rm", "input": ids[0], "use_activation": False})
     assert single.json()["data"][0]["probs"] == pytest.approx(raw[:1], abs=1e-4)
-    plain = await http.post("/classify", json={"model": "rm", "input": texts[1], "add_special_tokens": False,
-                                                 "use_activation": False})
-    assert plain.json()["data"][0]["probs"][0] == pytest.approx(reference_text_scores(llama_rm, texts[1:2])[0], abs=1e-4)
-    kept = await http.post("/classify", json={"model": "rm", "input": ids[2], "truncate_prompt_tokens": 3,
-                                                "use_activation": False})
+    plain = await http.post(
+        "/classify", json={"model": "rm", "input": texts[1], "add_special_tokens": False, "use_activation": False}
+    )
+    assert plain.json()["data"][0]["probs"][0] == pytest.approx(
+        reference_text_scores(llama_rm, texts[1:2])[0], abs=1e-4
+    )
+    kept = await http.post(
+        "/classify", json={"model": "rm", "input": ids[2], "truncate_prompt_tokens": 3, "use_activation": False}
+    )
     assert kept.json()["usage"]["prompt_tokens"] == 3
     first = reference_text_scores(llama_rm, [tokenizer.decode(ids[2][:3])])[0]
     assert kept.json()["data"][0]["probs"][0] == pytest.approx(first, abs=1e-4)
@@ -95,15 +102,18 @@ async def test_classify_in_vllm_shape(service, llama_rm, qwen3_multihead_rm):
     assert data["label"] == labels[max(range(len(data["probs"])), key=data["probs"].__getitem__)]
 
 
-@pytest.mark.parametrize("body, status, param", [
-    ({"model": "rm", "input": []}, 422, "input"),
-    ({"model": "rm", "input": ["x", ""]}, 422, "input[1]"),
-    ({"model": "rm", "input": [[3, 10**6]]}, 422, "items[0].input_ids[1]"),
-    ({"model": "prm", "input": "x"}, 422, "model"),
-    ({"model": "nope", "input": "x"}, 404, None),
-    ({"model": "rm", "input": "", "truncate_prompt_tokens": 0}, 422, None),  # found by schemathesis
-    ({"model": "rm", "input": "", "add_special_tokens": False}, 422, "input[0]"),
-])
+@pytest.mark.parametrize(
+    "body, status, param",
+    [
+        ({"model": "rm", "input": []}, 422, "input"),
+        ({"model": "rm", "input": ["x", ""]}, 422, "input[1]"),
+        ({"model": "rm", "input": [[3, 10**6]]}, 422, "items[0].input_ids[1]"),
+        ({"model": "prm", "input": "x"}, 422, "model"),
+        ({"model": "nope", "input": "x"}, 404, None),
+        ({"model": "rm", "input": "", "truncate_prompt_tokens": 0}, 422, None),  # found by schemathesis
+        ({"model": "rm", "input": "", "add_special_tokens": False}, 422, "input[0]"),
+    ],
+)
 async def test_classify_refusals_name_the_input(service, body, status, param):
     _, http = service
     out = await http.post("/classify", json=body)

@@ -21,7 +21,10 @@ async def service(qwen3_rm):
             ModelSpec(name="qwen", source=str(qwen3_rm), max_tokens=64),
             # A long wait for company and a small queue make "queue full" reproducible.
             ModelSpec(
-                name="slowq", source=str(qwen3_rm), max_wait_ms=3000, max_queue_tokens=300,
+                name="slowq",
+                source=str(qwen3_rm),
+                max_wait_ms=3000,
+                max_queue_tokens=300,
                 max_batch_tokens=100_000,
             ),
         ],
@@ -86,9 +89,7 @@ async def test_413_item_over_max_tokens_names_it_and_truncate_fits(service, qwen
     items = [{"response": "ok"}, {"response": "ok"}, item_of_tokens(qwen3_rm, 80)]
     error = error_of(await http.post("/v1/score", json={"model": "qwen", "items": items}), 413, "payload_too_large")
     assert error["param"] == "items[2]" and "items[2]" in error["message"]
-    response = await http.post(
-        "/v1/score", json={"model": "qwen", "items": items, "options": {"truncate": "left"}}
-    )
+    response = await http.post("/v1/score", json={"model": "qwen", "items": items, "options": {"truncate": "left"}})
     assert response.status_code == 200
     assert response.json()["results"][2]["truncated"] is True
 

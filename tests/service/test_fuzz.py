@@ -16,10 +16,13 @@ import pytest
 
 from tests.harness import serve_subprocess
 
-
 HOOKS = Path(__file__).with_name("schemathesis_hooks.py")
-OPERATION_GROUPS = ["^/v1/rubric$|^/classify$|^/get_reward$", "^/v1/score/steps$|^/pooling$|^/v1/models$|^/v1/models/\\{name\\}/shadow$",
-                    "^/v1/score$|^/v1/embeddings$|^/health$|^/ready$|^/metrics$", "^/v1/verify$|^/v1/compare$"]
+OPERATION_GROUPS = [
+    "^/v1/rubric$|^/classify$|^/get_reward$",
+    "^/v1/score/steps$|^/pooling$|^/v1/models$|^/v1/models/\\{name\\}/shadow$",
+    "^/v1/score$|^/v1/embeddings$|^/health$|^/ready$|^/metrics$",
+    "^/v1/verify$|^/v1/compare$",
+]
 
 
 @pytest.mark.long(90)
@@ -37,12 +40,30 @@ def test_schemathesis_finds_no_server_errors(qwen3_rm, qwen2_prm, tmp_path):
         for n, paths in enumerate(OPERATION_GROUPS):
             workdir = tmp_path / f"run{n}"  # its crash cache goes here, not into the checkout
             workdir.mkdir()
-            runs.append(subprocess.Popen(
-                [cli, "run", f"{url}/openapi.json", "--checks", "not_a_server_error", "--max-examples", "20",
-                 "--seed", "7", "--request-timeout", "30", "--include-path-regex", paths],
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=workdir,
-                env={**os.environ, "SCHEMATHESIS_HOOKS": str(HOOKS)},
-            ))
+            runs.append(
+                subprocess.Popen(
+                    [
+                        cli,
+                        "run",
+                        f"{url}/openapi.json",
+                        "--checks",
+                        "not_a_server_error",
+                        "--max-examples",
+                        "20",
+                        "--seed",
+                        "7",
+                        "--request-timeout",
+                        "30",
+                        "--include-path-regex",
+                        paths,
+                    ],
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                    cwd=workdir,
+                    env={**os.environ, "SCHEMATHESIS_HOOKS": str(HOOKS)},
+                )
+            )
         outputs = [run.communicate(timeout=600)[0] for run in runs]
         assert httpx.get(url + "/health", timeout=5).status_code == 200  # still alive
         schema_paths = httpx.get(url + "/openapi.json", timeout=5).json()["paths"]

@@ -11,18 +11,20 @@ import pytest_asyncio
 
 from rewardserve.models.spec import ModelSpec
 from rewardserve.service.settings import Settings
-from tests.models.kinds.test_verifier import direct_p_yes
-from tests.models.kinds.test_rule import PATHOLOGICAL
 from tests.harness import post
+from tests.models.kinds.test_rule import PATHOLOGICAL
+from tests.models.kinds.test_verifier import direct_p_yes
 
 
 @pytest_asyncio.fixture(scope="module")
 async def service(judge_lm, yes_sayer, qwen3_rm):
-    settings = Settings(models=[
-        ModelSpec(name="judge", kind="verifier", source=str(judge_lm)),
-        ModelSpec(name="yes", kind="verifier", source=str(yes_sayer)),
-        ModelSpec(name="rm", source=str(qwen3_rm)),
-    ])
+    settings = Settings(
+        models=[
+            ModelSpec(name="judge", kind="verifier", source=str(judge_lm)),
+            ModelSpec(name="yes", kind="verifier", source=str(yes_sayer)),
+            ModelSpec(name="rm", source=str(qwen3_rm)),
+        ]
+    )
     from tests.harness import serve_in_process
 
     async with serve_in_process(settings) as (app, http):
@@ -45,16 +47,28 @@ async def test_verify_logprob_is_p_yes(service, judge_lm):
 
 async def test_verify_generate_parses_or_marks_invalid(service):
     _, http = service
-    garbage = await post(http, "/v1/verify", {
-        "model": "judge", "items": [ITEM],
-        "options": {"mode": "generate", "max_new_tokens": 6, "n": 2, "temperature": 1.0, "seed": 1}})
+    garbage = await post(
+        http,
+        "/v1/verify",
+        {
+            "model": "judge",
+            "items": [ITEM],
+            "options": {"mode": "generate", "max_new_tokens": 6, "n": 2, "temperature": 1.0, "seed": 1},
+        },
+    )
     (result,) = garbage["results"]
     assert result["valid"] is False and result["score"] is None and "verdict" in result["error"]
     # What the judge wrote comes back, so the caller can see why no verdict was read.
     assert len(result["samples"]) == 2 and all(s["text"] and s["score"] is None for s in result["samples"])
-    sure = await post(http, "/v1/verify", {
-        "model": "yes", "items": [ITEM, {**ITEM, "response": "5"}],
-        "options": {"mode": "generate", "max_new_tokens": 4, "n": 3, "temperature": 0.7, "seed": 0}})
+    sure = await post(
+        http,
+        "/v1/verify",
+        {
+            "model": "yes",
+            "items": [ITEM, {**ITEM, "response": "5"}],
+            "options": {"mode": "generate", "max_new_tokens": 4, "n": 3, "temperature": 0.7, "seed": 0},
+        },
+    )
     for result in sure["results"]:
         assert result["valid"] and result["score"] == 1.0 and result["verdict"] == "yes"
         assert len(result["samples"]) == 3 and result["rationale"].strip().startswith("Yes")
@@ -103,12 +117,22 @@ async def test_rubric_judge_scores_equal_independent_judging(service):
     """The shared-context judge gives what /v1/verify gives for the same prompt alone."""
     _, http = service
     item = {"prompt": "2+2?", "response": "4", "reference": "4"}
-    rubric = await post(http, "/v1/rubric", {"judge": "judge", "items": [item], "criteria": [
-        {"name": "c1", "text": "It is short."}, {"name": "c2", "text": "It is correct."}]})
+    rubric = await post(
+        http,
+        "/v1/rubric",
+        {
+            "judge": "judge",
+            "items": [item],
+            "criteria": [{"name": "c1", "text": "It is short."}, {"name": "c2", "text": "It is correct."}],
+        },
+    )
     for criterion in rubric["results"][0]["criteria"]:
         text = {"c1": "It is short.", "c2": "It is correct."}[criterion["name"]]
-        alone = await post(http, "/v1/verify", {"model": "judge", "items": [item],
-                                                "options": {"template": "criterion", "variables": {"criterion": text}}})
+        alone = await post(
+            http,
+            "/v1/verify",
+            {"model": "judge", "items": [item], "options": {"template": "criterion", "variables": {"criterion": text}}},
+        )
         assert criterion["score"] == pytest.approx(alone["results"][0]["score"], abs=1e-5)
 
 
@@ -118,23 +142,25 @@ async def test_rubric_judge_scores_equal_independent_judging(service):
         ({"mode": "all"}, lambda s: float(all(v >= 0.5 for v in s.values()))),
         ({"mode": "any"}, lambda s: float(any(v >= 0.5 for v in s.values()))),
         ({"mode": "threshold", "threshold": 0.6}, lambda s: float(sum(s.values()) / len(s) >= 0.6)),
-        ({"mode": "formula", "formula": "0.5 * exact + 0.5 * min(has_number, correct)"},
-         lambda s: 0.5 * s["exact"] + 0.5 * min(s["has_number"], s["correct"])),
+        (
+            {"mode": "formula", "formula": "0.5 * exact + 0.5 * min(has_number, correct)"},
+            lambda s: 0.5 * s["exact"] + 0.5 * min(s["has_number"], s["correct"]),
+        ),
     ],
 )
 async def test_rubric_aggregations(service, aggregation, expect):
     _, http = service
     criteria = [CRITERIA[0], {**CRITERIA[1], "weight": 1}, {**CRITERIA[3], "weight": 1}]
     item = {"prompt": "2+2?", "response": "4", "reference": "4"}
-    out = await post(http, "/v1/rubric", {"judge": "judge", "items": [item], "criteria": criteria,
-                                          "aggregation": aggregation})
+    out = await post(
+        http, "/v1/rubric", {"judge": "judge", "items": [item], "criteria": criteria, "aggregation": aggregation}
+    )
     (result,) = out["results"]
     scores = {c["name"]: c["score"] for c in result["criteria"]}
     assert result["score"] == pytest.approx(expect(scores))
 
 
-@pytest.mark.parametrize(
-    "formula", ["__import__('os').system('x')", "exact.__class__", "9 ** 9 ** 9 ** 9", "nope + 1"])
+@pytest.mark.parametrize("formula", ["__import__('os').system('x')", "exact.__class__", "9 ** 9 ** 9 ** 9", "nope + 1"])
 async def test_rubric_rejects_malicious_formulas(service, formula):
     _, http = service
     body = {"items": [ITEM], "criteria": [CRITERIA[0]], "aggregation": {"mode": "formula", "formula": formula}}
@@ -193,10 +219,8 @@ async def test_rules_read_the_reference_they_are_told_to(service):
 @pytest.mark.alone  # a wall-clock bound on niced rule workers
 async def test_pathological_math_times_out_without_stalling_others(service):
     _, http = service
-    slow = {"items": [{"response": PATHOLOGICAL, "reference": "3"}],
-            "criteria": [{"name": "m", "fn": "math_equiv"}]}
-    fast = {"items": [{"response": "\\boxed{3}", "reference": "3"}],
-            "criteria": [{"name": "m", "fn": "math_equiv"}]}
+    slow = {"items": [{"response": PATHOLOGICAL, "reference": "3"}], "criteria": [{"name": "m", "fn": "math_equiv"}]}
+    fast = {"items": [{"response": "\\boxed{3}", "reference": "3"}], "criteria": [{"name": "m", "fn": "math_equiv"}]}
     await post(http, "/v1/rubric", fast)  # the pool is up
     slow_task = asyncio.ensure_future(post(http, "/v1/rubric", slow))
     await asyncio.sleep(0.3)
@@ -212,8 +236,11 @@ async def test_compare_with_an_outcome_model_is_bradley_terry(service):
     item = {"prompt": "2+2?", "responses": ["4", "five", "It is 4, because 2+2=4."]}
     out = await post(http, "/v1/compare", {"model": "rm", "items": [item]})
     (result,) = out["results"]
-    scored = await post(http, "/v1/score", {"model": "rm", "items": [
-        {"prompt": item["prompt"], "response": r} for r in item["responses"]]})
+    scored = await post(
+        http,
+        "/v1/score",
+        {"model": "rm", "items": [{"prompt": item["prompt"], "response": r} for r in item["responses"]]},
+    )
     s = [r["score"] for r in scored["results"]]
     assert result["scores"] == pytest.approx(s, abs=1e-5)
     for i in range(3):
@@ -231,9 +258,11 @@ async def test_compare_with_a_judge_averages_both_orders(service):
     pref = result["preference"]
 
     async def p_a(a, b):
-        body = {"model": "judge", "items": [{"prompt": item["prompt"], "response": a}],
-                "options": {"template": "prometheus_relative",
-                            "variables": {"response_a": a, "response_b": b}}}
+        body = {
+            "model": "judge",
+            "items": [{"prompt": item["prompt"], "response": a}],
+            "options": {"template": "prometheus_relative", "variables": {"response_a": a, "response_b": b}},
+        }
         return (await post(http, "/v1/verify", body))["results"][0]["score"]
 
     r = item["responses"]

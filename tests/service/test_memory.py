@@ -52,6 +52,7 @@ def test_activation_sized_blocks_stay_mapped_between_uses():
     """With glibc's defaults, 48 MB of activations freed at the end of a pass go back to
     the OS and the next pass faults pages in again (~3,000 of 12,288 per pass here); with
     keep_activation_memory the freed blocks are reused as they are."""
+
     def faults(mode: str) -> int:
         out = subprocess.run([sys.executable, "-c", FAULTS, mode], capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr

@@ -17,11 +17,13 @@ from tests.harness import serve_in_process
 
 @pytest_asyncio.fixture(scope="module")
 async def service(qwen3_rm, qwen2_prm):
-    settings = Settings(models=[
-        ModelSpec(name="rm", source=str(qwen3_rm)),
-        ModelSpec(name="rm_short", source=str(qwen3_rm), max_tokens=64),
-        ModelSpec(name="prm", source=str(qwen2_prm)),
-    ])
+    settings = Settings(
+        models=[
+            ModelSpec(name="rm", source=str(qwen3_rm)),
+            ModelSpec(name="rm_short", source=str(qwen3_rm), max_tokens=64),
+            ModelSpec(name="prm", source=str(qwen2_prm)),
+        ]
+    )
     async with serve_in_process(settings) as (app, http):
         yield app, http
 
@@ -32,8 +34,9 @@ def templated(model_dir, seed: int, eos: bool = True) -> str:
 
     rng = random.Random(seed)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    prompt = tokenizer.apply_chat_template([{"role": "user", "content": random_text(rng, 12)}],
-                                           tokenize=False, add_generation_prompt=True)
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": random_text(rng, 12)}], tokenize=False, add_generation_prompt=True
+    )
     return prompt + random_text(rng, rng.randint(2, 30)) + ("<|im_end|>" if eos else "")
 
 
@@ -65,8 +68,9 @@ async def test_long_text_is_refused_or_cut_on_the_right(service, qwen3_rm):
     long_chat = {"prompt": "x", "response": "word " * 3000}  # named by its place beside a text item
     mixed = await http.post("/v1/score", json={"model": "rm_short", "items": [{"text": "x"}, long_chat]})
     assert mixed.status_code == 413 and mixed.json()["error"]["param"] == "items[1]"
-    cut = await http.post("/v1/score", json={"model": "rm_short", "items": [{"text": text}],
-                                              "options": {"truncate": "right"}})
+    cut = await http.post(
+        "/v1/score", json={"model": "rm_short", "items": [{"text": text}], "options": {"truncate": "right"}}
+    )
     result = cut.json()["results"][0]
     assert result["truncated"] and result["tokens"] == 64
     assert result["score"] == pytest.approx(reference_text_scores(qwen3_rm, [text], max_length=64)[0], abs=1e-4)
@@ -79,9 +83,11 @@ async def test_process_model_reads_each_step_tag_of_the_text(service, qwen2_prm)
     tokenizer = AutoTokenizer.from_pretrained(qwen2_prm)
     rng = random.Random(3)
     steps = [random_text(rng, rng.randint(2, 9)) for _ in range(4)]
-    messages = [{"role": "system", "content": "Please reason step by step."},
-                {"role": "user", "content": random_text(rng, 8)},
-                {"role": "assistant", "content": "<extra_0>".join(steps) + "<extra_0>"}]
+    messages = [
+        {"role": "system", "content": "Please reason step by step."},
+        {"role": "user", "content": random_text(rng, 8)},
+        {"role": "assistant", "content": "<extra_0>".join(steps) + "<extra_0>"},
+    ]
     text = tokenizer.apply_chat_template(messages, tokenize=False)
     response = await http.post("/v1/score/steps", json={"model": "prm", "items": [{"text": text}]})
     assert response.status_code == 200, response.text
@@ -92,11 +98,14 @@ async def test_process_model_reads_each_step_tag_of_the_text(service, qwen2_prm)
     assert untagged.json()["results"][0]["valid"] is False
 
 
-@pytest.mark.parametrize("item, param, words", [
-    ({"text": "x", "messages": [{"role": "user", "content": "x"}]}, "items[0]", ["'text'", "'messages'"]),
-    ({"text": "x", "response": "x"}, "items[0]", ["'text'", "'response'"]),
-    ({"input_ids": []}, "items[0].input_ids", []),
-])
+@pytest.mark.parametrize(
+    "item, param, words",
+    [
+        ({"text": "x", "messages": [{"role": "user", "content": "x"}]}, "items[0]", ["'text'", "'messages'"]),
+        ({"text": "x", "response": "x"}, "items[0]", ["'text'", "'response'"]),
+        ({"input_ids": []}, "items[0].input_ids", []),
+    ],
+)
 async def test_mixed_or_empty_shapes_are_422s_naming_the_fields(service, item, param, words):
     _, http = service
     response = await http.post("/v1/score", json={"model": "rm", "items": [item]})
@@ -116,6 +125,7 @@ async def test_kinds_that_need_the_conversation_refuse_pre_rendered_items(servic
     _, http = service
     rule = await http.post("/v1/score", json={"model": "math", "items": [{"text": "\\boxed{4}", "reference": "4"}]})
     assert rule.status_code == 422 and rule.json()["error"]["param"] == "items[0].text"
-    rubric = await http.post("/v1/rubric", json={"items": [{"input_ids": [1, 2]}],
-                                                   "criteria": [{"name": "m", "fn": "exact_match"}]})
+    rubric = await http.post(
+        "/v1/rubric", json={"items": [{"input_ids": [1, 2]}], "criteria": [{"name": "m", "fn": "exact_match"}]}
+    )
     assert rubric.status_code == 422 and rubric.json()["error"]["param"] == "items[0].input_ids"

@@ -29,8 +29,9 @@ def lines(caplog) -> list[logging.LogRecord]:
 async def test_the_callers_id_is_kept_and_the_line_says_what_the_request_did(service, caplog):
     caplog.set_level(logging.INFO, "rewardserve.requests")
     items = [{"response": r"\boxed{2}", "reference": "2"}, {"response": "3", "reference": "2"}]
-    response = await service.post("/v1/score", json={"model": "math", "items": items},
-                                  headers={"x-request-id": "run-4/step-12"})
+    response = await service.post(
+        "/v1/score", json={"model": "math", "items": items}, headers={"x-request-id": "run-4/step-12"}
+    )
     assert response.status_code == 200 and response.headers["x-request-id"] == "run-4/step-12"
     (record,) = [r for r in lines(caplog) if r.fields["request_id"] == "run-4/step-12"]
     fields = record.fields
@@ -42,7 +43,9 @@ async def test_the_callers_id_is_kept_and_the_line_says_what_the_request_did(ser
 async def test_an_id_is_made_when_none_or_a_forged_one_is_sent(service, caplog):
     caplog.set_level(logging.INFO, "rewardserve.requests")
     made = (await service.get("/v1/models")).headers["x-request-id"]
-    forged = (await service.get("/v1/models", headers={"x-request-id": "a\u00e9 b=1 status=200".encode("latin-1")})).headers["x-request-id"]
+    forged = (
+        await service.get("/v1/models", headers={"x-request-id": "a\u00e9 b=1 status=200".encode("latin-1")})
+    ).headers["x-request-id"]
     assert len(made) == 32 and len(forged) == 32 and made != forged
     assert all("status=200 " not in r.fields["request_id"] for r in lines(caplog))
 
@@ -71,15 +74,20 @@ async def test_docs_are_served_from_here_behind_the_key(service):
 
 async def test_cors_answers_only_the_allowed_origin(service):
     preflight = {"access-control-request-method": "POST", "access-control-request-headers": "content-type"}
-    allowed = await service.options("/v1/score", headers={"origin": "https://dash.example", **preflight,
-                                                          "authorization": ""})
+    allowed = await service.options(
+        "/v1/score", headers={"origin": "https://dash.example", **preflight, "authorization": ""}
+    )
     assert allowed.status_code == 200
     assert allowed.headers["access-control-allow-origin"] == "https://dash.example"
-    other = await service.options("/v1/score", headers={"origin": "https://evil.example", **preflight,
-                                                        "authorization": ""})
+    other = await service.options(
+        "/v1/score", headers={"origin": "https://evil.example", **preflight, "authorization": ""}
+    )
     assert "access-control-allow-origin" not in other.headers
-    answered = await service.post("/v1/score", json={"model": "math", "items": [{"response": "1", "reference": "1"}]},
-                                  headers={"origin": "https://dash.example"})
+    answered = await service.post(
+        "/v1/score",
+        json={"model": "math", "items": [{"response": "1", "reference": "1"}]},
+        headers={"origin": "https://dash.example"},
+    )
     assert answered.headers["access-control-allow-origin"] == "https://dash.example"
     assert "x-request-id" in answered.headers["access-control-expose-headers"]
 

@@ -22,10 +22,10 @@ async def service(qwen3_rm, llama_rm):
         models=[
             # The GPU batch policy (the CPU default keeps batches small and unpadded), so
             # mixed lengths from different requests land in shared batches.
-            ModelSpec(name="qwen", source=str(qwen3_rm), max_wait_ms=50, max_padding_ratio=1.0,
-                      max_batch_tokens=16384),
-            ModelSpec(name="llama", source=str(llama_rm), max_wait_ms=50, max_padding_ratio=1.0,
-                      max_batch_tokens=16384),
+            ModelSpec(name="qwen", source=str(qwen3_rm), max_wait_ms=50, max_padding_ratio=1.0, max_batch_tokens=16384),
+            ModelSpec(
+                name="llama", source=str(llama_rm), max_wait_ms=50, max_padding_ratio=1.0, max_batch_tokens=16384
+            ),
         ]
     )
     async with serve_in_process(settings) as (app, http):
@@ -122,7 +122,7 @@ async def test_sigmoid_activation(service):
     item = {"prompt": "q", "response": "the answer is 3"}
     raw = (await post_score(http, "qwen", [item])).json()["results"][0]["score"]
     squashed = (await post_score(http, "qwen", [item], activation="sigmoid")).json()["results"][0]["score"]
-    assert squashed == pytest.approx(1 / (1 + 2.718281828459045 ** -raw), abs=1e-6)
+    assert squashed == pytest.approx(1 / (1 + 2.718281828459045**-raw), abs=1e-6)
 
 
 async def test_rule_models_beside_weights(service):

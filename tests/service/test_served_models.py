@@ -7,10 +7,10 @@ import asyncio
 import threading
 from collections import defaultdict
 
-from rewardserve.models.reward_model import RewardModel
 from rewardserve.models.kinds.outcome import OutcomeModel
 from rewardserve.models.kinds.process import ProcessModel
 from rewardserve.models.kinds.rule import RuleModel
+from rewardserve.models.reward_model import RewardModel
 from rewardserve.models.spec import ModelSpec
 from rewardserve.service.settings import Settings
 from tests.harness import serve_in_process
@@ -33,11 +33,14 @@ def record_threads(monkeypatch, classes) -> dict:
 
 async def test_cpu_models_share_one_compute_thread(monkeypatch, qwen3_rm, qwen2_prm):
     seen = record_threads(monkeypatch, (OutcomeModel, ProcessModel, RuleModel))
-    settings = Settings(models=[
-        ModelSpec(name="rm", source=str(qwen3_rm)),
-        ModelSpec(name="prm", source=str(qwen2_prm)),
-        ModelSpec(name="exact", kind="rule", source="exact_match"),
-    ], builtin_rules=False)
+    settings = Settings(
+        models=[
+            ModelSpec(name="rm", source=str(qwen3_rm)),
+            ModelSpec(name="prm", source=str(qwen2_prm)),
+            ModelSpec(name="exact", kind="rule", source="exact_match"),
+        ],
+        builtin_rules=False,
+    )
     async with serve_in_process(settings) as (app, http):
         models = {s.model.name: s.model for s in app.state.svc.registry}
         assert models["rm"].torch_on_cpu and models["prm"].torch_on_cpu

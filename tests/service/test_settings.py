@@ -61,7 +61,9 @@ def test_model_arg_and_presets():
 def test_cli_rejects_a_bad_model_flag():
     proc = subprocess.run(
         [sys.executable, "-m", "rewardserve.cli", "serve", "--model", "oops"],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert proc.returncode == 2 and "NAME=SOURCE" in proc.stderr
 

@@ -30,21 +30,27 @@ def broken_rm(qwen3_rm, tmp_path_factory):
 async def service(qwen3_rm, llama_rm, broken_rm):
     from tests.harness import serve_in_process
 
-    settings = Settings(keep_going=True, builtin_rules=False, models=[
-        ModelSpec(name="rm", source=str(qwen3_rm), shadow={"model": "twin", "fraction": 1.0}),
-        ModelSpec(name="twin", source=str(qwen3_rm)),
-        ModelSpec(name="halved", source=str(qwen3_rm), shadow={"model": "other", "fraction": 0.5}),
-        ModelSpec(name="other", source=str(llama_rm)),
-        ModelSpec(name="guarded", source=str(qwen3_rm), shadow={"model": "broken", "fraction": 1.0}),
-        ModelSpec(name="broken", source=str(broken_rm)),
-    ])
+    settings = Settings(
+        keep_going=True,
+        builtin_rules=False,
+        models=[
+            ModelSpec(name="rm", source=str(qwen3_rm), shadow={"model": "twin", "fraction": 1.0}),
+            ModelSpec(name="twin", source=str(qwen3_rm)),
+            ModelSpec(name="halved", source=str(qwen3_rm), shadow={"model": "other", "fraction": 0.5}),
+            ModelSpec(name="other", source=str(llama_rm)),
+            ModelSpec(name="guarded", source=str(qwen3_rm), shadow={"model": "broken", "fraction": 1.0}),
+            ModelSpec(name="broken", source=str(broken_rm)),
+        ],
+    )
     async with serve_in_process(settings) as (app, http):
         yield app, http
 
 
 def group(tag: str, n: int = 6) -> list[dict]:
-    return [{"prompt": f"Question {tag}?", "response": f"Answer {k} to {tag}, with {k * 7} words.",
-             "group_id": tag} for k in range(n)]
+    return [
+        {"prompt": f"Question {tag}?", "response": f"Answer {k} to {tag}, with {k * 7} words.", "group_id": tag}
+        for k in range(n)
+    ]
 
 
 async def score(http, model, items):
@@ -100,7 +106,7 @@ async def test_another_model_s_agreement_is_what_we_compute(service):
     assert report["spearman"] == pytest.approx(pearson(ranks(ours), ranks(theirs)), abs=0.02)
     flips = best = 0
     for at in (0, 6):
-        o, t = ours[at:at + 6], theirs[at:at + 6]
+        o, t = ours[at : at + 6], theirs[at : at + 6]
         best += o.index(max(o)) != t.index(max(t))
         mo, mt = sum(o) / 6, sum(t) / 6
         flips += sum((x > mo) != (y > mt) for x, y in zip(o, t))

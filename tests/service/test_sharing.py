@@ -17,21 +17,30 @@ from tests.harness import metric, serve_in_process
 def grpo_group(seed: int, size: int = 8, prompt_words: int = 120) -> list[dict]:
     rng = random.Random(seed)
     prompt = random_text(rng, prompt_words)
-    return [{"group_id": f"g{seed}", "prompt": prompt, "response": random_text(rng, rng.randint(3, 40))}
-            for _ in range(size)]
+    return [
+        {"group_id": f"g{seed}", "prompt": prompt, "response": random_text(rng, rng.randint(3, 40))}
+        for _ in range(size)
+    ]
 
 
 @pytest_asyncio.fixture(scope="module")
 async def service(qwen3_rm, qwen2_prm, judge_lm):
     unshared = {"score_cache_size": 0}
-    settings = Settings(models=[
-        ModelSpec(name="rm", source=str(qwen3_rm)),
-        ModelSpec(name="rm_plain", source=str(qwen3_rm), options=unshared),
-        ModelSpec(name="prm", source=str(qwen2_prm)),
-        ModelSpec(name="judge", kind="verifier", source=str(judge_lm)),
-        ModelSpec(name="judge_plain", kind="verifier", source=str(judge_lm),
-                  options={"score_cache_size": 0, "cache_size": 0}),
-    ], builtin_rules=False)
+    settings = Settings(
+        models=[
+            ModelSpec(name="rm", source=str(qwen3_rm)),
+            ModelSpec(name="rm_plain", source=str(qwen3_rm), options=unshared),
+            ModelSpec(name="prm", source=str(qwen2_prm)),
+            ModelSpec(name="judge", kind="verifier", source=str(judge_lm)),
+            ModelSpec(
+                name="judge_plain",
+                kind="verifier",
+                source=str(judge_lm),
+                options={"score_cache_size": 0, "cache_size": 0},
+            ),
+        ],
+        builtin_rules=False,
+    )
     async with serve_in_process(settings) as (app, http):
         yield app, http
 
@@ -84,9 +93,15 @@ def common_prefix(model_dir, items: list[dict]) -> int:
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    ids = [tokenizer(tokenizer.apply_chat_template([{"role": "user", "content": i["prompt"]},
-                                                    {"role": "assistant", "content": i["response"]}],
-                                                   tokenize=False))["input_ids"] for i in items]
+    ids = [
+        tokenizer(
+            tokenizer.apply_chat_template(
+                [{"role": "user", "content": i["prompt"]}, {"role": "assistant", "content": i["response"]}],
+                tokenize=False,
+            )
+        )["input_ids"]
+        for i in items
+    ]
     n = 0
     while all(len(x) > n and x[n] == ids[0][n] for x in ids):
         n += 1
@@ -110,8 +125,9 @@ async def test_shared_trajectories_equal_unshared(service):
     items = [{"prompt": prompt, "steps": [random_text(rng, 6) for _ in range(rng.randint(1, 5))]} for _ in range(6)]
     together = (await http.post("/v1/score/steps", json={"model": "prm", "items": items})).json()["results"]
     for item, shared in zip(items, together):
-        alone = (await http.post("/v1/score/steps", json={"model": "prm", "items": [item],
-                                                           "options": {"threshold": 0.0}})).json()["results"][0]
+        alone = (
+            await http.post("/v1/score/steps", json={"model": "prm", "items": [item], "options": {"threshold": 0.0}})
+        ).json()["results"][0]
         assert alone["step_scores"] == pytest.approx(shared["step_scores"], abs=1e-4)
 
 

@@ -21,8 +21,13 @@ from tests.harness import free_port, wait_ready
 
 
 def rewardserve(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rewardserve.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "rewardserve.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def error_lines(done: subprocess.CompletedProcess) -> list[str]:
@@ -47,9 +52,11 @@ def test_every_model_that_cannot_be_built_is_named_on_one_line(tmp_path, qwen3_r
     config.write_text(
         "models:\n"
         f"  - {{name: typo, source: {qwen3_rm}, options: {{packng: false}}}}\n"
-        "  - {name: strange, source: x, kind: regression}\n")
-    done = rewardserve("serve", "--port", str(free_port()), "--config", str(config),
-                       "--model", f"missing={tmp_path}/nowhere")
+        "  - {name: strange, source: x, kind: regression}\n"
+    )
+    done = rewardserve(
+        "serve", "--port", str(free_port()), "--config", str(config), "--model", f"missing={tmp_path}/nowhere"
+    )
     assert done.returncode == 2
     lines = error_lines(done)
     assert len(lines) == 3 and "Traceback" not in done.stderr
@@ -61,14 +68,26 @@ def test_every_model_that_cannot_be_built_is_named_on_one_line(tmp_path, qwen3_r
 
 def test_a_hub_id_that_is_not_cached_fails_in_seconds(tmp_path):
     cache = {"HF_HOME": str(tmp_path / "hf")}
-    offline = rewardserve("serve", "--port", str(free_port()), "--model", "rm=acme/reward-7b:outcome",
-                          env={**cache, "HF_HUB_OFFLINE": "1"})
+    offline = rewardserve(
+        "serve",
+        "--port",
+        str(free_port()),
+        "--model",
+        "rm=acme/reward-7b:outcome",
+        env={**cache, "HF_HUB_OFFLINE": "1"},
+    )
     (line,) = error_lines(offline)
     assert offline.returncode == 2 and "'rm'" in line and "HF_HUB_OFFLINE is set" in line
     # No offline flag, and the hub does not answer (a closed port on loopback).
     start = time.monotonic()
-    unreachable = rewardserve("serve", "--port", str(free_port()), "--model", "rm=acme/reward-7b:outcome",
-                              env={**cache, "HF_HUB_OFFLINE": "0", "HF_ENDPOINT": f"http://127.0.0.1:{free_port()}"})
+    unreachable = rewardserve(
+        "serve",
+        "--port",
+        str(free_port()),
+        "--model",
+        "rm=acme/reward-7b:outcome",
+        env={**cache, "HF_HUB_OFFLINE": "0", "HF_ENDPOINT": f"http://127.0.0.1:{free_port()}"},
+    )
     (line,) = error_lines(unreachable)
     assert unreachable.returncode == 2 and "is unreachable" in line and "local directory" in line
     assert time.monotonic() - start < 30
@@ -97,8 +116,15 @@ def broken_checkpoint(tmp_path):
 
 
 def test_a_model_that_fails_to_load_stops_the_service(tmp_path):
-    done = rewardserve("serve", "--port", str(free_port()), "--no-builtin-rules",
-                       "--model", f"rm={broken_checkpoint(tmp_path)}", timeout=120)
+    done = rewardserve(
+        "serve",
+        "--port",
+        str(free_port()),
+        "--no-builtin-rules",
+        "--model",
+        f"rm={broken_checkpoint(tmp_path)}",
+        timeout=120,
+    )
     assert done.returncode == 1
     failures = [line for line in done.stderr.splitlines() if "ERROR" in line]
     assert any("model rm failed to load" in line for line in failures)
@@ -112,13 +138,33 @@ def test_start_up_says_what_it_chose_and_keep_going_serves_the_rest(tmp_path, qw
     log = tmp_path / "serve.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "rewardserve.cli", "serve", "--port", str(port), "--keep-going",
-             "--log-format", "json", "--model", f"rm={qwen3_rm}:outcome", "--model", f"bad={broken_checkpoint(tmp_path)}"],
-            stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "REWARDSERVE_DRAIN_SECONDS": "0"})
+            [
+                sys.executable,
+                "-m",
+                "rewardserve.cli",
+                "serve",
+                "--port",
+                str(port),
+                "--keep-going",
+                "--log-format",
+                "json",
+                "--model",
+                f"rm={qwen3_rm}:outcome",
+                "--model",
+                f"bad={broken_checkpoint(tmp_path)}",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "REWARDSERVE_DRAIN_SECONDS": "0"},
+        )
         try:
             wait_ready(url, proc, 180)
-            response = httpx.post(url + "/v1/score", json={"model": "rm", "items": [{"response": "hi"}]},
-                                  headers={"x-request-id": "trainer-7.step-3"}, timeout=30)
+            response = httpx.post(
+                url + "/v1/score",
+                json={"model": "rm", "items": [{"response": "hi"}]},
+                headers={"x-request-id": "trainer-7.step-3"},
+                timeout=30,
+            )
             assert response.headers["x-request-id"] == "trainer-7.step-3"
             refused = httpx.post(url + "/v1/score", json={"model": "bad", "items": [{"response": "hi"}]}, timeout=30)
             assert refused.status_code == 503 and "failed to load" in refused.json()["error"]["message"]

@@ -22,8 +22,9 @@ SYSTEM = "Please reason step by step."
 async def service(qwen2_prm, shepherd_prm, skywork_prm, rlhflow_prm):
     settings = Settings(
         models=[
-            ModelSpec(name="qwen", source=str(qwen2_prm), max_padding_ratio=1.0, max_wait_ms=30,
-                      max_batch_tokens=16384),
+            ModelSpec(
+                name="qwen", source=str(qwen2_prm), max_padding_ratio=1.0, max_wait_ms=30, max_batch_tokens=16384
+            ),
             ModelSpec(name="shepherd", source=str(shepherd_prm), preset="math-shepherd"),
             ModelSpec(name="skywork", source=str(skywork_prm), preset="skywork-o1-prm"),
             ModelSpec(name="rlhflow", source=str(rlhflow_prm), preset="rlhflow-prm"),
@@ -92,13 +93,18 @@ async def test_one_pass_equals_per_prefix_passes(service, family, fixture, reque
 async def test_separator_offsets_and_aggregates(service):
     _, http = service
     response = "First step.\n\nSecond step here.\n\n\n\nThird."
-    item = {"messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "q"},
-                         {"role": "assistant", "content": response}]}
+    item = {
+        "messages": [
+            {"role": "system", "content": SYSTEM},
+            {"role": "user", "content": "q"},
+            {"role": "assistant", "content": response},
+        ]
+    }
     (first,) = (await post_steps(http, "qwen", [item]))["results"]
     threshold = max(first["step_scores"])  # some step scores below it
     (result,) = (await post_steps(http, "qwen", [item], aggregate="prod", threshold=threshold))["results"]
     spans = result["spans"]
-    assert [response[s["start"]:s["end"]] for s in spans] == ["First step.", "Second step here.", "Third."]
+    assert [response[s["start"] : s["end"]] for s in spans] == ["First step.", "Second step here.", "Third."]
     assert all(s["message"] == 2 for s in spans)
     scores = result["step_scores"]
     assert result["score"] == pytest.approx(scores[0] * scores[1] * scores[2])
@@ -133,7 +139,7 @@ async def test_separator_inside_a_step_cannot_forge_a_step(service, qwen2_prm):
 
 async def test_agent_trajectory_scores_one_step_per_assistant_turn(service, qwen2_prm):
     _, http = service
-    call = {"id": "c1", "type": "function", "function": {"name": "search", "arguments": "{\"q\": \"x\"}"}}
+    call = {"id": "c1", "type": "function", "function": {"name": "search", "arguments": '{"q": "x"}'}}
     messages = [
         {"role": "system", "content": SYSTEM},
         {"role": "user", "content": "find x"},
@@ -189,8 +195,10 @@ async def test_truncated_trajectory_reports_unscored_steps(service, qwen2_prm):
     assert 0 < k < 4 and result["step_scores"][k:] == [None] * (4 - k)
     full = prm_reference.qwen_prm_steps(qwen2_prm, messages, steps[:k])
     assert result["step_scores"][:k] == pytest.approx(full, abs=1e-4)  # never guessed
-    refused = await http.post("/v1/score/steps", json={
-        "model": "short", "items": [{"prompt": messages, "steps": steps}], "options": {"truncate": "error"}})
+    refused = await http.post(
+        "/v1/score/steps",
+        json={"model": "short", "items": [{"prompt": messages, "steps": steps}], "options": {"truncate": "error"}},
+    )
     assert refused.status_code == 413 and refused.json()["error"]["param"] == "items[0]"
 
 
@@ -228,8 +236,11 @@ async def test_vllm_pooling_drop_in(service, qwen2_prm):
 
     tokenizer = AutoTokenizer.from_pretrained(qwen2_prm)
     question, steps = trajectory(4, seed=9)
-    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question},
-                {"role": "assistant", "content": "<extra_0>".join(steps) + "<extra_0>"}]
+    messages = [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": question},
+        {"role": "assistant", "content": "<extra_0>".join(steps) + "<extra_0>"},
+    ]
     text = tokenizer.apply_chat_template(messages, tokenize=False)
     response = await http.post("/pooling", json={"model": "qwen", "input": [text, text]})
     assert response.status_code == 200, response.text
@@ -265,8 +276,9 @@ async def test_pooling_refuses_token_ids_outside_the_vocabulary(service, qwen2_p
     tag = AutoTokenizer.from_pretrained(qwen2_prm).convert_tokens_to_ids("<extra_0>")
     ids = [3, tag, 4, tag, 5, tag]
     for side, kept in ((None, ids[:4]), ("right", ids[:4]), ("left", ids[-4:])):
-        cut = await http.post("/pooling", json={"model": "qwen", "input": ids, "truncate_prompt_tokens": 4,
-                                                "truncation_side": side})
+        cut = await http.post(
+            "/pooling", json={"model": "qwen", "input": ids, "truncate_prompt_tokens": 4, "truncation_side": side}
+        )
         same = await http.post("/pooling", json={"model": "qwen", "input": kept})
         assert cut.json()["data"] == same.json()["data"] and cut.json()["usage"]["prompt_tokens"] == 4
     assert whole.status_code == 200, whole.text

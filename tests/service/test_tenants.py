@@ -20,7 +20,7 @@ from rewardserve.service.batcher import Batcher
 from rewardserve.service.errors import QueueFull, TenantQueueFull
 from rewardserve.service.metrics import Metrics
 from rewardserve.service.settings import Settings
-from rewardserve.service.tenants import TenantSpec, Tenants, load_tenants
+from rewardserve.service.tenants import Tenants, TenantSpec, load_tenants
 from tests.harness import metric
 
 
@@ -33,8 +33,9 @@ def units(tenant: str, n: int, length: int = 10) -> list[Unit]:
     return [Unit(length, (tenant, k), scope=scope) for k in range(n)]
 
 
-def two_tenant_batcher(batches: list[list[str]], tokens_per_s: float, batch_ms: float,
-                       short_when_shared: bool) -> Batcher:
+def two_tenant_batcher(
+    batches: list[list[str]], tokens_per_s: float, batch_ms: float, short_when_shared: bool
+) -> Batcher:
     """A started batcher for tenants a and b (2,000-token batches) whose model takes
     ``1 / tokens_per_s`` s a token and records each batch's tenants in ``batches``."""
 
@@ -44,8 +45,9 @@ def two_tenant_batcher(batches: list[list[str]], tokens_per_s: float, batch_ms: 
         return [[None] for _ in batch]
 
     table = Tenants([TenantSpec(name=n, keys=[f"key-{n}"]) for n in "ab"], Metrics(), batch_ms=batch_ms)
-    policy = BatchPolicy(max_batch_tokens=2000, max_wait_ms=0, max_queue_tokens=10**6, pads=False,
-                         short_when_shared=short_when_shared)
+    policy = BatchPolicy(
+        max_batch_tokens=2000, max_wait_ms=0, max_queue_tokens=10**6, pads=False, short_when_shared=short_when_shared
+    )
     batcher = Batcher("m", run, policy, Metrics(), tenants=table)
     batcher.start()
     return batcher
@@ -113,9 +115,9 @@ async def test_batches_shrink_to_batch_ms_while_two_tenants_use_the_model(monkey
     assert batches[:2] == [["a"] * 20] * 2
     if short:
         assert ["b"] in batches
-        assert all(1 <= len(b) <= 4 for b in batches[shared_from:shared_from + 4]), batches
+        assert all(1 <= len(b) <= 4 for b in batches[shared_from : shared_from + 4]), batches
     else:
-        assert all(len(b) == 20 for b in batches[shared_from:shared_from + 4]), batches
+        assert all(len(b) == 20 for b in batches[shared_from : shared_from + 4]), batches
         assert any("b" in b and len(b) == 20 for b in batches)
     await asyncio.sleep(0.6)  # b idle past ACTIVE_S
     alone_from = len(batches)
@@ -140,7 +142,7 @@ async def test_shared_batches_hold_one_tenant_s_work_when_batch_ms_is_above_the_
     after_b = batches.index(["b"]) + 1
     while len(batches) < after_b + 3:
         await asyncio.sleep(0.002)
-    assert batches[after_b:after_b + 3] == [["a"] * 20] * 3
+    assert batches[after_b : after_b + 3] == [["a"] * 20] * 3
     await asyncio.gather(*flood)
     await batcher.stop()
 
@@ -158,8 +160,9 @@ def layered_batcher(events: list[str], preemptible: bool = True) -> Batcher:
         return [[unit.payload] for unit in batch]
 
     table = Tenants([TenantSpec(name=n, keys=[f"key-{n}"]) for n in "ab"], Metrics())
-    policy = BatchPolicy(max_batch_tokens=2000, max_wait_ms=0, pads=False, short_when_shared=True,
-                         preemptible=preemptible)
+    policy = BatchPolicy(
+        max_batch_tokens=2000, max_wait_ms=0, pads=False, short_when_shared=True, preemptible=preemptible
+    )
     batcher = Batcher("m", run, policy, Metrics(), tenants=table)
     batcher.start()
     return batcher
@@ -181,7 +184,7 @@ async def test_a_light_tenant_s_batch_runs_between_layers_of_a_flood_s_batch(pre
     if preemptible:
         at = events.index("b0")
         assert events[at - 1] in ("a1", "a2"), events  # the next boundary after b was sent
-        assert events[at:at + 8] == [f"b{k}" for k in range(8)]  # whole, not itself interrupted
+        assert events[at : at + 8] == [f"b{k}" for k in range(8)]  # whole, not itself interrupted
         assert events.index("a7") > at + 7
     else:
         assert events.index("b0") > events.index("a7")
@@ -245,8 +248,9 @@ async def test_work_posted_for_a_boundary_that_never_comes_is_answered_at_stop()
 
 
 async def test_a_tenant_over_its_queue_limit_is_refused_alone():
-    table = Tenants([TenantSpec(name="a", keys=["ka"], max_queued_tokens=100), TenantSpec(name="b", keys=["kb"])],
-                    Metrics())
+    table = Tenants(
+        [TenantSpec(name="a", keys=["ka"], max_queued_tokens=100), TenantSpec(name="b", keys=["kb"])], Metrics()
+    )
     policy = BatchPolicy(max_batch_tokens=40, max_wait_ms=0, max_queue_tokens=10**6, pads=False)
     batcher = Batcher("m", lambda batch: [[None] for _ in batch], policy, Metrics(), tenants=table)
     batcher.submit(units("a", 10), None)  # 100 tokens: at the limit
@@ -283,12 +287,15 @@ async def test_without_tenants_a_full_queue_refuses_everyone():
     await batcher.stop()
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("tenants:\n  - {name: a, keys: [k1]}\n  - {name: b, keys: [k1]}\n", "two tenants: 'a' and 'b'"),
-    ("tenants:\n  - {name: a, keys: [k1], weight: -1}\n", "tenants[0].weight: Input should be greater than 0"),
-    ("tenants:\n  - {name: a, keys: [k1], wieght: 2}\n", "tenants[0].wieght: Extra inputs are not permitted"),
-    ("tenants:\n  - {name: a, keys: [k1]}\nmodels: []\n", "a tenants file holds 'tenants:' only"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("tenants:\n  - {name: a, keys: [k1]}\n  - {name: b, keys: [k1]}\n", "two tenants: 'a' and 'b'"),
+        ("tenants:\n  - {name: a, keys: [k1], weight: -1}\n", "tenants[0].weight: Input should be greater than 0"),
+        ("tenants:\n  - {name: a, keys: [k1], wieght: 2}\n", "tenants[0].wieght: Extra inputs are not permitted"),
+        ("tenants:\n  - {name: a, keys: [k1]}\nmodels: []\n", "a tenants file holds 'tenants:' only"),
+    ],
+)
 def test_a_bad_tenants_file_stops_the_start_saying_why(tmp_path, monkeypatch, capsys, text, message):
     path = tmp_path / "tenants.yaml"
     path.write_text(text)
@@ -307,12 +314,17 @@ async def service(tmp_path, qwen3_rm):
     from tests.harness import serve_in_process
 
     path = tmp_path / "tenants.yaml"
-    path.write_text("tenants:\n"
-                    "  - {name: team-a, keys: [key-a], items_per_second: 5}\n"
-                    "  - {name: team-b, keys: [key-b], weight: 2}\n")
-    settings = Settings(tenants_file=path, api_keys=["admin"], models=[
-        ModelSpec(name="echo", kind="rule", source="exact_match"), ModelSpec(name="rm", source=str(qwen3_rm))],
-        builtin_rules=False)
+    path.write_text(
+        "tenants:\n"
+        "  - {name: team-a, keys: [key-a], items_per_second: 5}\n"
+        "  - {name: team-b, keys: [key-b], weight: 2}\n"
+    )
+    settings = Settings(
+        tenants_file=path,
+        api_keys=["admin"],
+        models=[ModelSpec(name="echo", kind="rule", source="exact_match"), ModelSpec(name="rm", source=str(qwen3_rm))],
+        builtin_rules=False,
+    )
     async with serve_in_process(settings) as (app, http):
         yield http
 
@@ -338,8 +350,9 @@ async def test_each_tenant_is_charged_its_tokens_share_of_the_model_s_time(servi
     for key, n in (("key-a", 2), ("key-b", 5)):  # items of their own: none answered from the cache
         items = [{"response": f"{key} {i}", "reference": "x"} for i in range(n)]
         for model in ("rm", "echo"):
-            sent = await http.post("/v1/score", json={"model": model, "items": items},
-                                   headers={"authorization": f"Bearer {key}"})
+            sent = await http.post(
+                "/v1/score", json={"model": model, "items": items}, headers={"authorization": f"Bearer {key}"}
+            )
             assert sent.status_code == 200
     text = (await http.get("/metrics", headers={"authorization": "Bearer admin"})).text
     charged = {t: metric(text, "rewardserve_tenant_model_seconds_total", tenant=t) for t in ("team-a", "team-b")}
@@ -403,8 +416,12 @@ def test_weights_split_a_saturated_model_3_to_1_in_a_real_process(tmp_path):
     tenants_file = tmp_path / "tenants.yaml"
     tenants_file.write_text("tenants:\n  - {name: a, keys: [key-a], weight: 3}\n  - {name: b, keys: [key-b]}\n")
     spec = [{"name": "rm", "source": str(rm), "options": {"score_cache_size": 0}}]
-    env = {"REWARDSERVE_MODELS": json.dumps(spec), "REWARDSERVE_TENANTS_FILE": str(tenants_file),
-           "REWARDSERVE_COMPILE": "false", "REWARDSERVE_LOG_LEVEL": "warning"}
+    env = {
+        "REWARDSERVE_MODELS": json.dumps(spec),
+        "REWARDSERVE_TENANTS_FILE": str(tenants_file),
+        "REWARDSERVE_COMPILE": "false",
+        "REWARDSERVE_LOG_LEVEL": "warning",
+    }
     with serve_subprocess("--no-builtin-rules", env=env) as url:
         stop = threading.Event()
 
@@ -417,11 +434,20 @@ def test_weights_split_a_saturated_model_3_to_1_in_a_real_process(tmp_path):
 
         def served() -> dict[str, float]:
             # Each tenant's own view: no key, or another tenant's, sees none of its work.
-            return {t: metric(httpx.get(url + "/metrics", headers={"authorization": f"Bearer key-{t}"}, timeout=10).text,
-                              "rewardserve_tenant_queue_duration_seconds_count", tenant=t) for t in ("a", "b")}
+            return {
+                t: metric(
+                    httpx.get(url + "/metrics", headers={"authorization": f"Bearer key-{t}"}, timeout=10).text,
+                    "rewardserve_tenant_queue_duration_seconds_count",
+                    tenant=t,
+                )
+                for t in ("a", "b")
+            }
 
-        threads = [threading.Thread(target=caller, args=(key, 10 * k + i), daemon=True)
-                   for k, key in enumerate(("key-a", "key-b")) for i in range(8)]
+        threads = [
+            threading.Thread(target=caller, args=(key, 10 * k + i), daemon=True)
+            for k, key in enumerate(("key-a", "key-b"))
+            for i in range(8)
+        ]
         for thread in threads:
             thread.start()
         time.sleep(3.0)  # both queues fill

@@ -29,8 +29,12 @@ def test_a_flood_keeps_a_light_tenant_within_2x_of_its_latency_alone_and_takes_t
     tenants_file = tmp_path / "tenants.yaml"
     tenants_file.write_text("tenants:\n  - {name: a, keys: [key-a]}\n  - {name: b, keys: [key-b]}\n")
     spec = [{"name": "rm", "source": str(rm), "options": {"score_cache_size": 0}}]
-    env = {"REWARDSERVE_MODELS": json.dumps(spec), "REWARDSERVE_TENANTS_FILE": str(tenants_file),
-           "REWARDSERVE_API_KEYS": OPERATOR_KEY, "REWARDSERVE_LOG_LEVEL": "warning"}
+    env = {
+        "REWARDSERVE_MODELS": json.dumps(spec),
+        "REWARDSERVE_TENANTS_FILE": str(tenants_file),
+        "REWARDSERVE_API_KEYS": OPERATOR_KEY,
+        "REWARDSERVE_LOG_LEVEL": "warning",
+    }
     rng = random.Random(23)
     with serve_subprocess("--no-builtin-rules", env=env) as url:
         # B keeps the model at most ~40% busy alone, whatever this CPU's speed (5 requests
@@ -38,17 +42,19 @@ def test_a_flood_keeps_a_light_tenant_within_2x_of_its_latency_alone_and_takes_t
         # p99 is not its single worst one. A sends 10x B's items in requests of 10: ~3x
         # what the model serves.
         probe = asyncio.run(open_loop(url, "/v1/score", body(rng, 1), 2.0, 3.0, "key-b"))
-        b_rate = min(5.0, 0.4 / probe.quantile(.5))
+        b_rate = min(5.0, 0.4 / probe.quantile(0.5))
         m = asyncio.run(measure(url, b_rate=b_rate, seconds=111 / b_rate, a_items=10, rng=rng))
-    report = (f"B alone p50/p99 {m.alone.quantile(.5):.3f}/{m.alone.quantile(.99):.3f} s, beside A "
-              f"{m.light.quantile(.5):.3f}/{m.light.quantile(.99):.3f} s (worst {max(m.light.latencies):.3f}); "
-              f"A alone {m.capacity:.2f} items/s, beside B {m.beside:.2f}, B {m.light.items_per_s:.2f} "
-              f"taking {m.light_share:.1%} of the model alone, {m.light_share_beside:.1%} beside A: A gets "
-              f"{m.beside / m.left_for_a:.1%} of what B leaves, {m.beside / (m.capacity - m.light.items_per_s):.1%} "
-              f"of capacity - B items/s; the model busy {m.busy_beside:.1%} of the shared window")
+    report = (
+        f"B alone p50/p99 {m.alone.quantile(0.5):.3f}/{m.alone.quantile(0.99):.3f} s, beside A "
+        f"{m.light.quantile(0.5):.3f}/{m.light.quantile(0.99):.3f} s (worst {max(m.light.latencies):.3f}); "
+        f"A alone {m.capacity:.2f} items/s, beside B {m.beside:.2f}, B {m.light.items_per_s:.2f} "
+        f"taking {m.light_share:.1%} of the model alone, {m.light_share_beside:.1%} beside A: A gets "
+        f"{m.beside / m.left_for_a:.1%} of what B leaves, {m.beside / (m.capacity - m.light.items_per_s):.1%} "
+        f"of capacity - B items/s; the model busy {m.busy_beside:.1%} of the shared window"
+    )
     print(report)
     assert m.alone.statuses == {200: m.alone.sent} and m.light.statuses == {200: m.light.sent}, report
-    assert m.light.quantile(.99) <= 2 * m.alone.quantile(.99), report
+    assert m.light.quantile(0.99) <= 2 * m.alone.quantile(0.99), report
     # "Capacity minus B's share", B's share as model time: the seconds a second the service
     # charges B beside A (rewardserve_tenant_model_seconds), which must stay near what B's
     # work takes alone (0.83-1.18x here). B's items come one to a forward and cost more

@@ -13,8 +13,8 @@ from rewardserve.models.spec import ModelSpec
 from rewardserve.service.settings import Settings
 from tests.harness import serve_in_process
 from tests.models.kinds.test_clip_goal import BASELINE, GOAL, by_hand, frames
-from tests.models.test_images import huge_png_header, png_bytes, url_of
 from tests.models.kinds.test_vlm import as_item, conversations, reference
+from tests.models.test_images import huge_png_header, png_bytes, url_of
 
 
 @pytest_asyncio.fixture(scope="module")
@@ -59,8 +59,12 @@ async def test_clip_frames_as_step_rewards(service, clip_model):
 
 def with_image(url: str, count: int = 1) -> dict:
     parts = [{"type": "image_url", "image_url": {"url": url}}] * count
-    return {"messages": [{"role": "user", "content": parts + [{"type": "text", "text": "?"}]},
-                         {"role": "assistant", "content": "ok"}]}
+    return {
+        "messages": [
+            {"role": "user", "content": parts + [{"type": "text", "text": "?"}]},
+            {"role": "assistant", "content": "ok"},
+        ]
+    }
 
 
 def gif() -> bytes:
@@ -105,7 +109,9 @@ async def test_bad_images_are_refused_with_the_part_named(service, name, item, s
 async def test_fifty_megabyte_image_is_413(service):
     _, http = service
     payload = "A" * (50 * 1024 * 1024)
-    response = await http.post("/v1/score", json={"model": "vl", "items": [with_image(f"data:image/png;base64,{payload}")]})
+    response = await http.post(
+        "/v1/score", json={"model": "vl", "items": [with_image(f"data:image/png;base64,{payload}")]}
+    )
     assert response.status_code == 413
 
 

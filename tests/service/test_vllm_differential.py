@@ -40,8 +40,9 @@ if os.environ.get("REWARDSERVE_SKIP_VLLM") == "1":
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory) -> Path:
     # head_dim 64: vLLM's CPU attention does not take smaller heads.
-    return build_sequence_classifier(tmp_path_factory.mktemp("diff") / "rm", "llama", hidden=128, heads=2,
-                                     head_dim=64, seed=6)
+    return build_sequence_classifier(
+        tmp_path_factory.mktemp("diff") / "rm", "llama", hidden=128, heads=2, head_dim=64, seed=6
+    )
 
 
 @pytest.fixture(scope="module")
@@ -53,14 +54,40 @@ def _start_vllm(checkpoint: Path, log_path: Path, *extra: str) -> tuple[subproce
     port = free_port()
     # One process (engine core and executor in the API server's): the numbers are the
     # same, it starts in about half the time on 2 cores.
-    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "1",
-           "VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "HF_HUB_OFFLINE": "1"}
+    env = {
+        **os.environ,
+        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
+        "HF_HUB_OFFLINE": "1",
+    }
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            [str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server", "--model", str(checkpoint),
-             "--port", str(port), "--host", "127.0.0.1", "--dtype", "float32", "--enforce-eager",
-             "--runner", "pooling", "--max-model-len", "512", "--distributed-executor-backend", "uni", *extra],
-            env=env, stdout=log, stderr=subprocess.STDOUT)
+            [
+                str(VLLM_PYTHON),
+                "-m",
+                "vllm.entrypoints.openai.api_server",
+                "--model",
+                str(checkpoint),
+                "--port",
+                str(port),
+                "--host",
+                "127.0.0.1",
+                "--dtype",
+                "float32",
+                "--enforce-eager",
+                "--runner",
+                "pooling",
+                "--max-model-len",
+                "512",
+                "--distributed-executor-backend",
+                "uni",
+                *extra,
+            ],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     return proc, f"http://127.0.0.1:{port}"
 
 
@@ -105,9 +132,13 @@ def vllm_servers(checkpoint, prm_checkpoint, tmp_path_factory):
 
 @pytest_asyncio.fixture(scope="module")
 async def ours(checkpoint, prm_checkpoint):
-    settings = Settings(models=[ModelSpec(name="rm", source=str(checkpoint), dtype="float32"),
-                                ModelSpec(name="prm", source=str(prm_checkpoint), dtype="float32")],
-                        builtin_rules=False)
+    settings = Settings(
+        models=[
+            ModelSpec(name="rm", source=str(checkpoint), dtype="float32"),
+            ModelSpec(name="prm", source=str(prm_checkpoint), dtype="float32"),
+        ],
+        builtin_rules=False,
+    )
     async with serve_in_process(settings) as (_, http):
         yield http
 
@@ -117,9 +148,16 @@ def bodies(checkpoint: Path) -> list[dict]:
 
     tokenizer = AutoTokenizer.from_pretrained(checkpoint)
     rng = random.Random(11)
-    texts = [tokenizer.apply_chat_template([{"role": "user", "content": random_text(rng, 10)},
-                                            {"role": "assistant", "content": random_text(rng, rng.randint(2, 40))}],
-                                           tokenize=False)[len(tokenizer.bos_token):] for _ in range(4)]
+    texts = [
+        tokenizer.apply_chat_template(
+            [
+                {"role": "user", "content": random_text(rng, 10)},
+                {"role": "assistant", "content": random_text(rng, rng.randint(2, 40))},
+            ],
+            tokenize=False,
+        )[len(tokenizer.bos_token) :]
+        for _ in range(4)
+    ]
     ids = [tokenizer(t)["input_ids"] for t in texts]
     model = str(checkpoint)
     return [
@@ -176,9 +214,11 @@ def pooling_bodies(checkpoint: Path) -> list[dict]:
     texts = []
     for n in (1, 3, 6):
         steps = [random_text(rng, rng.randint(2, 10)) for _ in range(n)]
-        messages = [{"role": "system", "content": "Please reason step by step."},
-                    {"role": "user", "content": random_text(rng, 12)},
-                    {"role": "assistant", "content": "<extra_0>".join(steps) + "<extra_0>"}]
+        messages = [
+            {"role": "system", "content": "Please reason step by step."},
+            {"role": "user", "content": random_text(rng, 12)},
+            {"role": "assistant", "content": "<extra_0>".join(steps) + "<extra_0>"},
+        ]
         texts.append(tokenizer.apply_chat_template(messages, tokenize=False))
     ids = [tokenizer(t)["input_ids"] for t in texts]
     model = str(checkpoint)

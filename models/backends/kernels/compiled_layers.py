@@ -47,8 +47,9 @@ def register_ops() -> None:
     last: dict = {}
 
     @torch.library.custom_op("rewardserve::segments", mutates_args=())
-    def segments(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, table: torch.Tensor,
-                 scale: float, window: int) -> torch.Tensor:
+    def segments(
+        query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, table: torch.Tensor, scale: float, window: int
+    ) -> torch.Tensor:
         key_of = (tuple(table.tolist()), query.device, query.dtype)
         layout = last.get(key_of)
         if layout is None:

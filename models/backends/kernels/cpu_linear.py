@@ -142,9 +142,12 @@ def _fuse_projections(parent: nn.Module, dtypes: set) -> int:
         if not all(type(linear) is nn.Linear for linear in linears):
             continue
         first = linears[0]
-        if (first.weight.dtype not in dtypes or any(
-                linear.in_features != first.in_features or linear.weight.dtype != first.weight.dtype
-                or (linear.bias is None) != (first.bias is None) for linear in linears)):
+        if first.weight.dtype not in dtypes or any(
+            linear.in_features != first.in_features
+            or linear.weight.dtype != first.weight.dtype
+            or (linear.bias is None) != (first.bias is None)
+            for linear in linears
+        ):
             continue
         fused = FusedProjections(linears)
         parts = [ProjectionPart(fused, i) for i in range(len(names))]

@@ -62,13 +62,18 @@ def block_mask(layout, sliding_window: int | None, device: torch.device):
                 seen = seen & (position[q] - position[kv] < sliding_window)
             return seen
 
-        layout.block_masks[key] = create_block_mask(allowed, None, None, layout.length, layout.length,
-                                                    device=device)
+        layout.block_masks[key] = create_block_mask(allowed, None, None, layout.length, layout.length, device=device)
     return layout.block_masks[key]
 
 
-def attend_flex(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, layout,
-                scaling: float | None, sliding_window: int | None) -> torch.Tensor:
+def attend_flex(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    layout,
+    scaling: float | None,
+    sliding_window: int | None,
+) -> torch.Tensor:
     """``[1, T, heads, head_dim]`` from ``[1, heads, T, head_dim]`` queries, keys and
     values, as attend_segments gives it."""
     mask = block_mask(layout, sliding_window, query.device)

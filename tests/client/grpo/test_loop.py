@@ -26,11 +26,14 @@ def test_grpo_learns_to_say_yes_and_resumes(tmp_path):
     started = time.monotonic()
     policy = build_causal_lm(tmp_path / "policy", seed=0)
     prompts = tmp_path / "prompts.jsonl"
-    prompts.write_text("".join(json.dumps({"prompt": f"Say yes, please ({k}).", "reference": "yes"}) + "\n"
-                               for k in range(16)))
+    prompts.write_text(
+        "".join(json.dumps({"prompt": f"Say yes, please ({k}).", "reference": "yes"}) + "\n" for k in range(16))
+    )
     models = tmp_path / "models.yaml"
-    models.write_text("models:\n  - {name: fuzzy, kind: rule, source: fuzzy}\n"
-                      "  - {name: never, kind: rule, source: regex, options: {args: {pattern: '^zq{9}$'}}}\n")
+    models.write_text(
+        "models:\n  - {name: fuzzy, kind: rule, source: fuzzy}\n"
+        "  - {name: never, kind: rule, source: regex, options: {args: {pattern: '^zq{9}$'}}}\n"
+    )
     with serve_subprocess("--config", str(models), "--no-builtin-rules") as url:
         config_file = tmp_path / "grpo.yaml"
         config_file.write_text(
@@ -44,8 +47,13 @@ def test_grpo_learns_to_say_yes_and_resumes(tmp_path):
         assert len(first) == 20 and (tmp_path / "out" / "checkpoint-20").exists()
         # ...the rest through the CLI, resuming from checkpoint-20.
         env = {**os.environ, "TRANSFORMERS_VERBOSITY": "error"}
-        done = subprocess.run([sys.executable, "-m", "rewardserve.cli", "grpo", "--config", str(config_file)],
-                              capture_output=True, text=True, timeout=150, env=env)
+        done = subprocess.run(
+            [sys.executable, "-m", "rewardserve.cli", "grpo", "--config", str(config_file)],
+            capture_output=True,
+            text=True,
+            timeout=150,
+            env=env,
+        )
         assert done.returncode == 0, done.stderr[-2000:]
         assert f"resuming from {tmp_path / 'out' / 'checkpoint-20'} (step 20 of 40)" in done.stderr
         rows = [json.loads(line) for line in open(tmp_path / "out" / "metrics.jsonl")]
@@ -53,8 +61,13 @@ def test_grpo_learns_to_say_yes_and_resumes(tmp_path):
         # completions apart: every group is flat, and the run says so.
         never = tmp_path / "never.yaml"
         never.write_text(config_file.read_text().replace("model: fuzzy", "model: never"))
-        flat = subprocess.run([sys.executable, "-m", "rewardserve.cli", "grpo", "--config", str(never),
-                               "--steps", "1", "--no-resume"], capture_output=True, text=True, timeout=150, env=env)
+        flat = subprocess.run(
+            [sys.executable, "-m", "rewardserve.cli", "grpo", "--config", str(never), "--steps", "1", "--no-resume"],
+            capture_output=True,
+            text=True,
+            timeout=150,
+            env=env,
+        )
         assert flat.returncode == 0, flat.stderr[-2000:]
         assert "starting over in" in flat.stderr and "100% of the groups have equal rewards" in flat.stderr
         (only,) = [json.loads(line) for line in open(tmp_path / "out" / "metrics.jsonl")]
@@ -103,12 +116,15 @@ def test_preflight_fails_before_the_policy_loads(tmp_path, live_service):
     before any policy is read (the policy path here does not even exist)."""
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text(json.dumps({"prompt": "2+2?", "reference": "4"}) + "\n")
-    base = {"policy": str(tmp_path / "never-loaded"), "prompts": str(prompts), "progress": False,
-            "output_dir": str(tmp_path / "out")}
+    base = {
+        "policy": str(tmp_path / "never-loaded"),
+        "prompts": str(prompts),
+        "progress": False,
+        "output_dir": str(tmp_path / "out"),
+    }
     from tests.harness import free_port
 
-    down = load_config(None, {**base, "service": f"http://127.0.0.1:{free_port()}",
-                              "rewards": [{"model": "math"}]})
+    down = load_config(None, {**base, "service": f"http://127.0.0.1:{free_port()}", "rewards": [{"model": "math"}]})
     with pytest.raises(ValueError, match="does not answer"):
         train(down)
     url = live_service
@@ -137,12 +153,24 @@ def test_the_completions_go_to_scoring_before_the_log_probs_are_computed(tmp_pat
     events: list[str] = []
     logps = loop.token_logps
     monkeypatch.setattr(loop, "token_logps", lambda *a: events.append("log-probs") or logps(*a))
-    config = GRPOConfig.model_validate({"policy": str(policy_dir), "prompts": str(tmp_path / "p.jsonl"),
-                                        "service": "http://127.0.0.1:1", "rewards": [{"endpoint": "score",
-                                                                                       "model": "m"}],
-                                        "group_size": 2, "max_new_tokens": 3})
-    rollout = loop.sample(config, policy, None, tokenizer, [{"prompt": "Say yes."}],
-                          lambda at, rows, texts: events.append(f"decoded {len(texts)}"))
+    config = GRPOConfig.model_validate(
+        {
+            "policy": str(policy_dir),
+            "prompts": str(tmp_path / "p.jsonl"),
+            "service": "http://127.0.0.1:1",
+            "rewards": [{"endpoint": "score", "model": "m"}],
+            "group_size": 2,
+            "max_new_tokens": 3,
+        }
+    )
+    rollout = loop.sample(
+        config,
+        policy,
+        None,
+        tokenizer,
+        [{"prompt": "Say yes."}],
+        lambda at, rows, texts: events.append(f"decoded {len(texts)}"),
+    )
     assert events == ["decoded 2", "log-probs"] and len(rollout.texts) == 2
 
 
@@ -164,30 +192,40 @@ def test_a_group_goes_to_scoring_when_its_completions_end_while_others_generate(
     policy = AutoModelForCausalLM.from_pretrained(policy_dir).eval()
     first = "Say yes, please, in one short word."
     with torch.no_grad():
-        likeliest = int(policy(**tokenizer(first, return_tensors="pt", add_special_tokens=False)).logits[0, -1].argmax())
+        likeliest = int(
+            policy(**tokenizer(first, return_tensors="pt", add_special_tokens=False)).logits[0, -1].argmax()
+        )
 
     def meets(prompt: str) -> bool:
         ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=False)["input_ids"]
         with torch.no_grad():
             greedy = policy.generate(ids, max_new_tokens=6, do_sample=False, pad_token_id=tokenizer.pad_token_id)
-        return likeliest in greedy[0, ids.shape[1]:].tolist()
+        return likeliest in greedy[0, ids.shape[1] :].tolist()
 
     second = next(p for p in ["Yes?", "Tell me more.", "Why not?", "Hello there, friend.", "No."] if not meets(p))
     batch = [{"prompt": first}, {"prompt": second}]
     tokenizer.eos_token = tokenizer.convert_ids_to_tokens(likeliest)
     policy.generation_config.eos_token_id = likeliest
-    config = GRPOConfig.model_validate({"policy": str(policy_dir), "prompts": str(tmp_path / "p.jsonl"),
-                                        "service": "http://127.0.0.1:1", "rewards": [{"endpoint": "score",
-                                                                                       "model": "m"}],
-                                        "group_size": 3, "max_new_tokens": 6, "temperature": 1e-4,
-                                        "chat_template": False})
+    config = GRPOConfig.model_validate(
+        {
+            "policy": str(policy_dir),
+            "prompts": str(tmp_path / "p.jsonl"),
+            "service": "http://127.0.0.1:1",
+            "rewards": [{"endpoint": "score", "model": "m"}],
+            "group_size": 3,
+            "max_new_tokens": 6,
+            "temperature": 1e-4,
+            "chat_template": False,
+        }
+    )
     steps: list[int] = []
     generate = policy.generate
     policy.generate = lambda **kw: generate(**kw, logits_processor=[lambda i, s: steps.append(i.shape[1]) or s])
     hooked: list[tuple[int, int, list[str]]] = []
     torch.manual_seed(0)
-    rollout = loop.sample(config, policy, None, tokenizer, batch,
-                          lambda at, rows, texts: hooked.append((at, len(steps), texts)))
+    rollout = loop.sample(
+        config, policy, None, tokenizer, batch, lambda at, rows, texts: hooked.append((at, len(steps), texts))
+    )
     assert [at for at, _, _ in hooked] == [0, 3]
     assert hooked[0][1] == 1 and hooked[1][1] == 6  # after the first generation step / at the end
     assert rollout.texts == hooked[0][2] + hooked[1][2]
@@ -201,5 +239,6 @@ def test_a_group_goes_to_scoring_when_its_completions_end_while_others_generate(
         assert len(completion) == (1 if i < 3 else 6)
         assert tokenizer.decode(completion, skip_special_tokens=True) == rollout.texts[i]
         alone = loop.token_logps(policy, real[None], torch.ones_like(real)[None])[0]
-        assert torch.allclose(rollout.old_logps[i][rollout.mask[i] == 1][len(prompt):], alone[len(prompt):],
-                              atol=1e-5)
+        assert torch.allclose(
+            rollout.old_logps[i][rollout.mask[i] == 1][len(prompt) :], alone[len(prompt) :], atol=1e-5
+        )

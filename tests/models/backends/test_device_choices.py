@@ -45,23 +45,33 @@ def test_a_gpu_keeps_the_kinds_batch_budget_and_full_batches_when_shared(packing
     assert on_cpu.max_batch_tokens == 1024 and on_cpu.short_when_shared
 
 
-@pytest.mark.parametrize(("device", "task", "installed", "expected"), [
-    ("auto", "classify", True, "vllm"),
-    ("cuda:1", "prm_head", True, "vllm"),
-    ("auto", "classify", False, "transformers"),  # vLLM not installed
-    ("cpu", "classify", True, "transformers"),  # asked for the CPU
-    ("auto", "value_head", True, "transformers"),  # a task vLLM does not serve here
-])
-def test_auto_backend_is_vllm_on_cuda_where_it_serves_the_task(cuda_present, monkeypatch, device, task,
-                                                               installed, expected):
+@pytest.mark.parametrize(
+    ("device", "task", "installed", "expected"),
+    [
+        ("auto", "classify", True, "vllm"),
+        ("cuda:1", "prm_head", True, "vllm"),
+        ("auto", "classify", False, "transformers"),  # vLLM not installed
+        ("cpu", "classify", True, "transformers"),  # asked for the CPU
+        ("auto", "value_head", True, "transformers"),  # a task vLLM does not serve here
+    ],
+)
+def test_auto_backend_is_vllm_on_cuda_where_it_serves_the_task(
+    cuda_present, monkeypatch, device, task, installed, expected
+):
     monkeypatch.setattr(vllm_backend, "vllm_available", lambda: installed)
     spec = ModelSpec(name="m", source="/nowhere", device=device)
     assert ("vllm" if backends._vllm_fits(spec, task) else "transformers") == expected
 
 
-@pytest.mark.parametrize(("device", "choice", "expected"), [
-    ("cuda", "auto", "flex"), ("cpu", "auto", "segments"), ("cpu", "flex", "flex"), ("cuda", "segments", "segments"),
-])
+@pytest.mark.parametrize(
+    ("device", "choice", "expected"),
+    [
+        ("cuda", "auto", "flex"),
+        ("cpu", "auto", "segments"),
+        ("cpu", "flex", "flex"),
+        ("cuda", "segments", "segments"),
+    ],
+)
 def test_packed_rows_attend_through_flex_on_cuda_by_default(device, choice, expected):
     from types import SimpleNamespace
 

@@ -13,22 +13,25 @@ from rewardserve.models.spec import ModelSpec
 
 
 def test_asking_for_the_slower_dtype_is_a_warning_with_the_figures():
-    level, line = dtype_advice("rm", torch.bfloat16, {torch.float32: 0.010, torch.bfloat16: 0.025}, (3072, 1024),
-                               explicit=True)
+    level, line = dtype_advice(
+        "rm", torch.bfloat16, {torch.float32: 0.010, torch.bfloat16: 0.025}, (3072, 1024), explicit=True
+    )
     assert level == logging.WARNING
     assert "float32 is 2.5x faster here" in line and "set dtype: float32" in line
     assert "float32 10.00 ms, bfloat16 25.00 ms" in line and "[256 x 1024] x [1024 x 3072]" in line
 
 
 def test_the_default_being_slower_is_a_hint_not_a_warning():
-    level, line = dtype_advice("rm", torch.float32, {torch.float32: 0.017, torch.bfloat16: 0.010}, (64, 64),
-                               explicit=False)
+    level, line = dtype_advice(
+        "rm", torch.float32, {torch.float32: 0.017, torch.bfloat16: 0.010}, (64, 64), explicit=False
+    )
     assert level == logging.INFO and "bfloat16 is 1.7x faster here" in line
 
 
 def test_within_the_margin_nothing_is_advised():
-    level, line = dtype_advice("rm", torch.bfloat16, {torch.float32: 0.010, torch.bfloat16: 0.011}, (64, 64),
-                               explicit=True)
+    level, line = dtype_advice(
+        "rm", torch.bfloat16, {torch.float32: 0.010, torch.bfloat16: 0.011}, (64, 64), explicit=True
+    )
     assert level == logging.INFO and line.startswith("rm: dtype probe") and "faster" not in line
 
 

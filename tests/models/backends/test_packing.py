@@ -19,9 +19,10 @@ def random_ids(rng: random.Random, n: int) -> list[int]:
     return [rng.randrange(10, 500) for _ in range(n)]
 
 
-@pytest.mark.parametrize("fixture,task,token_ids", [("qwen3_rm", "classify", None),
-                                                    ("llama_rm", "classify", None),
-                                                    ("judge_lm", "lm", [11, 42, 99])])
+@pytest.mark.parametrize(
+    "fixture,task,token_ids",
+    [("qwen3_rm", "classify", None), ("llama_rm", "classify", None), ("judge_lm", "lm", [11, 42, 99])],
+)
 def test_packed_rows_equal_separate_forwards(request, fixture, task, token_ids):
     backend = make_backend(ModelSpec(name="m", source=str(request.getfixturevalue(fixture))), task)
     assert backend.packs
@@ -57,8 +58,11 @@ def test_layout_keeps_continuations_apart():
 
 def test_reads_mask_is_the_row_mask_at_the_reads():
     rng = random.Random(5)
-    units = [(random_ids(rng, 9), [Sequence(random_ids(rng, n), tuple(range(n))) for n in (4, 1, 6)]),
-             ([], [Sequence(random_ids(rng, 7), (0, 3, 6))]), (random_ids(rng, 3), [Sequence([11, 12], (1,))])]
+    units = [
+        (random_ids(rng, 9), [Sequence(random_ids(rng, n), tuple(range(n))) for n in (4, 1, 6)]),
+        ([], [Sequence(random_ids(rng, 7), (0, 3, 6))]),
+        (random_ids(rng, 3), [Sequence([11, 12], (1,))]),
+    ]
     packed = pack(units, torch.device("cpu"), multiple=16)
     packed.layout.reads = torch.tensor([r for rows in packed.readouts for seq in rows for r in seq])
     assert torch.equal(reads_mask(packed.layout), dense_mask(packed.layout)[packed.layout.reads])
@@ -93,7 +97,8 @@ def test_segmented_attention_equals_sdpa_with_the_row_mask(kv_heads, window):
     module.num_key_value_groups, module.is_causal = 4 // kv_heads, True
     got, _ = segmented_attention(module, q, k, v, None, scaling=0.3, packed_layout=layout, sliding_window=window)
     want = torch.nn.functional.scaled_dot_product_attention(
-        q, k, v, attn_mask=dense_mask(layout, window), scale=0.3, enable_gqa=True).transpose(1, 2)
+        q, k, v, attn_mask=dense_mask(layout, window), scale=0.3, enable_gqa=True
+    ).transpose(1, 2)
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
@@ -148,7 +153,8 @@ def test_sliding_window_models_pack_with_their_window(tmp_path):
             (expected,) = backend.read([alone])
             np.testing.assert_allclose(got, expected, atol=1e-4, rtol=1e-4)
     # the window matters here: the same model without it reads other numbers
-    unwindowed = make_backend(ModelSpec(name="m", source=str(build_sequence_classifier(
-        tmp_path / "full", "qwen3", seed=4))), "classify")
+    unwindowed = make_backend(
+        ModelSpec(name="m", source=str(build_sequence_classifier(tmp_path / "full", "qwen3", seed=4))), "classify"
+    )
     (full,) = unwindowed.read([Sequence(lone, (29,))])
     assert not np.allclose(full, packed[1][0][1:], atol=1e-3)

@@ -11,8 +11,7 @@ import torch
 from torch import nn
 from transformers import AutoModelForSequenceClassification
 
-from rewardserve.models.backends import Sequence, make_backend
-from rewardserve.models.backends import readouts
+from rewardserve.models.backends import Sequence, make_backend, readouts
 from rewardserve.models.backends.readouts import LastLayerAtReads, wrap_last_layer
 from rewardserve.models.spec import ModelSpec
 
@@ -39,9 +38,11 @@ def test_last_layer_runs_at_the_read_rows_only(request, fixture):
     # Reference: transformers' own classifier over each whole sequence, every position.
     model = AutoModelForSequenceClassification.from_pretrained(source, dtype=torch.float32).eval()
     with torch.inference_mode():
+
         def logits(ids):
             hidden = model.model(input_ids=torch.tensor([ids])).last_hidden_state
             return model.score(hidden)[0].numpy()
+
         np.testing.assert_allclose(packed[0][0], logits(prefix + conts[0])[[30, 36]], atol=1e-4, rtol=1e-4)
         np.testing.assert_allclose(packed[0][1], logits(prefix + conts[1])[[30, 41]], atol=1e-4, rtol=1e-4)
         np.testing.assert_allclose(packed[1][0], logits(lone)[[3, 24]], atol=1e-4, rtol=1e-4)
@@ -60,6 +61,7 @@ def test_padded_reads_run_the_whole_last_layer(qwen3_rm):
 def test_probe_turns_reads_only_off_and_keeps_packing(qwen3_rm, monkeypatch):
     """A layer the wrapper gets wrong (here: one that forgets the MLP) reads different
     numbers at load; the backend unwraps it and still packs."""
+
     def without_mlp(self, hidden_states, *args, **kwargs):
         reads = kwargs["packed_layout"].reads if kwargs.get("packed_layout") is not None else None
         if reads is None:
@@ -76,6 +78,7 @@ def test_probe_turns_reads_only_off_and_keeps_packing(qwen3_rm, monkeypatch):
 def test_probe_keeps_the_mlp_cut_when_only_the_query_cut_is_wrong(qwen3_rm, monkeypatch):
     """Attention at the read rows that gets a model wrong (here: rotary embeddings
     forgotten) is dropped at load; the MLP still runs at the read rows only."""
+
     def no_rotary(attn, x, layout, position_embeddings):
         ones = tuple(torch.ones_like(t) for t in position_embeddings)
         zeros = (ones[0], torch.zeros_like(ones[1]))

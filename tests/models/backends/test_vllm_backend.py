@@ -41,8 +41,9 @@ def models(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("vllm_models")
     # head_dim 64: vLLM's CPU attention does not take the 16 the other tests use.
     return {
-        "rm": build_sequence_classifier(root / "rm", "qwen3", hidden=128, heads=2, head_dim=64, seed=4,
-                                        extra_tokens=("<extra_0>",)),
+        "rm": build_sequence_classifier(
+            root / "rm", "qwen3", hidden=128, heads=2, head_dim=64, seed=4, extra_tokens=("<extra_0>",)
+        ),
         "prm": build_qwen2_prm(root / "prm", hidden=128, heads=2, head_dim=64),
         "judge": build_qwen3_lm(root / "judge", seed=5),
     }
@@ -55,8 +56,13 @@ def specs(models: dict[str, Path], backend: str) -> list[ModelSpec]:
         ModelSpec(name="rm", kind="outcome", source=str(models["rm"]), options=options, **engine),
         ModelSpec(name="prm", source=str(models["prm"]), options=options, **engine),
         # The outcome classifier read after every step: vLLM's token_classify.
-        ModelSpec(name="rm_steps", kind="process", source=str(models["rm"]),
-                  options={**options, "format": "classifier_tags"}, **engine),
+        ModelSpec(
+            name="rm_steps",
+            kind="process",
+            source=str(models["rm"]),
+            options={**options, "format": "classifier_tags"},
+            **engine,
+        ),
         ModelSpec(name="judge", kind="verifier", source=str(models["judge"]), options=options, **engine),
     ]
 
@@ -75,8 +81,9 @@ def vllm_url(models, tmp_path_factory):
     # the four engines start ~70 s sooner on 2 cores.
     env = {"VLLM_CPU_KVCACHE_SPACE": "1", "REWARDSERVE_BUILTIN_RULES": "false", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
     try:
-        with serve_subprocess("--config", str(config), env=env, log_path=log, python=str(VLLM_PYTHON),
-                              ready_timeout=START_S) as url:
+        with serve_subprocess(
+            "--config", str(config), env=env, log_path=log, python=str(VLLM_PYTHON), ready_timeout=START_S
+        ) as url:
             yield url
     except Exception:
         print(log.read_text()[-5000:])
@@ -95,8 +102,10 @@ def grpo_items(seed: int) -> list[dict]:
     items = []
     for group in range(3):
         prompt = random_text(rng, 60)
-        items += [{"group_id": f"g{group}", "prompt": prompt, "response": random_text(rng, rng.randint(3, 30))}
-                  for _ in range(4)]
+        items += [
+            {"group_id": f"g{group}", "prompt": prompt, "response": random_text(rng, rng.randint(3, 30))}
+            for _ in range(4)
+        ]
     return items
 
 
@@ -121,8 +130,10 @@ async def test_outcome_scores_match_transformers(reference, vllm_url):
 
 async def test_process_step_scores_match_transformers(reference, vllm_url):
     rng = random.Random(2)
-    items = [{"prompt": random_text(rng, 20), "steps": [random_text(rng, rng.randint(3, 12)) for _ in range(n)]}
-             for n in (1, 3, 8)]
+    items = [
+        {"prompt": random_text(rng, 20), "steps": [random_text(rng, rng.randint(3, 12)) for _ in range(n)]}
+        for n in (1, 3, 8)
+    ]
     for model in ("prm", "rm_steps"):
         ours, theirs = await both(reference, vllm_url, "/v1/score/steps", {"model": model, "items": items})
         for a, b in zip(ours["results"], theirs["results"]):
@@ -131,8 +142,10 @@ async def test_process_step_scores_match_transformers(reference, vllm_url):
 
 
 async def test_verifier_p_yes_matches_transformers(reference, vllm_url):
-    items = [{"prompt": "What is 2+2?", "response": "4", "reference": "4"},
-             {"prompt": "Capital of France?", "response": "Lyon", "reference": "Paris"}]
+    items = [
+        {"prompt": "What is 2+2?", "response": "4", "reference": "4"},
+        {"prompt": "Capital of France?", "response": "Lyon", "reference": "Paris"},
+    ]
     ours, theirs = await both(reference, vllm_url, "/v1/verify", {"model": "judge", "items": items})
     for a, b in zip(ours["results"], theirs["results"]):
         assert b["valid"] and b["score"] == pytest.approx(a["score"], abs=TOLERANCE)

@@ -10,8 +10,8 @@ from transformers import AutoImageProcessor, AutoTokenizer, CLIPModel
 
 from rewardserve.client.images import image_part
 from rewardserve.client.protocol import Item, ScoreOptions, StepOptions
-from rewardserve.models.planning import ItemError, RequestError
 from rewardserve.models.kinds import build_model
+from rewardserve.models.planning import ItemError, RequestError
 from rewardserve.models.spec import ModelSpec
 from tests.harness import run_jobs
 
@@ -38,7 +38,9 @@ def by_hand(model_dir, images, goal, baseline, alpha) -> np.ndarray:
     with torch.inference_mode():
         x = unit(pooled(model.get_image_features(**proc(images=images, return_tensors="pt"))).numpy())
         g = unit(unit(pooled(model.get_text_features(**tok(goal, padding=True, return_tensors="pt"))).numpy()).mean(0))
-        b = unit(unit(pooled(model.get_text_features(**tok(baseline, padding=True, return_tensors="pt"))).numpy()).mean(0))
+        b = unit(
+            unit(pooled(model.get_text_features(**tok(baseline, padding=True, return_tensors="pt"))).numpy()).mean(0)
+        )
     d = g - b
     P = alpha * np.outer(d, d) / (d @ d) + (1 - alpha) * np.eye(len(g))
     return np.array([1 - 0.5 * np.sum(((xi - g) @ P) ** 2) for xi in x])
@@ -64,7 +66,8 @@ def test_reward_is_the_vlm_rm_formula(clip, clip_model):
     assert result.score == pytest.approx(expected[-1], abs=1e-6)
     windowed = run_jobs(clip, clip.prepare([item_of(images)], options.model_copy(update={"window": 2})))[0]
     assert windowed.step_scores[0] == pytest.approx(expected[0]) and windowed.step_scores[3] == pytest.approx(
-        (expected[2] + expected[3]) / 2)
+        (expected[2] + expected[3]) / 2
+    )
 
 
 def test_alpha_zero_is_cosine_and_score_is_the_last_frame(clip, clip_model):

@@ -36,19 +36,26 @@ def ensemble(name: str, members: list, **options) -> ModelSpec:
 async def service(qwen3_rm, llama_rm, judge_lm, broken_rm):
     from tests.harness import serve_in_process
 
-    settings = Settings(keep_going=True, models=[
-        ModelSpec(name="rm", source=str(qwen3_rm)),
-        ModelSpec(name="rm2", source=str(llama_rm)),
-        ModelSpec(name="judge", kind="verifier", source=str(judge_lm)),
-        ModelSpec(name="broken", source=str(broken_rm)),
-        ensemble("pair", ["rm", {"name": "rm2", "weight": 3.0}]),
-        ensemble("pair_sigmoid", ["rm", "rm2"], normalize="sigmoid"),
-        ensemble("with_rule", ["rm", "math"], min_members=1),
-        ensemble("strict_rule", ["rm", "math"]),
-        ensemble("with_broken", ["rm", "broken"]),
-        ensemble("unsure", ["rm", "rm2"], normalize="sigmoid",
-                 escalate={"to": "judge", "when": {"uncertainty_above": 0.0}, "max_fraction": 0.25}),
-    ])
+    settings = Settings(
+        keep_going=True,
+        models=[
+            ModelSpec(name="rm", source=str(qwen3_rm)),
+            ModelSpec(name="rm2", source=str(llama_rm)),
+            ModelSpec(name="judge", kind="verifier", source=str(judge_lm)),
+            ModelSpec(name="broken", source=str(broken_rm)),
+            ensemble("pair", ["rm", {"name": "rm2", "weight": 3.0}]),
+            ensemble("pair_sigmoid", ["rm", "rm2"], normalize="sigmoid"),
+            ensemble("with_rule", ["rm", "math"], min_members=1),
+            ensemble("strict_rule", ["rm", "math"]),
+            ensemble("with_broken", ["rm", "broken"]),
+            ensemble(
+                "unsure",
+                ["rm", "rm2"],
+                normalize="sigmoid",
+                escalate={"to": "judge", "when": {"uncertainty_above": 0.0}, "max_fraction": 0.25},
+            ),
+        ],
+    )
     async with serve_in_process(settings) as (app, http):
         yield app, http
 
@@ -57,8 +64,9 @@ ITEMS = [{"prompt": "What is 6 times 7?", "response": f"It is {40 + i}.", "refer
 
 
 def conversations(items):
-    return [[{"role": "user", "content": it["prompt"]}, {"role": "assistant", "content": it["response"]}]
-            for it in items]
+    return [
+        [{"role": "user", "content": it["prompt"]}, {"role": "assistant", "content": it["response"]}] for it in items
+    ]
 
 
 async def test_the_score_is_the_weighted_mean_and_the_uncertainty_the_spread(service, qwen3_rm, llama_rm):
@@ -71,8 +79,9 @@ async def test_the_score_is_the_weighted_mean_and_the_uncertainty_the_spread(ser
         assert result["score"] == pytest.approx((result["components"]["rm"] + 3 * result["components"]["rm2"]) / 4)
         assert result["uncertainty"] == pytest.approx(statistics.pstdev(result["components"].values()))
     alone = await post(http, "/v1/score", {"model": "rm", "items": ITEMS})
-    assert [r["components"]["rm"] for r in out["results"]] == pytest.approx([r["score"] for r in alone["results"]],
-                                                                            abs=1e-5)
+    assert [r["components"]["rm"] for r in out["results"]] == pytest.approx(
+        [r["score"] for r in alone["results"]], abs=1e-5
+    )
     sig = await post(http, "/v1/score", {"model": "pair_sigmoid", "items": ITEMS})
     for i, result in enumerate(sig["results"]):
         assert result["components"]["rm"] == pytest.approx(1 / (1 + math.exp(-a[i])), abs=1e-4)
@@ -80,15 +89,21 @@ async def test_the_score_is_the_weighted_mean_and_the_uncertainty_the_spread(ser
 
 async def test_compare_and_group_advantages_work_on_an_ensemble(service):
     _, http = service
-    out = await post(http, "/v1/compare", {"model": "pair", "items": [
-        {"prompt": ITEMS[0]["prompt"], "responses": [it["response"] for it in ITEMS[:3]]}]})
+    out = await post(
+        http,
+        "/v1/compare",
+        {"model": "pair", "items": [{"prompt": ITEMS[0]["prompt"], "responses": [it["response"] for it in ITEMS[:3]]}]},
+    )
     scored = await post(http, "/v1/score", {"model": "pair", "items": ITEMS[:3]})
     (result,) = out["results"]
     scores = [r["score"] for r in scored["results"]]
     assert result["scores"] == pytest.approx(scores, abs=1e-5)
     assert result["preference"][0][1] == pytest.approx(1 / (1 + math.exp(scores[1] - scores[0])), abs=1e-5)
-    grouped = await post(http, "/v1/score", {"model": "pair", "options": {"normalize": "group"},
-                                             "items": [dict(it, group_id="g") for it in ITEMS]})
+    grouped = await post(
+        http,
+        "/v1/score",
+        {"model": "pair", "options": {"normalize": "group"}, "items": [dict(it, group_id="g") for it in ITEMS]},
+    )
     advantages = [r["advantage"] for r in grouped["results"]]
     assert sum(advantages) == pytest.approx(0.0, abs=1e-6)
 

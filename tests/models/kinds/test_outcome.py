@@ -8,8 +8,8 @@ import random
 import pytest
 
 from rewardserve.client.protocol import Item, ScoreOptions
-from rewardserve.models.planning import ItemError, Job, RequestError
 from rewardserve.models.kinds import build_model
+from rewardserve.models.planning import ItemError, Job, RequestError
 from rewardserve.models.spec import ModelSpec
 from tests.builders import random_text, reference_outcome_scores
 from tests.harness import run_jobs
@@ -32,8 +32,8 @@ def load(path, **spec) -> object:
     return model
 
 
-def score_all(model, items: list[Item], options=ScoreOptions()) -> list:
-    entries = model.prepare(items, options)
+def score_all(model, items: list[Item], options: ScoreOptions | None = None) -> list:
+    entries = model.prepare(items, options or ScoreOptions())
     works = [e for e in entries if isinstance(e, Job)]
     return run_jobs(model, works)
 
@@ -76,9 +76,7 @@ def test_multi_head_returns_vector_and_sigmoid(qwen3_multihead_rm):
     convs = conversations(4, seed=5)
     expected = reference_outcome_scores(qwen3_multihead_rm, convs)
     raw = score_all(model, [Item(messages=c) for c in convs])
-    squashed = score_all(
-        model, [Item(messages=c) for c in convs], ScoreOptions(activation="sigmoid")
-    )
+    squashed = score_all(model, [Item(messages=c) for c in convs], ScoreOptions(activation="sigmoid"))
     for want, r, s in zip(expected, raw, squashed):
         assert len(r.scores) == 3
         assert r.scores == pytest.approx(want, abs=1e-4)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from rewardserve.client.protocol import Item, ScoreOptions, StepOptions
-from rewardserve.models.planning import ItemError, Job, RequestError
 from rewardserve.models.kinds import build_model
+from rewardserve.models.planning import ItemError, Job, RequestError
 from rewardserve.models.spec import ModelSpec
 from tests.harness import run_jobs
 
@@ -30,8 +30,12 @@ def test_a_process_model_without_format_is_refused(rlhflow_prm):
 
 def test_readout_positions_are_one_per_step(qwen2_prm, shepherd_prm, skywork_prm, rlhflow_prm):
     item = Item(prompt="q", steps=["one", "two ки", "three<extra_0>"])
-    for path, preset in [(qwen2_prm, None), (shepherd_prm, "math-shepherd"),
-                         (skywork_prm, "skywork-o1-prm"), (rlhflow_prm, "rlhflow-prm")]:
+    for path, preset in [
+        (qwen2_prm, None),
+        (shepherd_prm, "math-shepherd"),
+        (skywork_prm, "skywork-o1-prm"),
+        (rlhflow_prm, "rlhflow-prm"),
+    ]:
         model = load(path, preset=preset)
         (work,) = model.prepare([item], StepOptions())
         assert isinstance(work, Job), work
@@ -43,8 +47,10 @@ def test_readout_positions_are_one_per_step(qwen2_prm, shepherd_prm, skywork_prm
 def test_lm_formats_read_only_the_label_tokens(shepherd_prm):
     model = load(shepherd_prm, preset="math-shepherd")
     tok = model.backend.tokenizer
-    assert model.format.token_ids == [tok.encode("+", add_special_tokens=False)[-1],
-                                      tok.encode("-", add_special_tokens=False)[-1]]
+    assert model.format.token_ids == [
+        tok.encode("+", add_special_tokens=False)[-1],
+        tok.encode("-", add_special_tokens=False)[-1],
+    ]
 
 
 def test_score_options_mean_the_trajectory_aggregate(skywork_prm):
@@ -85,8 +91,10 @@ def test_classifier_tags_equal_the_classifier_on_each_step_prefix(tmp_path):
     direct = AutoModelForSequenceClassification.from_pretrained(path, dtype=torch.float32).eval()
     expected = []
     for k in range(1, len(steps) + 1):
-        conv = [{"role": "user", "content": "What is 5+7?"},
-                {"role": "assistant", "content": "<extra_0>".join(steps[:k]) + "<extra_0>"}]
+        conv = [
+            {"role": "user", "content": "What is 5+7?"},
+            {"role": "assistant", "content": "<extra_0>".join(steps[:k]) + "<extra_0>"},
+        ]
         text = tok.apply_chat_template(conv, tokenize=False)
         ids = tok(text)["input_ids"]
         cut = len(ids) - ids[::-1].index(tok.convert_tokens_to_ids("<extra_0>"))  # through the last tag

@@ -49,18 +49,24 @@ class ToyLengthModel(RewardModel):
 
 @pytest.fixture(scope="module")
 async def service():
-    settings = Settings(builtin_rules=False, models=[
-        ModelSpec(name="toy", kind="toy_length", source="toy", options={"per_char": 0.5})])
+    settings = Settings(
+        builtin_rules=False, models=[ModelSpec(name="toy", kind="toy_length", source="toy", options={"per_char": 0.5})]
+    )
     async with serve_in_process(settings) as (app, http):
         yield http
 
 
 async def test_the_service_scores_a_kind_it_has_never_seen(service):
-    items = [{"prompt": "p", "response": "abcd", "group_id": "g"}, {"prompt": "p", "response": "ab", "group_id": "g"},
-             {"prompt": "p", "response": "abcd", "group_id": "g"}, {"prompt": "p", "response": ""}]
+    items = [
+        {"prompt": "p", "response": "abcd", "group_id": "g"},
+        {"prompt": "p", "response": "ab", "group_id": "g"},
+        {"prompt": "p", "response": "abcd", "group_id": "g"},
+        {"prompt": "p", "response": ""},
+    ]
     ToyLengthModel.batches.clear()
-    body = (await service.post("/v1/score", json={"model": "toy", "items": items,
-                                                  "options": {"normalize": "group"}})).json()
+    body = (
+        await service.post("/v1/score", json={"model": "toy", "items": items, "options": {"normalize": "group"}})
+    ).json()
     scores = [r["score"] for r in body["results"]]
     assert scores[:3] == [2.0, 1.0, 2.0] and body["results"][3]["valid"] is False
     assert body["results"][3]["error"] == "nothing to measure"
@@ -76,8 +82,9 @@ async def test_it_is_listed_under_its_own_kind(service):
 
 
 async def test_compare_comes_with_the_kind(service):
-    body = (await service.post("/v1/compare", json={"model": "toy", "items": [
-        {"prompt": "p", "responses": ["a", "abc"]}]})).json()
+    body = (
+        await service.post("/v1/compare", json={"model": "toy", "items": [{"prompt": "p", "responses": ["a", "abc"]}]})
+    ).json()
     (result,) = body["results"]
     assert result["ranking"] == [1, 0] and result["preference"][1][0] > 0.5
 

@@ -8,17 +8,19 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rewardserve.client.protocol import Item, VerifyOptions
 from rewardserve.models.backends import Sequence
-from rewardserve.models.planning import ItemError, Job
-from rewardserve.models.text.judge_templates import builtin_templates, item_variables
 from rewardserve.models.kinds import build_model
+from rewardserve.models.planning import ItemError, Job
 from rewardserve.models.spec import ModelSpec
+from rewardserve.models.text.judge_templates import builtin_templates, item_variables
 from tests.harness import run_jobs
 
 ITEMS = [
     Item(prompt="What is 2+2?", response="4", reference="4"),
     Item(prompt="Capital of France?", response="Paris is the capital.", reference="Paris"),
-    Item(messages=[{"role": "user", "content": "Name a prime."}, {"role": "assistant", "content": "9"}],
-         reference="any prime"),
+    Item(
+        messages=[{"role": "user", "content": "Name a prime."}, {"role": "assistant", "content": "9"}],
+        reference="any prime",
+    ),
 ]
 
 
@@ -38,7 +40,7 @@ def direct_p_yes(model_dir, item: Item) -> float:
     messages = [m.model_dump(exclude_none=True) for m in template.render(item_variables(item))]
     text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     if tok.bos_token and text.startswith(tok.bos_token):
-        text = text[len(tok.bos_token):]
+        text = text[len(tok.bos_token) :]
     ids = torch.tensor([tok(text)["input_ids"]])
     yes = {tok.encode(w, add_special_tokens=False)[0] for w in ("Yes", " Yes", "yes", " yes")}
     no = {tok.encode(w, add_special_tokens=False)[0] for w in ("No", " No", "no", " no")}
@@ -87,15 +89,20 @@ def test_judge_units_of_a_batch_are_read_together(judge, monkeypatch):
     template = judge.template("criterion")
     choices = judge.template_choices(template)
     criteria = ["Is it correct?", "Is it concise?", "Is the tone polite and clear?"]
-    prompts = [[judge.encode_prompt(template, {**item_variables(item), "criterion": c}, "") for c in criteria]
-               for item in ITEMS[:2]]
+    prompts = [
+        [judge.encode_prompt(template, {**item_variables(item), "criterion": c}, "") for c in criteria]
+        for item in ITEMS[:2]
+    ]
     works = [judge.prepare_judge(p, [choices] * len(p)) for p in prompts]
     judge.cache = type(judge.cache)(0)  # no cache: everything is read
     assert judge.backend.packs
     reads = []
     read_packed = judge.backend.read_packed
-    monkeypatch.setattr(judge.backend, "read_packed", lambda units, token_ids=None: reads.append(len(units))
-                        or read_packed(units, token_ids))
+    monkeypatch.setattr(
+        judge.backend,
+        "read_packed",
+        lambda units, token_ids=None: reads.append(len(units)) or read_packed(units, token_ids),
+    )
     results = judge.run(works)
     assert reads == [2]
     for own, item_prompts in zip(results, prompts):

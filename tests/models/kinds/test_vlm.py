@@ -11,8 +11,8 @@ from transformers import AutoImageProcessor, AutoTokenizer, Qwen2VLForConditiona
 
 from rewardserve.client.images import image_part
 from rewardserve.client.protocol import Item, ScoreOptions
-from rewardserve.models.planning import Job
 from rewardserve.models.kinds import build_model
+from rewardserve.models.planning import Job
 from rewardserve.models.spec import ModelSpec
 from tests.harness import run_jobs
 
@@ -23,9 +23,14 @@ def picture(seed: int, size=(90, 60)) -> Image.Image:
 
 def conversations():
     return [
-        [{"role": "user", "content": [picture(1), "What is in the picture?"]}, {"role": "assistant", "content": "Noise."}],
-        [{"role": "user", "content": ["Compare", picture(2, (60, 120)), "with", picture(3)]},
-         {"role": "assistant", "content": "The second is wider."}],
+        [
+            {"role": "user", "content": [picture(1), "What is in the picture?"]},
+            {"role": "assistant", "content": "Noise."},
+        ],
+        [
+            {"role": "user", "content": ["Compare", picture(2, (60, 120)), "with", picture(3)]},
+            {"role": "assistant", "content": "The second is wider."},
+        ],
         [{"role": "user", "content": ["No image here, just text."]}, {"role": "assistant", "content": "Fine."}],
     ]
 
@@ -34,8 +39,13 @@ def as_item(conv) -> Item:
     def part(x):
         return image_part(x) if isinstance(x, Image.Image) else {"type": "text", "text": x}
 
-    messages = [{"role": m["role"], "content": [part(x) for x in m["content"]] if isinstance(m["content"], list)
-                 else m["content"]} for m in conv]
+    messages = [
+        {
+            "role": m["role"],
+            "content": [part(x) for x in m["content"]] if isinstance(m["content"], list) else m["content"],
+        }
+        for m in conv
+    ]
     return Item(messages=messages)
 
 
@@ -46,9 +56,17 @@ def reference(model_dir, conv, head: str, generation_prompt=False) -> float:
     processor = AutoImageProcessor.from_pretrained(model_dir)
     model = Qwen2VLForConditionalGeneration.from_pretrained(model_dir, dtype=torch.float32).eval()
     images = [x for m in conv if isinstance(m["content"], list) for x in m["content"] if isinstance(x, Image.Image)]
-    messages = [{"role": m["role"], "content": [{"type": "image"} if isinstance(x, Image.Image) else {"type": "text", "text": x}
-                                                for x in m["content"]] if isinstance(m["content"], list) else m["content"]}
-                for m in conv]
+    messages = [
+        {
+            "role": m["role"],
+            "content": [
+                {"type": "image"} if isinstance(x, Image.Image) else {"type": "text", "text": x} for x in m["content"]
+            ]
+            if isinstance(m["content"], list)
+            else m["content"],
+        }
+        for m in conv
+    ]
     text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt)
     extra = {}
     if images:
@@ -92,8 +110,8 @@ def test_scores_equal_transformers_in_one_mixed_batch(fixture, head, request):
 
 
 def test_placeholder_count_must_match_images(vl_value):
-    from rewardserve.models.planning import ItemError
     from rewardserve.models.kinds.vlm import expand_image_tokens
+    from rewardserve.models.planning import ItemError
 
     assert expand_image_tokens("a<i>b<i>", "<i>", [2, 1]) == "a<i><i>b<i>"
     with pytest.raises(ItemError):

@@ -14,26 +14,35 @@ from rewardserve.models.plans.composite import pick_escalated
 from rewardserve.models.spec import ModelSpec
 from rewardserve.service.settings import Settings
 from tests.builders import reference_outcome_scores
-from tests.models.kinds.test_verifier import direct_p_yes
 from tests.harness import post
+from tests.models.kinds.test_verifier import direct_p_yes
 
 
 @pytest_asyncio.fixture(scope="module")
 async def service(judge_lm, qwen3_rm):
     from tests.harness import serve_in_process
 
-    settings = Settings(models=[
-        ModelSpec(name="judge", kind="verifier", source=str(judge_lm)),
-        ModelSpec(name="rm", source=str(qwen3_rm)),
-        ModelSpec(name="rm_running", source=str(qwen3_rm)),
-    ])
+    settings = Settings(
+        models=[
+            ModelSpec(name="judge", kind="verifier", source=str(judge_lm)),
+            ModelSpec(name="rm", source=str(qwen3_rm)),
+            ModelSpec(name="rm_running", source=str(qwen3_rm)),
+        ]
+    )
     async with serve_in_process(settings) as (app, http):
         yield app, http
 
 
 def items(n: int, group: str | None = None) -> list[dict]:
-    return [{"prompt": "What is 6 times 7?", "response": f"It is {40 + i}. \\boxed{{{40 + i}}}",
-             "reference": "42", **({"group_id": group} if group else {})} for i in range(n)]
+    return [
+        {
+            "prompt": "What is 6 times 7?",
+            "response": f"It is {40 + i}. \\boxed{{{40 + i}}}",
+            "reference": "42",
+            **({"group_id": group} if group else {}),
+        }
+        for i in range(n)
+    ]
 
 
 CRITERIA = [
@@ -48,8 +57,10 @@ async def test_components_equal_each_source_called_alone(service, qwen3_rm, judg
     batch = items(4)
     out = await post(http, "/v1/rubric", {"judge": "judge", "items": batch, "criteria": CRITERIA})
     alone = await post(http, "/v1/score", {"model": "rm", "items": batch})
-    direct = reference_outcome_scores(qwen3_rm, [[{"role": "user", "content": it["prompt"]},
-                                                  {"role": "assistant", "content": it["response"]}] for it in batch])
+    direct = reference_outcome_scores(
+        qwen3_rm,
+        [[{"role": "user", "content": it["prompt"]}, {"role": "assistant", "content": it["response"]}] for it in batch],
+    )
     rubric_alone = await post(http, "/v1/rubric", {"judge": "judge", "items": batch, "criteria": [CRITERIA[2]]})
     for i, (result, single) in enumerate(zip(out["results"], alone["results"])):
         components = result["components"]
@@ -69,9 +80,11 @@ async def test_components_equal_each_source_called_alone(service, qwen3_rm, judg
 async def test_each_scale_against_a_hand_computation(service):
     app, http = service
     batch = items(3, "g") + items(2, "h")
-    criteria = [{"name": "z", "model": "rm", "normalize": "group"},
-                {"name": "s", "model": "rm", "normalize": "sigmoid", "polarity": "negative"},
-                {"name": "neg", "model": "rm", "polarity": "negative"}]
+    criteria = [
+        {"name": "z", "model": "rm", "normalize": "group"},
+        {"name": "s", "model": "rm", "normalize": "sigmoid", "polarity": "negative"},
+        {"name": "neg", "model": "rm", "polarity": "negative"},
+    ]
     out = await post(http, "/v1/rubric", {"items": batch, "criteria": criteria})
     raw = [r["criteria"][0]["raw"] for r in out["results"]]
     for members in ([0, 1, 2], [3, 4]):
@@ -87,13 +100,24 @@ async def test_each_scale_against_a_hand_computation(service):
 
 async def test_running_statistics_are_shared_counted_and_shown(service):
     app, http = service
-    first = await post(http, "/v1/rubric", {"items": items(3), "criteria": [
-        {"name": "r", "model": "rm_running", "normalize": "running"}]})
+    first = await post(
+        http,
+        "/v1/rubric",
+        {"items": items(3), "criteria": [{"name": "r", "model": "rm_running", "normalize": "running"}]},
+    )
     raws = [r["criteria"][0]["raw"] for r in first["results"]]
     assert [r["criteria"][0]["running_count"] for r in first["results"]] == [3, 3, 3]
     # Concurrent requests: every score counted once.
-    await asyncio.gather(*(post(http, "/v1/rubric", {"items": items(2), "criteria": [
-        {"name": "r", "model": "rm_running", "normalize": "running"}]}) for _ in range(5)))
+    await asyncio.gather(
+        *(
+            post(
+                http,
+                "/v1/rubric",
+                {"items": items(2), "criteria": [{"name": "r", "model": "rm_running", "normalize": "running"}]},
+            )
+            for _ in range(5)
+        )
+    )
     cards = {c["id"]: c for c in (await http.get("/v1/models")).json()["data"]}
     running = cards["rm_running"]["running"]
     everything = raws + [r for r in raws[:2]] * 5  # items(2) are items(3)'s first two
@@ -106,22 +130,34 @@ async def test_running_statistics_are_shared_counted_and_shown(service):
 
 async def test_a_criterion_naming_an_unknown_model_is_a_422_naming_it(service):
     _, http = service
-    out = await post(http, "/v1/rubric", {"items": items(1), "criteria": [
-        {"name": "a", "fn": "exact_match"}, {"name": "b", "model": "nobody"}]}, status=422)
+    out = await post(
+        http,
+        "/v1/rubric",
+        {"items": items(1), "criteria": [{"name": "a", "fn": "exact_match"}, {"name": "b", "model": "nobody"}]},
+        status=422,
+    )
     assert out["error"]["param"] == "criteria[1].model" and "nobody" in out["error"]["message"]
-    out = await post(http, "/v1/rubric", {"items": items(1), "criteria": [
-        {"name": "b", "fn": "exact_match", "normalize": "running"}]}, status=422)
+    out = await post(
+        http,
+        "/v1/rubric",
+        {"items": items(1), "criteria": [{"name": "b", "fn": "exact_match", "normalize": "running"}]},
+        status=422,
+    )
     assert "model criteria only" in out["error"]["message"]
 
 
 async def test_escalation_asks_the_judge_only_within_its_budget(service, judge_lm):
     app, http = service
     # Groups of 4 alike (every response the same) teach nothing: escalate them, at most half the items.
-    same = [{"prompt": "Say hi.", "response": "hi", "reference": "hi", "group_id": f"g{g}"}
-            for g in range(3) for _ in range(4)]
+    same = [
+        {"prompt": "Say hi.", "response": "hi", "reference": "hi", "group_id": f"g{g}"}
+        for g in range(3)
+        for _ in range(4)
+    ]
     escalate = {"to": "judge", "when": {"group_zero_variance": True}, "max_fraction": 0.5}
-    out = await post(http, "/v1/rubric", {"items": same, "criteria": [{"name": "rm", "model": "rm"}],
-                                          "escalate": escalate})
+    out = await post(
+        http, "/v1/rubric", {"items": same, "criteria": [{"name": "rm", "model": "rm"}], "escalate": escalate}
+    )
     escalated = [i for i, r in enumerate(out["results"]) if r["escalated"]]
     assert escalated == [0, 1, 2, 3]  # a budget of 6 items holds one whole group of 4, not two
     for i in escalated:
@@ -132,18 +168,30 @@ async def test_escalation_asks_the_judge_only_within_its_budget(service, judge_l
 
 
 def result(score, uncertainty=None):
-    return ItemResult(score=score, uncertainty=uncertainty) if score is not None else \
-        ItemResult(valid=False, error="x")
+    return ItemResult(score=score, uncertainty=uncertainty) if score is not None else ItemResult(valid=False, error="x")
 
 
 def test_pick_escalated_orders_by_need_and_keeps_the_budget():
-    its = [Item(response="a", group_id="g"), Item(response="b", group_id="g"), Item(response="c"),
-           Item(response="d"), Item(response="e")]
+    its = [
+        Item(response="a", group_id="g"),
+        Item(response="b", group_id="g"),
+        Item(response="c"),
+        Item(response="d"),
+        Item(response="e"),
+    ]
     results = [result(1.0), result(1.0), result(None), result(0.52, 0.4), result(0.9, 0.05)]
-    every = Escalation.model_validate({"to": "j", "when": {"invalid": True, "group_zero_variance": True,
-                                                           "uncertainty_above": 0.1, "margin_below": 0.1}})
+    every = Escalation.model_validate(
+        {
+            "to": "j",
+            "when": {"invalid": True, "group_zero_variance": True, "uncertainty_above": 0.1, "margin_below": 0.1},
+        }
+    )
     assert pick_escalated(every, its, results) == {
-        2: "invalid", 0: "group_zero_variance", 1: "group_zero_variance", 3: "uncertainty 0.4 > 0.1"}
+        2: "invalid",
+        0: "group_zero_variance",
+        1: "group_zero_variance",
+        3: "uncertainty 0.4 > 0.1",
+    }
     # 2 of 5: the invalid item, then the group of two does not fit beside it, the uncertain one does.
     tight = every.model_copy(update={"max_fraction": 0.4})
     assert pick_escalated(tight, its, results) == {2: "invalid", 3: "uncertainty 0.4 > 0.1"}

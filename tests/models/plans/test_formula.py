@@ -48,8 +48,9 @@ def test_rejected_at_compile_time(formula):
         compile_formula(formula, NAMES)
 
 
-@pytest.mark.parametrize("formula", ["9 ** 9 ** 9", "10 ** 100", "exp(1000)", "log(0)", "1 / 0",
-                                     "correct ** 100", "max + 1"])
+@pytest.mark.parametrize(
+    "formula", ["9 ** 9 ** 9", "10 ** 100", "exp(1000)", "log(0)", "1 / 0", "correct ** 100", "max + 1"]
+)
 def test_constant_parts_that_fail_are_refused_at_compile_time(formula):
     """What reads no criterion is evaluated with the request: a 422, not an invalid item."""
     with pytest.raises(FormulaError):

@@ -20,8 +20,12 @@ def test_delta_and_group_process_advantages():
 
 def test_group_advantages_use_the_sample_std_and_skip_invalid_items():
     items = [Item(prompt="p", response=str(i), group_id="g") for i in range(3)] + [Item(prompt="p", response="x")]
-    results = [ItemResult(score=1.0), ItemResult(score=3.0), ItemResult(score=None, valid=False, error="e"),
-               ItemResult(score=7.0)]
+    results = [
+        ItemResult(score=1.0),
+        ItemResult(score=3.0),
+        ItemResult(score=None, valid=False, error="e"),
+        ItemResult(score=7.0),
+    ]
     out = group_advantages(items, results)
-    assert [r.advantage for r in out[:2]] == pytest.approx([-1 / (2 ** 0.5 + 1e-6), 1 / (2 ** 0.5 + 1e-6)])
+    assert [r.advantage for r in out[:2]] == pytest.approx([-1 / (2**0.5 + 1e-6), 1 / (2**0.5 + 1e-6)])
     assert out[2].advantage is None and out[3].advantage == 0.0

@@ -56,8 +56,15 @@ def test_memory_is_limited_per_call():
 
 
 def memory_is_limited(pool):
-    (out,) = pool.run([RenderCall("{% set ns = namespace(a='xx') %}{% for i in range(40) %}"
-                                  "{% set ns.a = ns.a ~ ns.a %}{% endfor %}{{ ns.a | length }}", {})]).result(timeout=60)
+    (out,) = pool.run(
+        [
+            RenderCall(
+                "{% set ns = namespace(a='xx') %}{% for i in range(40) %}"
+                "{% set ns.a = ns.a ~ ns.a %}{% endfor %}{{ ns.a | length }}",
+                {},
+            )
+        ]
+    ).result(timeout=60)
     assert isinstance(out, CallFailure) and out.kind == "template" and "MemoryError" in out.message
     assert pool.run([fast(3)]).result(timeout=30) == [1.0]  # the worker is fine after
 

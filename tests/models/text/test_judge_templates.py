@@ -32,8 +32,12 @@ from rewardserve.models.text.judge_templates import (
 )
 def test_parsers_read_their_formats(parser, text, score, verdict):
     template = builtin_templates()[
-        {"yes_no": "yes_no", "prometheus_absolute": "prometheus_absolute",
-         "prometheus_relative": "prometheus_relative", "support_label": "nugget_support"}[parser]
+        {
+            "yes_no": "yes_no",
+            "prometheus_absolute": "prometheus_absolute",
+            "prometheus_relative": "prometheus_relative",
+            "support_label": "nugget_support",
+        }[parser]
     ]
     got = template.parse(text)
     assert got.score == score and got.verdict == verdict
@@ -67,25 +71,39 @@ def test_templates_render_item_fields_in_a_sandbox():
     item = Item(prompt="What is 2+2?", response="4", reference={"answer": "4", "unit": None})
     variables = item_variables(item, {"rubric": "be exact"})
     assert variables["question"] == "What is 2+2?" and variables["reference"] == '{"answer": "4", "unit": null}'
-    template = JudgeTemplate.from_dict("t", {
-        "messages": [{"role": "user", "content": "{{ item.reference.answer }} / {{ rubric }}"}],
-        "parser": "yes_no",
-    })
+    template = JudgeTemplate.from_dict(
+        "t",
+        {
+            "messages": [{"role": "user", "content": "{{ item.reference.answer }} / {{ rubric }}"}],
+            "parser": "yes_no",
+        },
+    )
     assert template.render(variables)[0].content == "4 / be exact"
-    missing = JudgeTemplate.from_dict("m", {"messages": [{"role": "user", "content": "{{ nope }}"}], "parser": "yes_no"})
+    missing = JudgeTemplate.from_dict(
+        "m", {"messages": [{"role": "user", "content": "{{ nope }}"}], "parser": "yes_no"}
+    )
     with pytest.raises(ItemError, match="nope"):
         missing.render(variables)
-    escape = JudgeTemplate.from_dict("e", {
-        "messages": [{"role": "user", "content": "{{ ''.__class__.__mro__[1].__subclasses__() }}"}],
-        "parser": "yes_no",
-    })
+    escape = JudgeTemplate.from_dict(
+        "e",
+        {
+            "messages": [{"role": "user", "content": "{{ ''.__class__.__mro__[1].__subclasses__() }}"}],
+            "parser": "yes_no",
+        },
+    )
     with pytest.raises(ItemError):
         escape.render(variables)
 
 
 def test_custom_templates_are_checked_when_loaded():
-    custom = {"mine": {"messages": [{"role": "user", "content": "{{ response }}?"}], "parser": "yes_no",
-                       "choices": [["Y"], ["N"]], "values": [1.0, 0.0]}}
+    custom = {
+        "mine": {
+            "messages": [{"role": "user", "content": "{{ response }}?"}],
+            "parser": "yes_no",
+            "choices": [["Y"], ["N"]],
+            "values": [1.0, 0.0],
+        }
+    }
     assert "mine" in load_templates(custom)
     with pytest.raises(ValueError, match="parser"):
         load_templates({"bad": {"messages": [], "parser": "astrology"}})

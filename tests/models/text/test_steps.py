@@ -12,13 +12,15 @@ from rewardserve.models.text.steps import aggregate, extract
 def test_auto_picks_list_then_turns_then_separator_then_whole():
     listed = extract(Item(prompt="q", steps=["a", "bb"]), StepOptions(), "\n")
     assert listed.steps == ["a", "bb"] and [(s.start, s.end) for s in listed.spans] == [(0, 1), (1, 3)]
-    agent = Item(messages=[
-        {"role": "user", "content": "q"},
-        {"role": "assistant", "content": "a1"},
-        {"role": "user", "content": "more"},
-        {"role": "assistant", "content": "a2"},
-        {"role": "tool", "content": "ignored after the last turn"},
-    ])
+    agent = Item(
+        messages=[
+            {"role": "user", "content": "q"},
+            {"role": "assistant", "content": "a1"},
+            {"role": "user", "content": "more"},
+            {"role": "assistant", "content": "a2"},
+            {"role": "tool", "content": "ignored after the last turn"},
+        ]
+    )
     turns = extract(agent, StepOptions(), "\n")
     assert turns.step_turns == [1, 3] and turns.steps == ["a1", "a2"] and len(turns.context) == 4
     split = extract(Item(prompt="q", response="x\ny\n\nz"), StepOptions(), "\n")
@@ -40,13 +42,18 @@ def test_explicit_modes_and_their_errors():
 
 
 def test_inline_steps_of_an_agent_trajectory_keep_tool_results_causal():
-    agent = Item(messages=[
-        {"role": "user", "content": "q"},
-        {"role": "assistant", "content": "search",
-         "tool_calls": [{"function": {"name": "s", "arguments": {"q": 1}}}]},
-        {"role": "tool", "content": "found"},
-        {"role": "assistant", "content": "done"},
-    ])
+    agent = Item(
+        messages=[
+            {"role": "user", "content": "q"},
+            {
+                "role": "assistant",
+                "content": "search",
+                "tool_calls": [{"function": {"name": "s", "arguments": {"q": 1}}}],
+            },
+            {"role": "tool", "content": "found"},
+            {"role": "assistant", "content": "done"},
+        ]
+    )
     traj = extract(agent, StepOptions(), None)
     first, second = traj.inline_steps()
     assert first.startswith("search") and '"name": "s"' in first and "found" not in first

@@ -38,8 +38,7 @@ def test_layout_survives_its_table():
             assert torch.equal(a.mask, b.mask)
 
 
-@pytest.mark.parametrize("fixture,task,token_ids", [("qwen3_rm", "classify", None),
-                                                    ("judge_lm", "lm", [11, 42, 99])])
+@pytest.mark.parametrize("fixture,task,token_ids", [("qwen3_rm", "classify", None), ("judge_lm", "lm", [11, 42, 99])])
 def test_compiled_layers_read_the_eager_numbers(request, fixture, task, token_ids):
     source = str(request.getfixturevalue(fixture))
     compiled = make_backend(ModelSpec(name="m", source=source), task)
@@ -60,7 +59,7 @@ def test_new_batches_reuse_the_compiled_graph(qwen3_rm):
     assert backend.compiled_layers
     rng = random.Random(2)
     graphs = counters["stats"]["unique_graphs"]
-    for lone, groups in (((32,),  0), ((9, 100, 41), 0), ((3,), 3), ((200, 17), 1)):
+    for lone, groups in (((32,), 0), ((9, 100, 41), 0), ((3,), 3), ((200, 17), 1)):
         backend.read_packed(random_units(rng, lone, groups))
     assert counters["stats"]["unique_graphs"] == graphs
 
@@ -76,8 +75,9 @@ def test_bf16_compiled_layers_stay_within_rounding(qwen3_rm):
         want = np.array([reference(input_ids=torch.tensor([ids])).logits[0, 0].item() for ids in sequences])
     errors = {}
     for layers in (True, False):
-        backend = make_backend(ModelSpec(name="m", source=str(qwen3_rm), dtype="bfloat16",
-                                         options={"compile_layers": layers}), "classify")
+        backend = make_backend(
+            ModelSpec(name="m", source=str(qwen3_rm), dtype="bfloat16", options={"compile_layers": layers}), "classify"
+        )
         assert bool(backend.compiled_layers) is layers
         got = np.array([rows[0][0, 0] for rows in backend.read_packed(units)])
         errors[layers] = np.abs(got - want).max()

@@ -129,6 +129,7 @@ def test_layers_and_norms_stay_eager_when_compiling_fails_or_is_off(qwen3_rm, mo
     def failing_compile(fn, **kwargs):
         def compiled(*args, **kw):
             raise RuntimeError("no C++ compiler")
+
         return compiled
 
     monkeypatch.setattr(torch, "compile", failing_compile)
@@ -136,9 +137,11 @@ def test_layers_and_norms_stay_eager_when_compiling_fails_or_is_off(qwen3_rm, mo
     assert backend.packs and backend.compiled_norms == backend.compiled_layers == 0
     assert not any("forward" in vars(m) or isinstance(m, CompiledLayer) for m in backend.base.modules())
     monkeypatch.undo()
-    off = make_backend(ModelSpec(name="m", source=str(qwen3_rm), dtype="bfloat16",
-                                 options={"compile_norms": False}), "classify")
+    off = make_backend(
+        ModelSpec(name="m", source=str(qwen3_rm), dtype="bfloat16", options={"compile_norms": False}), "classify"
+    )
     assert off.packs and off.compiled_norms == 0 and off.compiled_layers == 1
-    off = make_backend(ModelSpec(name="m", source=str(qwen3_rm), dtype="bfloat16",
-                                 options={"compile_layers": False}), "classify")
+    off = make_backend(
+        ModelSpec(name="m", source=str(qwen3_rm), dtype="bfloat16", options={"compile_layers": False}), "classify"
+    )
     assert off.packs and off.compiled_layers == 0 and off.compiled_norms == 2 * 4 + 1
