@@ -90,7 +90,8 @@ STRICT_MODULES := -p rewardserve.client -m rewardserve.models.planning -m reward
 	-m rewardserve.models.plans.running -m rewardserve.models.plans.composite -m rewardserve.models.kinds.ensemble \
 	-m rewardserve.service.reward_health -m rewardserve.service.shadow -m rewardserve.service.tenants \
 	-m rewardserve.models.backends.dtype_probe -m rewardserve.service.work_queue -m rewardserve.service.batcher \
-	-m rewardserve.models.rules.pool -m rewardserve.models.yaml_files -m rewardserve.models.cache
+	-m rewardserve.models.rules.pool -m rewardserve.models.yaml_files -m rewardserve.models.cache \
+	-m rewardserve.service.application -m rewardserve.service.context
 $(TYPECHECK)/.linked: | $(PY)
 	mkdir -p $(TYPECHECK)/rewardserve
 	for d in client models service cli; do ln -sfn "$(CURDIR)/$$d" "$(TYPECHECK)/rewardserve/$$d"; done

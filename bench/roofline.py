@@ -47,7 +47,7 @@ def main() -> None:
 
     import torch
 
-    from rewardserve.models.backends import Sequence, make_backend
+    from rewardserve.models.backends import TokenSequence, make_backend
     from rewardserve.models.backends.kernels.cpu_linear import ProjectionPart
     from rewardserve.models.spec import ModelSpec
     from tests.builders import build_sequence_classifier
@@ -64,7 +64,7 @@ def main() -> None:
         batches = [items[k : k + per_batch] for k in range(0, len(items), per_batch)]
 
         def forward(batch):
-            units = [([], [Sequence(ids, (len(ids) - 1,))]) for ids in batch]
+            units = [([], [TokenSequence(ids, (len(ids) - 1,))]) for ids in batch]
             return backend.read_packed(units)
 
         forward(batches[0])  # warm

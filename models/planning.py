@@ -61,11 +61,6 @@ class RequestError(Exception):
         return ERROR_STATUS[self.type]
 
 
-def too_large(message: str, param: str | None = None) -> RequestError:
-    """A request over a limit (413)."""
-    return RequestError(message, param=param, type="payload_too_large")
-
-
 # What a kind's ``run`` gives back for a unit: one output per member (a result or an
 # ItemError), in member order.
 UnitOutput = list[Any]
@@ -106,10 +101,6 @@ class Unit(Generic[P]):
     def failed(self, error: ItemError) -> UnitOutput:
         """The output of a unit whose computation failed: every member invalid."""
         return [error] * self.members
-
-
-# Score-cache lookup the service lends a plan: a key's cached result, or None.
-Lookup = Callable[[bytes], Any]
 
 
 @dataclass

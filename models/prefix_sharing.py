@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from rewardserve.models.backends.backend import Backend, Sequence, after_prefix
+from rewardserve.models.backends.backend import Backend, TokenSequence, after_prefix
 from rewardserve.models.planning import Job, Unit
 
 # Sharing pays when it saves at least this many prefix tokens (one prefix instead of n).
@@ -65,7 +65,7 @@ class SharedUnit:
 
     prefix: list[int]
     members: list[Job[Any]]  # the members' own jobs, for their payloads
-    suffixes: list[Sequence]
+    suffixes: list[TokenSequence]
 
 
 def jobs_of(unit: Unit[Any]) -> list[Job[Any]]:
@@ -73,7 +73,9 @@ def jobs_of(unit: Unit[Any]) -> list[Job[Any]]:
     return unit.payload.members if isinstance(unit.payload, SharedUnit) else [unit.payload]
 
 
-def share_prefixes(jobs: list[Job[Any]], seq_of: Callable[[Job[Any]], Sequence]) -> list[tuple[Unit[Any], list[int]]]:
+def share_prefixes(
+    jobs: list[Job[Any]], seq_of: Callable[[Job[Any]], TokenSequence]
+) -> list[tuple[Unit[Any], list[int]]]:
     """``RewardModel.combine`` for kinds that read sequences: one unit per group of jobs
     sharing a prefix worth sharing, the other jobs alone."""
     seqs = [seq_of(j) for j in jobs]
@@ -84,7 +86,7 @@ def share_prefixes(jobs: list[Job[Any]], seq_of: Callable[[Job[Any]], Sequence])
             (member,) = members
             units.append((Unit(jobs[member].length, jobs[member]), members))
             continue
-        suffixes = [Sequence(seqs[m].ids[prefix:], tuple(p - prefix for p in seqs[m].positions)) for m in members]
+        suffixes = [TokenSequence(seqs[m].ids[prefix:], tuple(p - prefix for p in seqs[m].positions)) for m in members]
         unit = Unit(
             length=prefix + sum(len(s.ids) for s in suffixes),
             payload=SharedUnit(seqs[members[0]].ids[:prefix], [jobs[m] for m in members], suffixes),
@@ -101,7 +103,7 @@ Rows = np.ndarray  # what the backend read at one sequence's positions: [positio
 def read_units(
     backend: Backend,
     units: list[Unit[Any]],
-    seq_of: Callable[[Job[Any]], Sequence] | None,
+    seq_of: Callable[[Job[Any]], TokenSequence] | None,
     token_ids: list[int] | None = None,
 ) -> list[list[Rows]]:
     """What the backend reads for each unit of a batch, per member: a unit alone reads
@@ -114,7 +116,7 @@ def read_units(
     lone sequences go as one padded batch and each shared unit runs its prefix once,
     then its continuations on the prefix's KV cache."""
 
-    def parts(unit: Unit[Any]) -> tuple[list[int], list[Sequence]]:
+    def parts(unit: Unit[Any]) -> tuple[list[int], list[TokenSequence]]:
         if isinstance(unit.payload, SharedUnit):
             return unit.payload.prefix, unit.payload.suffixes
         assert seq_of is not None, "a unit alone needs seq_of"

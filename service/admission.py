@@ -20,13 +20,13 @@ it when nobody wants its answer any more.
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import time
 from dataclasses import dataclass, field
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from rewardserve.client.protocol import ErrorBody, ErrorDetail, ErrorType
 from rewardserve.models.request_scope import RequestScope
 from rewardserve.service.auth import AuthError, bearer_token, check_bearer
 from rewardserve.service.tenants import DEFAULT
@@ -49,13 +49,20 @@ def scope_of(request) -> RequestScope:
 
 
 async def send_error(
-    send: Send, status: int, kind: str, message: str, param: str | None = None, headers: dict[str, str] | None = None
+    send: Send,
+    status: int,
+    kind: ErrorType,
+    message: str,
+    param: str | None = None,
+    headers: dict[str, str] | None = None,
 ) -> None:
-    """Our error body, written straight to ASGI (before or instead of the app)."""
-    error = {"type": kind, "message": message}
-    if param is not None:
-        error["param"] = param
-    body = json.dumps({"error": error}).encode()
+    """The one error body (client/protocol/errors.py), written straight to ASGI (before or
+    instead of the app)."""
+    body = (
+        ErrorBody(error=ErrorDetail(type=kind, message=message, param=param))
+        .model_dump_json(exclude_none=True)
+        .encode()
+    )
     raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     raw += [(k.encode(), v.encode()) for k, v in (headers or {}).items()]
     await send({"type": "http.response.start", "status": status, "headers": raw})

@@ -52,7 +52,7 @@ Run = Callable[[list[Unit[Any]]], list[UnitOutput]]
 
 
 @dataclass
-class Outcome:
+class BatchAnswer:
     """What a unit's future resolves to: what the model's run gave for it."""
 
     result: UnitOutput
@@ -304,7 +304,7 @@ class Batcher:
         self._record(batch, results, sum(p.unit.length for p in batch), elapsed)
         for pending, result in zip(batch, results):
             if not pending.future.done():
-                pending.future.set_result(Outcome(result, start - pending.enqueued, elapsed))
+                pending.future.set_result(BatchAnswer(result, start - pending.enqueued, elapsed))
 
     def _run_then_tidy(self, units: list[Unit[Any]]) -> list[UnitOutput]:
         with run_between_layers(self._run_posted if self.policy.preemptible and self._tenants else None):

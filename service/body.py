@@ -167,7 +167,12 @@ class BoundedRoute(APIRoute):
             return handler
 
         async def bounded(request: Request):
-            return await handler(_BoundedRequest(request.scope, request.receive, model))
+            bounded_request = _BoundedRequest(request.scope, request.receive, model)
+            # Parsed here, before FastAPI's handler: a refusal leaves as the RequestError
+            # it is (FastAPI would turn any error while it parses a body into a bare 400).
+            if "json" in request.headers.get("content-type", "json") and await bounded_request.body():
+                await bounded_request.json()
+            return await handler(bounded_request)
 
         return bounded
 

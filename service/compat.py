@@ -45,19 +45,20 @@ from rewardserve.client.protocol import (
     PoolingUsage,
     ScoreOptions,
 )
+from rewardserve.service import application
 from rewardserve.service.body import BoundedRoute
-from rewardserve.service.dispatch import score_items
+from rewardserve.service.context import RequestContext
 from rewardserve.service.errors import InvalidRequest
-from rewardserve.service.routes import ERROR_RESPONSES, by_name_or_source, json_response, serving
+from rewardserve.service.routes import ERROR_RESPONSES, answer
 from rewardserve.service.settings import BUILTIN_RULES
 
 router = APIRouter(route_class=BoundedRoute, responses=ERROR_RESPONSES)
 
 
-def default_model(request: Request, named: str | None) -> str:
+def default_model(ctx: RequestContext, named: str | None) -> str:
     if named:
         return named
-    svc = request.app.state.svc
+    svc = ctx.svc
     if svc.settings.default_model:
         return svc.settings.default_model
     builtin = {s.name for s in BUILTIN_RULES}
@@ -76,21 +77,21 @@ async def get_reward(
 ) -> Response:
     if invalid is not None and not math.isfinite(invalid):
         raise InvalidRequest("?invalid must be a finite number", param="invalid")
-    name = default_model(request, model)
+    ctx = RequestContext.of(request)
+    name = default_model(ctx, model)
     n = len(body.query)
     for field, values in (("prompts", body.prompts), ("labels", body.labels)):
         if values is not None and len(values) != n:
             raise InvalidRequest(f"{field} has {len(values)} entries for {n} queries", param=field)
     prompts = body.prompts or [None] * n
     labels = body.labels or [None] * n
-    served = serving(request, name, n, "score")
-    if "text" in served.model.inputs:
+    if "text" in ctx.svc.registry.get(name).model.inputs:
         items = [Item(text=q, reference=label) for q, label in zip(body.query, labels)]
         options = ScoreOptions(truncate="right")
     else:
         items = [make_item(*split_query(q, p), reference=label) for q, p, label in zip(body.query, prompts, labels)]
         options = ScoreOptions()
-    scored = await score_items(request, served, items, options)
+    scored = await application.score(ctx, name, items, options)
     rewards = []
     for index, result in enumerate(scored.results):
         if result.valid:
@@ -99,13 +100,12 @@ async def get_reward(
             rewards.append(invalid)
         else:
             raise InvalidRequest(f"query[{index}] has no reward: {result.error}", param=f"query[{index}]")
-    response = OpenRLHFRewardResponse(rewards=rewards, scores=rewards)
-    return json_response(response, headers=scored.timing_headers())
+    return answer(OpenRLHFRewardResponse(rewards=rewards, scores=rewards), scored)
 
 
-def _model_named(request: Request, named: str | None) -> str:
+def _model_named(ctx: RequestContext, named: str | None) -> str:
     """A served model's name, or the name of the one served from ``named`` as its source."""
-    return default_model(request, by_name_or_source(request.app.state.svc.registry, named) if named else None)
+    return default_model(ctx, application.by_name_or_source(ctx, named) if named else None)
 
 
 def _as_items(given) -> list[Item]:
@@ -125,10 +125,10 @@ def _as_items(given) -> list[Item]:
 
 async def _classified(request: Request, named: str | None, given, options: ScoreOptions):
     """(model name, results, usage) of scoring each input with an outcome model."""
-    name = _model_named(request, named)
+    ctx = RequestContext.of(request)
+    name = _model_named(ctx, named)
     items = _as_items(given)
-    served = serving(request, name, len(items), "classify")
-    scored = await score_items(request, served, items, options)
+    scored = await application.score(ctx, name, items, options, endpoint="classify")
     for index, result in enumerate(scored.results):
         if not result.valid:
             raise InvalidRequest(f"input[{index}]: {result.error}", param=f"input[{index}]")
@@ -161,7 +161,7 @@ async def classify(body: ClassifyRequest, request: Request) -> Response:
     response = ClassifyResponse(
         id=f"classify-{uuid.uuid4().hex}", created=int(time.time()), model=body.model or name, data=data, usage=usage
     )
-    return json_response(response, headers=scored.timing_headers())
+    return answer(response, scored)
 
 
 @router.post("/v1/embeddings", response_model=EmbeddingResponse)
@@ -169,6 +169,4 @@ async def embeddings(body: EmbeddingRequest, request: Request) -> Response:
     options = ScoreOptions(activation="none", add_special_tokens=True)
     name, scored, usage = await _classified(request, body.model, body.input, options)
     data = [EmbeddingData(index=i, embedding=r.scores or [r.score]) for i, r in enumerate(scored.results)]
-    return json_response(
-        EmbeddingResponse(model=body.model or name, data=data, usage=usage), headers=scored.timing_headers()
-    )
+    return answer(EmbeddingResponse(model=body.model or name, data=data, usage=usage), scored)

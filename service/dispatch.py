@@ -3,7 +3,7 @@
 plan (the kind's, off the event loop) -> units on the model's batcher, calls in the
 rule pools -> await them (unless the request's scope is cancelled first: the client
 disconnected or the deadline passed) -> plan.finish (off the event loop) -> results,
-or the next plan
+or the next plan. Each stage's work is charged to the request's tenant first.
 """
 
 from __future__ import annotations
@@ -13,15 +13,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 
-from rewardserve.client.protocol import Item, ItemResult, ScoreOptions, Usage
+from rewardserve.client.protocol import Usage
 from rewardserve.models.planning import Part, Plan, Unit
 from rewardserve.models.request_scope import RequestScope
 from rewardserve.models.rules.pool import PoolBusy
-from rewardserve.service.admission import scope_of
-from rewardserve.service.batcher import Outcome
+from rewardserve.service.batcher import BatchAnswer
+from rewardserve.service.context import RequestContext
 from rewardserve.service.errors import (
     DeadlineExceeded,
     NotReady,
@@ -57,39 +56,21 @@ class Executed(Generic[R]):
 
 
 async def run_plan(
-    request: Request, served: Served | None, n_items: int, planner: Callable[..., Plan[R]], *args: Any
+    ctx: RequestContext, served: Served | None, n_items: int, planner: Callable[..., Plan[R]], *args: Any
 ) -> Executed[R]:
     """``planner(*args)`` off the event loop (it tokenizes), then the plan executed."""
-    async with request.app.state.svc.gate.slot(scope_of(request).tenant):
+    async with ctx.svc.gate.slot(ctx.tenant):
         plan = await run_in_threadpool(planner, *args)
-    return await execute(request, served, plan, n_items)
+    return await execute(ctx, served, plan, n_items)
 
 
-async def score_items(
-    request: Request, served: Served, items: list[Item], options: ScoreOptions
-) -> Executed[ItemResult]:
-    """/v1/score's plan for ``items``, executed, with the request's tenant's cache and
-    view of the other models."""
-    tenant = scope_of(request).tenant
-    return await run_plan(
-        request,
-        served,
-        len(items),
-        served.model.plan_score,
-        items,
-        options,
-        served.cache(tenant),
-        request.app.state.svc.registry.peers_for(tenant),
-    )
-
-
-async def execute(request: Request, served: Served | None, plan: Plan[R], n_items: int) -> Executed[R]:
+async def execute(ctx: RequestContext, served: Served | None, plan: Plan[R], n_items: int) -> Executed[R]:
     """Run ``plan`` (units on ``served``'s batcher) stage by stage to its results."""
-    metrics = request.app.state.svc.metrics
+    metrics = ctx.svc.metrics
     prompt_tokens = cached_tokens = 0
     queue_s = inference_s = 0.0
     while True:
-        charge_work(request, sum(unit.members for unit in plan.units) + len(plan.calls))
+        charge_work(ctx, sum(unit.members for unit in plan.units) + len(plan.calls))
         prompt_tokens += plan.prompt_tokens
         cached_tokens += plan.cached_tokens
         if served is not None:
@@ -97,10 +78,10 @@ async def execute(request: Request, served: Served | None, plan: Plan[R], n_item
             metrics.cache_hits.labels(name).inc(plan.cache_hits)
             metrics.cache_misses.labels(name).inc(plan.cache_misses)
             metrics.deduplicated.labels(name).inc(plan.deduplicated)
-        calls = asyncio.ensure_future(run_calls(request, plan.calls))
-        parts = asyncio.ensure_future(run_parts(request, plan.parts))
+        calls = asyncio.ensure_future(run_calls(ctx, plan.calls))
+        parts = asyncio.ensure_future(run_parts(ctx, plan.parts))
         try:
-            outcomes = await compute(request, served, plan.units)
+            outcomes = await compute(ctx, served, plan.units)
             values = await calls
             ran = await parts
         finally:
@@ -117,7 +98,7 @@ async def execute(request: Request, served: Served | None, plan: Plan[R], n_item
         items = plan.scored_items if plan.scored_items is not None else n_items
         usage = Usage(items=items, prompt_tokens=prompt_tokens, cached_tokens=cached_tokens)
         # For the request log (service/middleware.py).
-        request.state.work = {
+        ctx.log["work"] = {
             "items": items,
             "tokens": prompt_tokens,
             "queue_ms": round(queue_s * 1000, 1),
@@ -126,10 +107,10 @@ async def execute(request: Request, served: Served | None, plan: Plan[R], n_item
         return Executed(done, usage, queue_s, inference_s)
 
 
-def refuse_over_limit(request: Request, work: int) -> None:
+def refuse_over_limit(ctx: RequestContext, work: int) -> None:
     """413 for a request that makes more work than one request may (a route that knows
     it before planning asks here first: nothing is planned for a request refused)."""
-    limit = request.app.state.svc.settings.max_work_per_request
+    limit = ctx.svc.settings.max_work_per_request
     if work > limit:
         raise PayloadTooLarge(
             f"this request asks for {work} model inputs and rule calls (each item, judge prompt, compared "
@@ -138,38 +119,34 @@ def refuse_over_limit(request: Request, work: int) -> None:
         )
 
 
-def charge_work(request: Request, work: int) -> None:
+def charge_work(ctx: RequestContext, work: int) -> None:
     """Count a plan stage's work (forward inputs: items, judge prompts, compared pairs;
     rule calls and template renders) against the request's limit (413) and, beyond the
-    items the route admitted, against its tenant's items per second (429): a request
-    is charged what it makes the service do, not only the items it lists."""
-    svc = request.app.state.svc
-    state = request.state
-    total = getattr(state, "work_units", 0) + work
-    state.work_units = total
-    refuse_over_limit(request, total)
-    extra = total - getattr(state, "work_charged", 0)
-    if extra > 0 and svc.tenants.enabled:
-        state.work_charged = total
-        tenant = scope_of(request).tenant
-        wait = svc.tenants.charge(tenant, extra)
+    items the request was admitted with, against its tenant's items per second (429): a
+    request is charged what it makes the service do, not only the items it lists."""
+    ctx.work_units += work
+    refuse_over_limit(ctx, ctx.work_units)
+    extra = ctx.work_units - ctx.work_charged
+    if extra > 0 and ctx.svc.tenants.enabled:
+        ctx.work_charged = ctx.work_units
+        wait = ctx.svc.tenants.charge(ctx.tenant, extra)
         if wait is not None:
             raise Overloaded(
-                f"tenant {tenant or DEFAULT!r} is over its items per second (this request's judge "
+                f"tenant {ctx.tenant or DEFAULT!r} is over its items per second (this request's judge "
                 f"prompts and rule calls count too); retry after {wait}s",
                 retry_after_s=wait,
             )
 
 
-async def run_parts(request: Request, parts: list[Part[Any]]) -> list[Executed[Any]]:
+async def run_parts(ctx: RequestContext, parts: list[Part[Any]]) -> list[Executed[Any]]:
     """Each part's plan on its own model's batcher, concurrently; its results put in the
     part. A part's model that is not ready fails the request (503)."""
     if not parts:
         return []
-    registry = request.app.state.svc.registry
+    registry = ctx.svc.registry
 
     async def run(part: Part[Any]) -> Executed[Any]:
-        done: Executed[Any] = await execute(request, registry.get(part.model), part.plan, 0)
+        done: Executed[Any] = await execute(ctx, registry.get(part.model), part.plan, 0)
         part.results = done.results
         return done
 
@@ -181,25 +158,25 @@ async def run_parts(request: Request, parts: list[Part[Any]]) -> list[Executed[A
             task.cancel()
 
 
-async def run_calls(request: Request, calls: list[Any]) -> list[Any]:
+async def run_calls(ctx: RequestContext, calls: list[Any]) -> list[Any]:
     """Run calls in the rule pools for this request; 429 when the pools are full."""
     if not calls:
         return []
     try:
-        future = request.app.state.svc.rule_runner.run(calls, scope_of(request))
+        future = ctx.svc.rule_runner.run(calls, ctx.scope)
     except PoolBusy as exc:
         raise Overloaded(
             f"the rule pools have no room for this request ({exc}); retry after {exc.retry_after_s}s",
             retry_after_s=exc.retry_after_s,
         ) from exc
-    (values,) = await until_done_or_gone(scope_of(request), [asyncio.wrap_future(future)])
+    (values,) = await until_done_or_gone(ctx.scope, [asyncio.wrap_future(future)])
     produced: list[Any] = values
     return produced
 
 
-async def compute(request: Request, served: Served | None, units: list[Unit[Any]]) -> list[Outcome]:
+async def compute(ctx: RequestContext, served: Served | None, units: list[Unit[Any]]) -> list[BatchAnswer]:
     """Queue units on the model's batcher (or refuse them: 429 / 413) and await them."""
-    scope = scope_of(request)
+    scope = ctx.scope
     if scope.cancelled or scope.expired():
         raise gone_error(scope)
     if not units:
@@ -217,7 +194,7 @@ async def compute(request: Request, served: Served | None, units: list[Unit[Any]
             retry_after_s=exc.retry_after_s,
         ) from exc
     except QueueFull as exc:
-        request.app.state.svc.metrics.rejected.labels(model.name, "queue_full").inc()
+        ctx.svc.metrics.rejected.labels(model.name, "queue_full").inc()
         raise Overloaded(
             f"model {model.name!r} is at capacity; retry after {exc.retry_after_s}s",
             retry_after_s=exc.retry_after_s,

@@ -75,13 +75,14 @@ class QueueTooSmall(Exception):
     """The request alone is bigger than the whole queue: retrying cannot help."""
 
 
-class BodyError(StarletteHTTPException):
-    """A body refused before validation (413 / 422), naming ``param``. An HTTP
-    exception, so FastAPI lets it out of body parsing as it is."""
+TYPE_BY_STATUS: dict[int, ErrorType] = {status: kind for kind, status in ERROR_STATUS.items()}
+
+
+class BodyError(RequestError):
+    """A body refused before validation (413 / 422), naming ``param``."""
 
     def __init__(self, status: int, message: str, param: str = "body", headers: dict[str, str] | None = None):
-        super().__init__(status, message, headers=headers)
-        self.param = param
+        super().__init__(message, param=param, type=TYPE_BY_STATUS[status], headers=headers)
 
 
 def error_response(
@@ -95,9 +96,6 @@ def error_response(
     405's, say)."""
     body = ErrorBody(error=ErrorDetail(type=kind, message=message, param=param))
     return JSONResponse(body.model_dump(exclude_none=True), status_code=status or ERROR_STATUS[kind], headers=headers)
-
-
-TYPE_BY_STATUS: dict[int, ErrorType] = {status: kind for kind, status in ERROR_STATUS.items()}
 
 
 def _loc_to_param(loc: tuple) -> str:
@@ -128,8 +126,7 @@ def install_error_handlers(app: FastAPI) -> None:
         if exc.status_code == 400:  # a body FastAPI could not parse (bad UTF-8, too deep)
             return error_response("invalid_request", f"the body is not valid JSON: {exc.detail}", "body")
         kind = TYPE_BY_STATUS.get(exc.status_code, "invalid_request")
-        param = exc.param if isinstance(exc, BodyError) else None
-        return error_response(kind, str(exc.detail), param, headers=dict(exc.headers or {}), status=exc.status_code)
+        return error_response(kind, str(exc.detail), None, headers=dict(exc.headers or {}), status=exc.status_code)
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> JSONResponse:

@@ -8,10 +8,9 @@ import re
 import time
 import uuid
 
-from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from rewardserve.service.errors import error_response
+from rewardserve.service.errors import PayloadTooLarge, error_response
 from rewardserve.service.metrics import Metrics
 
 
@@ -47,7 +46,7 @@ class BodyLimit:
             if msg["type"] == "http.request":
                 seen += len(msg.get("body", b""))
                 if seen > self.max_bytes:
-                    raise HTTPException(413, message)
+                    raise PayloadTooLarge(message, headers={"connection": "close"})
             return msg
 
         await self.app(scope, counted, send)

@@ -14,7 +14,7 @@ import asyncio
 import logging
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
@@ -132,7 +132,7 @@ class ModelRegistry:
     async def _call(self, model: RewardModel, fn: Callable[[], T]) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._executor(model), fn)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Served]:
         return iter(self._served.values())
 
     @property
@@ -254,9 +254,26 @@ class ModelRegistry:
         served = self.get(name)
         return Peer(served.model, served.cache(tenant), served.running(tenant))
 
-    def peers_for(self, tenant: str | None) -> PeerLookup:
-        """``peer`` for one tenant's requests."""
-        return lambda name, param=None: self.peer(name, param, tenant)
+    def lend(self, names: Iterable[str], tenant: str | None) -> PeerLookup:
+        """The served models ``names`` (and those they depend on, an ensemble's members) as
+        ``tenant``'s plans use them, looked up now: a plan reads what it was lent and
+        never calls back into the service. A name not served is refused when a plan asks
+        for it, naming the field that gave it (422); one not ready, here (503)."""
+        lent: dict[str, Peer] = {}
+        todo = [name for name in names if name in self._served]
+        while todo:
+            name = todo.pop()
+            if name not in lent:
+                lent[name] = self.peer(name, tenant=tenant)
+                todo += [n for n in lent[name].model.depends_on if n in self._served]
+        known = ", ".join(sorted(self._served)) or "none"
+
+        def lookup(name: str, param: str | None = None) -> Peer:
+            if name not in lent:
+                raise RequestError(f"model {name!r} is not served here; models: {known}", param=param)
+            return lent[name]
+
+        return lookup
 
     async def close(self) -> None:
         for served in self._served.values():

@@ -23,18 +23,15 @@ import asyncio
 import logging
 import math
 import threading
-import time
 from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
 from prometheus_client import Counter, Gauge
-from starlette.requests import Request
 
 from rewardserve.client.protocol import Item, ItemResult, ScoreOptions, ShadowReport
 from rewardserve.models.plans.groups import normalized
-from rewardserve.models.request_scope import RequestScope
-from rewardserve.service.admission import scope_of
+from rewardserve.service.context import RequestContext
 from rewardserve.service.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -163,20 +160,20 @@ class Shadowing:
         return math.floor((seen + 1) * fraction) > math.floor(seen * fraction)
 
     def maybe_shadow(
-        self, request: Request, model: str, items: list[Item], options: ScoreOptions, results: list[ItemResult]
+        self, ctx: RequestContext, model: str, items: list[Item], options: ScoreOptions, results: list[Any]
     ) -> None:
         """Start the candidate on these items when this request is picked; never waits."""
-        spec = request.app.state.svc.registry.shadow_of(model)
+        spec = ctx.svc.registry.shadow_of(model)
         if spec is None or not self.picked(model, spec.fraction):
             return
-        tenant = scope_of(request).tenant
+        tenant = ctx.tenant
         if self._in_flight.get(model, 0) >= MAX_IN_FLIGHT:
             for window in self._windows(model, tenant):
                 window.skipped += 1
             self.skipped.labels(model, spec.model, "busy").inc()
             return
         self._in_flight[model] = self._in_flight.get(model, 0) + 1
-        task = asyncio.ensure_future(self._run(request.app, model, spec.model, items, options, results, tenant))
+        task = asyncio.ensure_future(self._run(ctx.svc, model, spec.model, items, options, results, tenant))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -185,21 +182,20 @@ class Shadowing:
 
     async def _run(
         self,
-        app: Any,
+        svc: Any,
         model: str,
         candidate: str,
         items: list[Item],
         options: ScoreOptions,
-        results: list[ItemResult],
+        results: list[Any],
         tenant: str | None,
     ) -> None:
-        from rewardserve.service.dispatch import score_items
+        from rewardserve.service import application
 
-        scope = RequestScope(deadline=time.monotonic() + SHADOW_DEADLINE_S, name=f"shadow-{model}", tenant=tenant)
-        detached = Request({"type": "http", "app": app, "headers": [], "state": {"request_scope": scope}})
+        # The same use case as a request's, as the same tenant: its weight, limits and bill.
+        ctx = RequestContext.detached_for(svc, tenant, SHADOW_DEADLINE_S, f"shadow-{model}")
         try:
-            served = app.state.svc.registry.get(candidate)
-            done = await score_items(detached, served, items, options)
+            done = await application.score(ctx, candidate, items, options)
         except Exception as exc:  # the shadow's failure is the shadow's alone
             for window in self._windows(model, tenant):
                 window.failed += 1
@@ -208,7 +204,7 @@ class Shadowing:
             return
         finally:
             self._in_flight[model] -= 1
-            scope.cancel("shadow done")
+            ctx.scope.cancel("shadow done")
         for window in self._windows(model, tenant):
             window.add(items, results, done.results)
         self.items.labels(model, candidate).inc(len(items))
@@ -228,6 +224,10 @@ class Shadowing:
             ):
                 if value is not None:
                     self.gauges[name].labels(model, spec.model).set(value)
+
+    async def settled(self) -> None:
+        """Once every shadow started so far has finished."""
+        await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def close(self) -> None:
         for task in list(self._tasks):

@@ -51,7 +51,14 @@ def test_a_client_only_install_has_its_commands(tmp_path):
     def run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
         return subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=env)
 
-    built = run(str(uv), "build", "--wheel", "--out-dir", str(tmp_path / "dist"), str(ROOT))
+    # Built from a copy of the tracked files: setuptools writes build/ beside the sources.
+    source = tmp_path / "source"
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    for name in tracked.split():
+        (source / name).parent.mkdir(parents=True, exist_ok=True)
+        if (ROOT / name).is_file():
+            (source / name).write_bytes((ROOT / name).read_bytes())
+    built = run(str(uv), "build", "--wheel", "--out-dir", str(tmp_path / "dist"), str(source))
     assert built.returncode == 0, built.stderr[-2000:]
     (wheel,) = (tmp_path / "dist").glob("rewardserve-*.whl")
     venv = tmp_path / "client-only"

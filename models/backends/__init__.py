@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from rewardserve.models.backends.backend import Backend, Sequence
+from rewardserve.models.backends.backend import Backend, TokenSequence
 from rewardserve.models.options import BackendOptions
 from rewardserve.models.spec import ModelSpec
 
-__all__ = ["Backend", "Sequence", "make_backend"]
+__all__ = ["Backend", "TokenSequence", "make_backend"]
 
 
 def make_backend(spec: ModelSpec, task: str, options: BackendOptions | None = None) -> Backend:

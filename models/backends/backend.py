@@ -22,17 +22,17 @@ TASKS = ("classify", "prm_head", "value_head", "lm")
 
 
 @dataclass(frozen=True)
-class Sequence:
+class TokenSequence:
     """Token ids and the positions whose head output is read."""
 
     ids: list[int]
     positions: tuple[int, ...]
 
 
-def after_prefix(prefix: list[int], seqs: list[Sequence]) -> list[Sequence]:
+def after_prefix(prefix: list[int], seqs: list[TokenSequence]) -> list[TokenSequence]:
     """Each continuation as a whole sequence: the prefix's ids, then its own, with its
     readout positions moved past the prefix."""
-    return [Sequence(prefix + s.ids, tuple(len(prefix) + p for p in s.positions)) for s in seqs]
+    return [TokenSequence(prefix + s.ids, tuple(len(prefix) + p for p in s.positions)) for s in seqs]
 
 
 class Backend(ABC):
@@ -55,19 +55,19 @@ class Backend(ABC):
     packs: bool = False
 
     @abstractmethod
-    def read(self, seqs: list[Sequence], token_ids: list[int] | None = None) -> list[np.ndarray]:
+    def read(self, seqs: list[TokenSequence], token_ids: list[int] | None = None) -> list[np.ndarray]:
         """For each sequence, float32 ``[len(positions), k]``: the task's head at each
         position (for ``lm``, the logits of ``token_ids``)."""
 
     def read_shared(
-        self, prefix: list[int], seqs: list[Sequence], token_ids: list[int] | None = None
+        self, prefix: list[int], seqs: list[TokenSequence], token_ids: list[int] | None = None
     ) -> list[np.ndarray]:
         """Every sequence as a continuation of ``prefix`` (positions relative to it).
         Backends that can run the prefix once override this."""
         return self.read(after_prefix(prefix, seqs), token_ids)
 
     def read_packed(
-        self, units: list[tuple[list[int], list[Sequence]]], token_ids: list[int] | None = None
+        self, units: list[tuple[list[int], list[TokenSequence]]], token_ids: list[int] | None = None
     ) -> list[list[np.ndarray]]:
         """Units of (prefix, continuations) in one row; only where ``packs``."""
         raise NotImplementedError(f"backend {self.name} does not pack")

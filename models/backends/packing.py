@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 import torch
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-from rewardserve.models.backends.backend import Sequence
+from rewardserve.models.backends.backend import TokenSequence
 
-Unit = tuple[list[int], list[Sequence]]  # (prefix, continuations)
+Unit = tuple[list[int], list[TokenSequence]]  # (prefix, continuations)
 # The name models are given in transformers' AttentionInterface when they pack.
 ATTENTION_NAME = "rewardserve_segments"
 

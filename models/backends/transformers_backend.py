@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from rewardserve.models.backends.backend import TASKS, Backend, Sequence, after_prefix
+from rewardserve.models.backends.backend import TASKS, Backend, TokenSequence, after_prefix
 from rewardserve.models.backends.layer_boundaries import mark_layers
 from rewardserve.models.backends.readouts import unwrap_last_layer, wrap_last_layer
 from rewardserve.models.options import BackendOptions
@@ -156,7 +156,7 @@ class TransformersBackend(Backend):
         self.causal_lm = model  # for generate()
         return model.get_decoder(), model.get_output_embeddings(), model.config.get_text_config(), None
 
-    def _pad_batch(self, seqs: list[Sequence]) -> tuple[torch.Tensor, torch.Tensor]:
+    def _pad_batch(self, seqs: list[TokenSequence]) -> tuple[torch.Tensor, torch.Tensor]:
         width = max(len(s.ids) for s in seqs)
         ids = torch.full((len(seqs), width), self._pad, dtype=torch.long)
         mask = torch.zeros((len(seqs), width), dtype=torch.long)
@@ -166,7 +166,7 @@ class TransformersBackend(Backend):
         return ids.to(self.device), mask.to(self.device)
 
     @torch.inference_mode()
-    def read(self, seqs: list[Sequence], token_ids: list[int] | None = None) -> list[np.ndarray]:
+    def read(self, seqs: list[TokenSequence], token_ids: list[int] | None = None) -> list[np.ndarray]:
         ids, mask = self._pad_batch(seqs)
         if self._whole is not None:
             logits = self._whole(input_ids=ids, attention_mask=mask).logits
@@ -191,7 +191,7 @@ class TransformersBackend(Backend):
         hidden = self.base(
             input_ids=packed.ids, position_ids=packed.position_ids, packed_layout=packed.layout, use_cache=False
         ).last_hidden_state
-        (read,) = self._heads_at(hidden, [Sequence([], tuple(positions))], token_ids)
+        (read,) = self._heads_at(hidden, [TokenSequence([], tuple(positions))], token_ids)
         out = iter(np.split(read, np.cumsum([len(r) for r in spans])[:-1]))
         return [[next(out) for _ in rows] for rows in packed.readouts]
 
@@ -282,7 +282,7 @@ class TransformersBackend(Backend):
 
     def _one_read_works(self) -> bool:
         try:
-            self.read_packed([([], [Sequence([3, 4, 5], (2,))])], [0, 1] if self.task == "lm" else None)
+            self.read_packed([([], [TokenSequence([3, 4, 5], (2,))])], [0, 1] if self.task == "lm" else None)
         except Exception as exc:  # noqa: BLE001 - any failure means: not this way
             log.info("one-row read failed (%s)", exc)
             return False
@@ -295,7 +295,10 @@ class TransformersBackend(Backend):
         scale of all the probe's scores (bf16 rounding follows the activations' size,
         not each score's)."""
         ids = [3 + i % max(1, self.vocab_size - 3) for i in range(12)]
-        units = [(ids[:4], [Sequence(ids[4:7], (0, 2)), Sequence(ids[7:8], (0,))]), ([], [Sequence(ids[8:], (3,))])]
+        units = [
+            (ids[:4], [TokenSequence(ids[4:7], (0, 2)), TokenSequence(ids[7:8], (0,))]),
+            ([], [TokenSequence(ids[8:], (3,))]),
+        ]
         token_ids = [0, 1] if self.task == "lm" else None
         try:
             packed = self.read_packed(units, token_ids)
@@ -311,7 +314,7 @@ class TransformersBackend(Backend):
 
     @torch.inference_mode()
     def read_shared(
-        self, prefix: list[int], seqs: list[Sequence], token_ids: list[int] | None = None
+        self, prefix: list[int], seqs: list[TokenSequence], token_ids: list[int] | None = None
     ) -> list[np.ndarray]:
         """Every sequence as a continuation of ``prefix``: the prefix runs once, its KV
         cache is repeated for the continuations, which then run as one batch. Positions
@@ -356,7 +359,7 @@ class TransformersBackend(Backend):
         )
         return self.tokenizer.batch_decode(out[:, len(prompt) :], skip_special_tokens=True)
 
-    def _heads_at(self, hidden: torch.Tensor, seqs: list[Sequence], token_ids) -> list[np.ndarray]:
+    def _heads_at(self, hidden: torch.Tensor, seqs: list[TokenSequence], token_ids) -> list[np.ndarray]:
         counts = [len(s.positions) for s in seqs]
         rows = [r for r, n in enumerate(counts) for _ in range(n)]
         cols = [p for s in seqs for p in s.positions]

@@ -27,7 +27,7 @@ import threading
 
 import numpy as np
 
-from rewardserve.models.backends.backend import Backend, Sequence
+from rewardserve.models.backends.backend import Backend, TokenSequence
 from rewardserve.models.options import BackendOptions
 from rewardserve.models.spec import ModelSpec
 
@@ -122,14 +122,14 @@ class VllmBackend(Backend):
 
     # ------------------------------------------------------------------ readouts
 
-    def read(self, seqs: list[Sequence], token_ids: list[int] | None = None) -> list[np.ndarray]:
+    def read(self, seqs: list[TokenSequence], token_ids: list[int] | None = None) -> list[np.ndarray]:
         if self.task == "lm":
             if not token_ids:
                 raise ValueError("the lm task reads the logits of given token_ids")
             return self._call(_gather([self._next_token_logits(s, token_ids) for s in seqs]))
         return self._call(_gather([self._pooled(s) for s in seqs]))
 
-    async def _pooled(self, seq: Sequence) -> np.ndarray:
+    async def _pooled(self, seq: TokenSequence) -> np.ndarray:
         from vllm import PoolingParams
 
         # A classifier read at its last token only pools that token (and may reuse the
@@ -144,7 +144,7 @@ class VllmBackend(Backend):
             return data.reshape(1, -1)
         return data.reshape(len(seq.ids), -1)[list(seq.positions)]
 
-    async def _next_token_logits(self, seq: Sequence, token_ids: list[int]) -> np.ndarray:
+    async def _next_token_logits(self, seq: TokenSequence, token_ids: list[int]) -> np.ndarray:
         from vllm import SamplingParams
 
         if seq.positions != (len(seq.ids) - 1,):

@@ -15,7 +15,7 @@ import numpy as np
 from pydantic import Field
 
 from rewardserve.client.protocol import Item, ItemResult, ScoreOptions
-from rewardserve.models.backends import Sequence, make_backend
+from rewardserve.models.backends import TokenSequence, make_backend
 from rewardserve.models.kinds import register_kind
 from rewardserve.models.options import WeightedKindOptions
 from rewardserve.models.planning import ItemError, Job, Unit, UnitOutput
@@ -26,7 +26,7 @@ from rewardserve.models.text.chat import fit_length, fit_text, readout_position,
 
 @dataclass(frozen=True)
 class _Scoring:
-    seq: Sequence
+    seq: TokenSequence
     activation: str
 
 
@@ -134,7 +134,7 @@ class OutcomeModel(RewardModel):
             # Pre-rendered text is read at its last token, as OpenRLHF's and vLLM's own
             # servers read it; a templated conversation where transformers reads.
             position = len(ids) - 1 if items[index].rendered else readout_position(ids, backend.pad_token_id)
-            seq = Sequence(ids=ids, positions=(position,))
+            seq = TokenSequence(ids=ids, positions=(position,))
             entries.append(
                 Job(
                     length=len(ids),

@@ -25,7 +25,7 @@ from rewardserve.client.protocol import (
     StepSpan,
     StepsResult,
 )
-from rewardserve.models.backends import Sequence, make_backend
+from rewardserve.models.backends import TokenSequence, make_backend
 from rewardserve.models.cache import LRUCache
 from rewardserve.models.kinds import register_kind
 from rewardserve.models.options import WeightedKindOptions
@@ -49,7 +49,7 @@ class ProcessOptions(WeightedKindOptions, StepFormatOptions):
 
 @dataclass(frozen=True)
 class _Trajectory:
-    seq: Sequence
+    seq: TokenSequence
     n_steps: int
     spans: list[StepSpan]
     aggregate: str
@@ -58,7 +58,7 @@ class _Trajectory:
 
 @dataclass(frozen=True)
 class _Pooling:
-    seq: Sequence
+    seq: TokenSequence
 
 
 _Payload = _Trajectory | _Pooling
@@ -186,7 +186,7 @@ class ProcessModel(RewardModel):
         self, ids: list[int], positions: list[int], n_steps: int, spans: list[StepSpan], options: StepOptions
     ) -> Job[_Payload]:
         payload = _Trajectory(
-            seq=Sequence(ids=ids, positions=tuple(positions)),
+            seq=TokenSequence(ids=ids, positions=tuple(positions)),
             n_steps=n_steps,
             spans=spans,
             aggregate=options.aggregate or self.default_aggregate,
@@ -280,7 +280,7 @@ class ProcessModel(RewardModel):
                 )
             positions = tuple(i for i, t in enumerate(ids) if t == tag_id)
             works.append(
-                Job[_Payload](length=len(ids), payload=_Pooling(Sequence(ids, positions)), prompt_tokens=len(ids))
+                Job[_Payload](length=len(ids), payload=_Pooling(TokenSequence(ids, positions)), prompt_tokens=len(ids))
             )
         units = [Unit(job.length, job) for job in works]
 

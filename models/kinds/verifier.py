@@ -33,14 +33,14 @@ from rewardserve.client.protocol import (
     VerifyResult,
     VerifySample,
 )
-from rewardserve.models.backends import Sequence, make_backend
+from rewardserve.models.backends import TokenSequence, make_backend
 from rewardserve.models.cache import LRUCache
 from rewardserve.models.kinds import register_kind
 from rewardserve.models.options import WeightedKindOptions
 from rewardserve.models.planning import ItemError, Job, PeerLookup, Plan, RequestError, Unit, UnitOutput
 from rewardserve.models.plans.compare import compare_by_judge
 from rewardserve.models.plans.groups import group_advantages
-from rewardserve.models.plans.rubric import Key, Outcome
+from rewardserve.models.plans.rubric import CriterionOutcome, Key
 from rewardserve.models.prefix_sharing import SharedUnit, read_units, shared_prefix_groups
 from rewardserve.models.reward_model import BatchPolicy, RewardModel, work_key
 from rewardserve.models.text.chat import MAX_CHARS_PER_TOKEN, render_chat, rendered_ids
@@ -71,7 +71,7 @@ class Choices:
 
 @dataclass(frozen=True)
 class _Logprob:
-    seq: Sequence
+    seq: TokenSequence
     choices: Choices
     key: tuple
 
@@ -88,7 +88,7 @@ class _Judge:
     """Criteria of one item: a shared prefix and one continuation per criterion."""
 
     prefix: list[int]
-    suffixes: list[Sequence]
+    suffixes: list[TokenSequence]
     choices: list[Choices]
     keys: list[tuple]
 
@@ -219,7 +219,9 @@ class VerifierModel(RewardModel):
                 if options.mode == "logprob":
                     prefill = template.logprob_prefill if template.logprob_prefill is not None else template.prefill
                     ids = self._prompt_ids(item, index, template, options, prefill)
-                    payload = _Logprob(Sequence(ids, (len(ids) - 1,)), choices, key=(tuple(ids), choices.token_ids))
+                    payload = _Logprob(
+                        TokenSequence(ids, (len(ids) - 1,)), choices, key=(tuple(ids), choices.token_ids)
+                    )
                     entries.append(
                         Job(
                             len(ids),
@@ -277,7 +279,7 @@ class VerifierModel(RewardModel):
                 k += 1
             common = k
         common = min(common, min(len(p) for p in prompts) - 1)  # every suffix reads a token
-        suffixes = [Sequence(p[common:], (len(p) - common - 1,)) for p in prompts]
+        suffixes = [TokenSequence(p[common:], (len(p) - common - 1,)) for p in prompts]
         cost = common + sum(len(s.ids) for s in suffixes)
         keys = [(tuple(p), c.token_ids) for p, c in zip(prompts, choices)]
         return Unit(cost, _Judge(prompts[0][:common], suffixes, choices, keys), members=len(prompts))
@@ -289,12 +291,12 @@ class VerifierModel(RewardModel):
         params: list[str],
         texts: dict[Key, Any],
         template: str | None,
-    ) -> tuple[list[Unit[Any]], Callable[[list[UnitOutput]], dict[Key, Outcome]], int]:
+    ) -> tuple[list[Unit[Any]], Callable[[list[UnitOutput]], dict[Key, CriterionOutcome]], int]:
         """Rubric judge questions: one unit per item (its criteria share the item's
         context), how the units' outputs become criterion outcomes, and the tokens they
         hold. A criterion whose text failed, or whose prompt is over the limit, fails
         alone."""
-        judged: dict[Key, Outcome] = {}
+        judged: dict[Key, CriterionOutcome] = {}
         units: list[Unit[Any]] = []
         owners: list[list[Key]] = []
         for index, (item, own) in enumerate(zip(items, criteria)):
@@ -332,7 +334,7 @@ class VerifierModel(RewardModel):
                 units.append(self.prepare_judge(prompts, choices))
                 owners.append(keys)
 
-        def outcomes(outputs: list[UnitOutput]) -> dict[Key, Outcome]:
+        def outcomes(outputs: list[UnitOutput]) -> dict[Key, CriterionOutcome]:
             for keys, produced in zip(owners, outputs):
                 for key, result in zip(keys, produced):
                     if isinstance(result, ItemError):

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 Key = tuple[int, int]  # (item index, criterion index)
 # A criterion's outcome: its score (or why it has none) and the judge's verdict.
-Outcome = tuple[Any, "str | None"]
+CriterionOutcome = tuple[Any, "str | None"]
 
 
 def response_with_tool_calls(item: Item) -> str:
@@ -219,7 +219,7 @@ class Judge(Protocol):
         params: list[str],
         texts: dict[Key, Any],
         template: str | None,
-    ) -> tuple[list[Unit[Any]], Callable[[list[UnitOutput]], dict[Key, Outcome]], int]:
+    ) -> tuple[list[Unit[Any]], Callable[[list[UnitOutput]], dict[Key, CriterionOutcome]], int]:
         """Judge units (one per item), how their outputs become criterion outcomes, and
         the prompt tokens they hold."""
         ...
@@ -260,6 +260,13 @@ def check_rubric(body: RubricRequest) -> CheckedRubric:
     return CheckedRubric(criteria, params)
 
 
+def rubric_models(body: RubricRequest) -> set[str]:
+    """The served models a rubric's criteria and escalation name."""
+    own = [item.criteria for item in body.items if item.criteria is not None]
+    names = {c.model for criteria in [body.criteria or [], *own] for c in criteria if c.model is not None}
+    return names | ({body.escalate.to} if body.escalate is not None else set())
+
+
 def rubric_work(body: RubricRequest) -> int:
     """The criteria the request asks scored, all items together (its rule calls, judge
     questions and model scores): known before anything is planned."""
@@ -276,7 +283,7 @@ def plan_rubric(body: RubricRequest, model: RewardModel | None, peers: PeerLooku
     judge = model if isinstance(model, Judge) else None
     work = plan_criteria(body.items, checked.criteria, checked.params)
     models = plan_model_criteria(body.items, checked.criteria, checked.params, peers)
-    outcomes: dict[Key, Outcome] = {key: (error, None) for key, error in work.failed.items()}
+    outcomes: dict[Key, CriterionOutcome] = {key: (error, None) for key, error in work.failed.items()}
 
     def take_rules(values: list[Any]) -> None:
         for key, value in zip(work.rule_keys, values):

@@ -122,8 +122,7 @@ class RulePool:
         self._scopes: dict[int, Any] = {}  # scope id -> unregister its cancel callback
         self._queued_calls = 0
         self._closed = False
-        for worker, pool in enumerate(self._workers):  # all started now, not on first use
-            pool.schedule(ready).add_done_callback(lambda _t, w=worker: self._up(w))
+        self._started = False
 
     @property
     def queued_calls(self) -> int:
@@ -154,6 +153,10 @@ class RulePool:
         with self._lock:
             if self._closed:
                 raise PoolBusy("the rule pool is shut down")
+            if not self._started:  # every worker at the first call: each joins once it answers
+                self._started = True
+                for worker, pool in enumerate(self._workers):
+                    pool.schedule(ready).add_done_callback(lambda _t, w=worker: self._up(w))
             self._check_room(tenant, len(calls))
             queue = self._tenants.setdefault(tenant, _TenantQueue())
             if not queue.active:  # back from idle: no credit for the time away

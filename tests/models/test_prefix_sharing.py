@@ -7,7 +7,7 @@ import random
 
 import numpy as np
 
-from rewardserve.models.backends import Sequence, make_backend
+from rewardserve.models.backends import TokenSequence, make_backend
 from rewardserve.models.planning import Job, Unit
 from rewardserve.models.prefix_sharing import SharedUnit, read_units
 from rewardserve.models.spec import ModelSpec
@@ -20,10 +20,10 @@ def batch_of_units(seed: int) -> list[Unit]:
     works = []
     for _ in range(2):
         prefix = ids(40)
-        suffixes = [Sequence(s, (len(s) - 1,)) for s in (ids(rng.randint(2, 20)) for _ in range(3))]
+        suffixes = [TokenSequence(s, (len(s) - 1,)) for s in (ids(rng.randint(2, 20)) for _ in range(3))]
         works.append(Unit(length=0, payload=SharedUnit(prefix, [], suffixes), members=3))
         plain = ids(rng.randint(5, 30))
-        works.append(Unit(length=len(plain), payload=Job(len(plain), Sequence(plain, (len(plain) - 1,)))))
+        works.append(Unit(length=len(plain), payload=Job(len(plain), TokenSequence(plain, (len(plain) - 1,)))))
     return works
 
 

@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 
-from rewardserve.models.backends import Sequence, make_backend
+from rewardserve.models.backends import TokenSequence, make_backend
 from rewardserve.models.backends.layer_boundaries import layer_boundary, run_between_layers
 from rewardserve.models.spec import ModelSpec
 
@@ -18,10 +18,10 @@ def random_units(rng: random.Random, groups: int, lone: int):
     for _ in range(groups):
         prefix = [rng.randrange(10, 500) for _ in range(rng.randint(20, 40))]
         conts = [[rng.randrange(10, 500) for _ in range(rng.randint(3, 20))] for _ in range(3)]
-        units.append((prefix, [Sequence(c, (len(c) - 1,)) for c in conts]))
+        units.append((prefix, [TokenSequence(c, (len(c) - 1,)) for c in conts]))
     for _ in range(lone):
         ids = [rng.randrange(10, 500) for _ in range(rng.randint(5, 50))]
-        units.append(([], [Sequence(ids, (len(ids) - 1,))]))
+        units.append(([], [TokenSequence(ids, (len(ids) - 1,))]))
     return units
 
 
@@ -31,7 +31,7 @@ def test_a_forward_between_the_layers_of_another_changes_neither(request, fixtur
     assert backend.batch_preferences["preemptible"]
     rng = random.Random(3)
     outer, inner = random_units(rng, 2, 3), random_units(rng, 1, 1)
-    inner_plain = [Sequence(ids, (len(ids) - 1,)) for ids in ([5, 6, 7, 8], [9, 10])]
+    inner_plain = [TokenSequence(ids, (len(ids) - 1,)) for ids in ([5, 6, 7, 8], [9, 10])]
     want_outer, want_inner = backend.read_packed(outer, token_ids), backend.read_packed(inner, token_ids)
     want_plain = backend.read(inner_plain, token_ids)
     boundaries: list[tuple] = []
@@ -62,5 +62,5 @@ def test_the_option_off_leaves_the_layers_unmarked(qwen3_rm):
     assert "preemptible" not in backend.batch_preferences
     calls: list[int] = []
     with run_between_layers(lambda: calls.append(1)):
-        backend.read([Sequence([5, 6, 7], (2,))])
+        backend.read([TokenSequence([5, 6, 7], (2,))])
     assert calls == []

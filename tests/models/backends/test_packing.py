@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from rewardserve.models.backends import Sequence, make_backend
+from rewardserve.models.backends import TokenSequence, make_backend
 from rewardserve.models.backends.backend import after_prefix
 from rewardserve.models.backends.packing import dense_mask, pack, reads_mask, segmented_attention
 from rewardserve.models.spec import ModelSpec
@@ -31,10 +31,10 @@ def test_packed_rows_equal_separate_forwards(request, fixture, task, token_ids):
     for _ in range(3):  # groups sharing a prefix
         prefix = random_ids(rng, rng.randint(20, 60))
         conts = [random_ids(rng, rng.randint(1, 30)) for _ in range(rng.randint(2, 5))]
-        units.append((prefix, [Sequence(c, tuple(sorted({len(c) - 1, rng.randrange(len(c))}))) for c in conts]))
+        units.append((prefix, [TokenSequence(c, tuple(sorted({len(c) - 1, rng.randrange(len(c))}))) for c in conts]))
     for _ in range(4):  # plain sequences
         ids = random_ids(rng, rng.randint(5, 70))
-        units.append(([], [Sequence(ids, (len(ids) - 1,))]))
+        units.append(([], [TokenSequence(ids, (len(ids) - 1,))]))
     rng.shuffle(units)
     packed = backend.read_packed(units, token_ids)
     for (prefix, conts), rows in zip(units, packed):
@@ -44,7 +44,7 @@ def test_packed_rows_equal_separate_forwards(request, fixture, task, token_ids):
 
 
 def test_layout_keeps_continuations_apart():
-    units = [([1, 2], [Sequence([3, 4], (1,)), Sequence([5], (0,))]), ([], [Sequence([6, 7], (1,))])]
+    units = [([1, 2], [TokenSequence([3, 4], (1,)), TokenSequence([5], (0,))]), ([], [TokenSequence([6, 7], (1,))])]
     packed = pack(units, device=torch.device("cpu"))
     mask = dense_mask(packed.layout).int().tolist()
     # tokens: 1 2 | 3 4 | 5 || 6 7
@@ -59,9 +59,9 @@ def test_layout_keeps_continuations_apart():
 def test_reads_mask_is_the_row_mask_at_the_reads():
     rng = random.Random(5)
     units = [
-        (random_ids(rng, 9), [Sequence(random_ids(rng, n), tuple(range(n))) for n in (4, 1, 6)]),
-        ([], [Sequence(random_ids(rng, 7), (0, 3, 6))]),
-        (random_ids(rng, 3), [Sequence([11, 12], (1,))]),
+        (random_ids(rng, 9), [TokenSequence(random_ids(rng, n), tuple(range(n))) for n in (4, 1, 6)]),
+        ([], [TokenSequence(random_ids(rng, 7), (0, 3, 6))]),
+        (random_ids(rng, 3), [TokenSequence([11, 12], (1,))]),
     ]
     packed = pack(units, torch.device("cpu"), multiple=16)
     packed.layout.reads = torch.tensor([r for rows in packed.readouts for seq in rows for r in seq])
@@ -69,7 +69,7 @@ def test_reads_mask_is_the_row_mask_at_the_reads():
 
 
 def test_row_is_filled_to_a_multiple_by_a_segment_nobody_reads():
-    units = [([1, 2], [Sequence([3, 4], (1,))]), ([], [Sequence([6, 7, 8], (2,))])]
+    units = [([1, 2], [TokenSequence([3, 4], (1,))]), ([], [TokenSequence([6, 7, 8], (2,))])]
     packed = pack(units, torch.device("cpu"), multiple=16, filler=9)
     assert packed.layout.length == 16 and packed.ids.shape == (1, 16)
     assert packed.ids[0, 7:].tolist() == [9] * 9
@@ -88,7 +88,9 @@ def test_segmented_attention_equals_sdpa_with_the_row_mask(kv_heads, window):
     units = []
     for _ in range(6):
         prefix = random_ids(rng, rng.choice([0, 0, 5, 17]))
-        units.append((prefix, [Sequence(random_ids(rng, rng.randint(1, 9)), (0,)) for _ in range(rng.randint(1, 4))]))
+        units.append(
+            (prefix, [TokenSequence(random_ids(rng, rng.randint(1, 9)), (0,)) for _ in range(rng.randint(1, 4))])
+        )
     layout = pack(units, torch.device("cpu")).layout
     gen = torch.Generator().manual_seed(0)
     q = torch.randn(1, 4, layout.length, 8, generator=gen)
@@ -126,7 +128,7 @@ def test_kv_cache_path_when_packing_is_off(qwen3_rm):
     assert not backend.packs
     rng = random.Random(2)
     prefix = random_ids(rng, 40)
-    conts = [Sequence(ids, (len(ids) - 1,)) for ids in (random_ids(rng, n) for n in (3, 17, 9))]
+    conts = [TokenSequence(ids, (len(ids) - 1,)) for ids in (random_ids(rng, n) for n in (3, 17, 9))]
     shared = backend.read_shared(prefix, conts)
     for alone, got in zip(after_prefix(prefix, conts), shared):
         (expected,) = backend.read([alone])
@@ -144,9 +146,9 @@ def test_sliding_window_models_pack_with_their_window(tmp_path):
     assert not backend.base.layers[-1].queries_at_reads  # that path knows no windows
     rng = random.Random(3)
     prefix = random_ids(rng, 12)
-    conts = [Sequence(c, (0, len(c) - 1)) for c in (random_ids(rng, 3), random_ids(rng, 15))]
+    conts = [TokenSequence(c, (0, len(c) - 1)) for c in (random_ids(rng, 3), random_ids(rng, 15))]
     lone = random_ids(rng, 30)
-    units = [(prefix, conts), ([], [Sequence(lone, (5, 29))])]
+    units = [(prefix, conts), ([], [TokenSequence(lone, (5, 29))])]
     packed = backend.read_packed(units)
     for (prefix, seqs), rows in zip(units, packed):
         for alone, got in zip(after_prefix(prefix, seqs), rows):
@@ -156,5 +158,5 @@ def test_sliding_window_models_pack_with_their_window(tmp_path):
     unwindowed = make_backend(
         ModelSpec(name="m", source=str(build_sequence_classifier(tmp_path / "full", "qwen3", seed=4))), "classify"
     )
-    (full,) = unwindowed.read([Sequence(lone, (29,))])
+    (full,) = unwindowed.read([TokenSequence(lone, (29,))])
     assert not np.allclose(full, packed[1][0][1:], atol=1e-3)

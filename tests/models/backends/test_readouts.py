@@ -11,7 +11,7 @@ import torch
 from torch import nn
 from transformers import AutoModelForSequenceClassification
 
-from rewardserve.models.backends import Sequence, make_backend, readouts
+from rewardserve.models.backends import TokenSequence, make_backend, readouts
 from rewardserve.models.backends.readouts import LastLayerAtReads, wrap_last_layer
 from rewardserve.models.spec import ModelSpec
 
@@ -31,7 +31,7 @@ def test_last_layer_runs_at_the_read_rows_only(request, fixture):
     prefix = [rng.randrange(10, 500) for _ in range(30)]
     conts = [[rng.randrange(10, 500) for _ in range(n)] for n in (7, 12)]
     lone = [rng.randrange(10, 500) for _ in range(25)]
-    units = [(prefix, [Sequence(c, (0, len(c) - 1)) for c in conts]), ([], [Sequence(lone, (3, 24))])]
+    units = [(prefix, [TokenSequence(c, (0, len(c) - 1)) for c in conts]), ([], [TokenSequence(lone, (3, 24))])]
     packed = backend.read_packed(units)
     assert mlp_rows == query_rows == [6]  # 2 rows for each of the 3 sequences, of 74 in the row
 
@@ -54,7 +54,7 @@ def test_padded_reads_run_the_whole_last_layer(qwen3_rm):
     backend = make_backend(ModelSpec(name="m", source=str(qwen3_rm)), "classify")
     mlp_rows: list[int] = []
     backend.base.layers[-1].layer.mlp.register_forward_hook(lambda mod, args, out: mlp_rows.append(args[0].shape[1]))
-    backend.read([Sequence(list(range(10, 30)), (19,)), Sequence(list(range(40, 52)), (11,))])
+    backend.read([TokenSequence(list(range(10, 30)), (19,)), TokenSequence(list(range(40, 52)), (11,))])
     assert mlp_rows == [20]
 
 
@@ -112,5 +112,5 @@ def test_a_packed_batch_with_nothing_to_read(qwen3_rm):
     """A process model's batch whose texts hold no step tag reads no rows: empty
     readouts, not an error (the last layer then runs whole)."""
     backend = make_backend(ModelSpec(name="m", source=str(qwen3_rm)), "classify")
-    packed = backend.read_packed([([], [Sequence([3, 4, 5], ())]), ([], [Sequence([6, 7], ())])])
+    packed = backend.read_packed([([], [TokenSequence([3, 4, 5], ())]), ([], [TokenSequence([6, 7], ())])])
     assert [rows[0].shape[0] for rows in packed] == [0, 0]

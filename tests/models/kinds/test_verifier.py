@@ -7,7 +7,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rewardserve.client.protocol import Item, VerifyOptions
-from rewardserve.models.backends import Sequence
+from rewardserve.models.backends import TokenSequence
 from rewardserve.models.kinds import build_model
 from rewardserve.models.planning import ItemError, Job
 from rewardserve.models.spec import ModelSpec
@@ -77,7 +77,7 @@ def test_shared_prefix_equals_independent_passes(judge):
     assert len(work.payload.prefix) > 20  # the question and response are shared
     judge.cache = type(judge.cache)(0)  # no cache: compute both ways
     shared = judge.run([work])[0]
-    alone = judge.backend.read([Sequence(p, (len(p) - 1,)) for p in prompts], list(choices.token_ids))
+    alone = judge.backend.read([TokenSequence(p, (len(p) - 1,)) for p in prompts], list(choices.token_ids))
     for s, (row,) in zip(shared, alone):
         assert s.score == pytest.approx(choices.score(choices.probabilities(row)), abs=1e-5)
     assert work.length < 0.5 * sum(len(p) for p in prompts)  # the point of sharing
@@ -106,7 +106,7 @@ def test_judge_units_of_a_batch_are_read_together(judge, monkeypatch):
     results = judge.run(works)
     assert reads == [2]
     for own, item_prompts in zip(results, prompts):
-        alone = judge.backend.read([Sequence(p, (len(p) - 1,)) for p in item_prompts], list(choices.token_ids))
+        alone = judge.backend.read([TokenSequence(p, (len(p) - 1,)) for p in item_prompts], list(choices.token_ids))
         for result, (row,) in zip(own, alone):
             assert result.score == pytest.approx(choices.score(choices.probabilities(row)), abs=1e-5)
 

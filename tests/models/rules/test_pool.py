@@ -75,12 +75,12 @@ def test_a_tenant_whose_calls_are_killed_leaves_a_worker_up_for_the_other():
 
 
 def test_a_full_queue_refuses_only_the_tenant_over_its_share():
-    pool = RulePool(workers=2, timeout_s=5.0, memory_mb=256, max_queued=100)
+    pool = RulePool(workers=1, timeout_s=5.0, memory_mb=256, max_queued=100)
     hog = RequestScope(tenant="a")
     try:
-        pool.run([slow(k % 7) for k in range(100)], hog)
+        pool.run([slow(k % 7) for k in range(100)], hog)  # the whole queue (less a chunk the worker took)
         with pytest.raises(PoolBusy) as refused:
-            pool.run([slow(1)] * 10, RequestScope(tenant="a"))
+            pool.run([slow(1)] * 20, RequestScope(tenant="a"))
         assert refused.value.tenant == "a"
         other = RequestScope(tenant="b")
         pool.run([QUICK] * 40, other)  # within b's half: taken though the queue is full

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
-from rewardserve.models.backends import Sequence, make_backend
+from rewardserve.models.backends import TokenSequence, make_backend
 from rewardserve.models.backends.kernels.compiled_layers import CompiledLayer
 from rewardserve.models.backends.packing import Layout, pack
 from rewardserve.models.spec import ModelSpec
@@ -18,10 +18,10 @@ from rewardserve.models.spec import ModelSpec
 
 def random_units(rng: random.Random, lone: tuple[int, ...], groups: int = 0) -> list:
     ids = lambda n: [rng.randrange(10, 500) for _ in range(n)]  # noqa: E731
-    units = [([], [Sequence(ids(n), (n - 1,))]) for n in lone]
+    units = [([], [TokenSequence(ids(n), (n - 1,))]) for n in lone]
     for _ in range(groups):
         conts = [ids(rng.randint(1, 20)) for _ in range(rng.randint(2, 4))]
-        units.append((ids(rng.randint(10, 40)), [Sequence(c, (0, len(c) - 1)) for c in conts]))
+        units.append((ids(rng.randint(10, 40)), [TokenSequence(c, (0, len(c) - 1)) for c in conts]))
     return units
 
 
@@ -69,7 +69,7 @@ def test_bf16_compiled_layers_stay_within_rounding(qwen3_rm):
     from transformers import AutoModelForSequenceClassification
 
     sequences = [[5 + (i * 7 + j) % 400 for j in range(n)] for i, n in enumerate((9, 23, 40, 70))]
-    units = [([], [Sequence(ids, (len(ids) - 1,))]) for ids in sequences]
+    units = [([], [TokenSequence(ids, (len(ids) - 1,))]) for ids in sequences]
     reference = AutoModelForSequenceClassification.from_pretrained(qwen3_rm, dtype=torch.float32).eval()
     with torch.inference_mode():
         want = np.array([reference(input_ids=torch.tensor([ids])).logits[0, 0].item() for ids in sequences])

@@ -104,7 +104,7 @@ def test_bf16_packed_scores_follow_transformers(qwen3_rm, caplog):
     them compiled) against transformers' own bf16 forward of the same files."""
     from transformers import AutoModelForSequenceClassification
 
-    from rewardserve.models.backends import Sequence
+    from rewardserve.models.backends import TokenSequence
 
     with caplog.at_level("INFO", logger="rewardserve.models.backends.dtype_probe"):
         backend = make_backend(ModelSpec(name="m", source=str(qwen3_rm), dtype="bfloat16"), "classify")
@@ -113,7 +113,7 @@ def test_bf16_packed_scores_follow_transformers(qwen3_rm, caplog):
     assert backend.compiled_layers == 1  # of 2: the last runs at the read rows
     assert backend.compiled_norms == 4 + 1  # the last layer's 2 norms, q_norm, k_norm; the final norm
     sequences = [[5 + (i * 7 + j) % 400 for j in range(n)] for i, n in enumerate((9, 23, 40))]
-    units = [([], [Sequence(ids, (len(ids) - 1,))]) for ids in sequences]
+    units = [([], [TokenSequence(ids, (len(ids) - 1,))]) for ids in sequences]
     got = [rows[0][0, 0] for rows in backend.read_packed(units)]
     reference = AutoModelForSequenceClassification.from_pretrained(qwen3_rm, dtype=torch.bfloat16).eval()
     with torch.inference_mode():

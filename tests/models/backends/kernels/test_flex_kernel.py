@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from rewardserve.models.backends import Sequence, make_backend
+from rewardserve.models.backends import TokenSequence, make_backend
 from rewardserve.models.backends.backend import after_prefix
 from rewardserve.models.backends.kernels import flex_kernel
 from rewardserve.models.backends.packing import attend_segments, pack
@@ -22,10 +22,10 @@ def units_of(rng: random.Random) -> list:
     for _ in range(2):  # GRPO-like groups: a prompt, completions after it
         prefix = [rng.randrange(10, 500) for _ in range(rng.randint(20, 60))]
         conts = [[rng.randrange(10, 500) for _ in range(rng.randint(1, 30))] for _ in range(rng.randint(2, 4))]
-        units.append((prefix, [Sequence(c, (len(c) - 1,)) for c in conts]))
+        units.append((prefix, [TokenSequence(c, (len(c) - 1,)) for c in conts]))
     for _ in range(3):
         ids = [rng.randrange(10, 500) for _ in range(rng.randint(5, 70))]
-        units.append(([], [Sequence(ids, (len(ids) - 1,))]))
+        units.append(([], [TokenSequence(ids, (len(ids) - 1,))]))
     rng.shuffle(units)
     return units
 

@@ -1,0 +1,228 @@
+"""The application layer: each scoring operation once, whatever route asked for it.
+
+    route (routes.py, judge_routes.py, compat.py): its wire shape in and out
+      -> RequestContext.of(request) (context.py): tenant, scope, the service, accounting
+      -> a use case here: the per-request item limit and the tenant's admission, the
+         served model and whether it answers the operation, its plan run
+         (dispatch.py: work charged per stage, batched, pooled, awaited), then
+         reward-health and shadow scoring
+      -> Executed: results, usage and timing; the route encodes them in its shape and
+         the timing in ``x-queue-time`` / ``x-inference-time``
+
+A compat route translates its peer's request into one of these calls and the results
+back; what the native route does to a request (limits, charge, log, metrics, health,
+shadow) it does the same. Models never call back into the service: what a plan needs of
+the service (the tenant's part of a cache, the other models as the tenant sees them) is
+lent to it here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rewardserve.client.protocol import (
+    CompareItem,
+    CompareOptions,
+    CompareResult,
+    Item,
+    ItemResult,
+    ModelCard,
+    RubricRequest,
+    RubricResult,
+    RunningStats,
+    ScoreOptions,
+    ShadowReport,
+    StepOptions,
+    StepsResult,
+    VerifyOptions,
+    VerifyResult,
+)
+from rewardserve.models.plans.rubric import asks_judge, plan_rubric, rubric_models, rubric_work
+from rewardserve.service.context import RequestContext
+from rewardserve.service.dispatch import Executed, refuse_over_limit, run_plan
+from rewardserve.service.errors import InvalidRequest, NotFound, Overloaded, PayloadTooLarge
+from rewardserve.service.served_models import Served
+from rewardserve.service.tenants import DEFAULT
+
+# The route that answers each operation a kind declares (RewardModel.endpoints).
+ENDPOINT_ROUTES = {
+    "score": "/v1/score",
+    "steps": "/v1/score/steps",
+    "pooling": "/pooling",
+    "verify": "/v1/verify",
+    "judge": "/v1/rubric (as judge)",
+    "compare": "/v1/compare",
+    "classify": "/classify, /v1/embeddings",
+}
+
+
+def admit(ctx: RequestContext, n_items: int) -> None:
+    """The per-request item limit, and the tenant's items (counted once per request; what
+    its plan makes beyond them is charged as it is planned, dispatch.charge_work)."""
+    limit = ctx.svc.settings.max_items_per_request
+    if n_items > limit:
+        raise PayloadTooLarge(
+            f"{n_items} items is over the limit of {limit} per request; split the list (the client does this for you)",
+            param="items",
+        )
+    if ctx.detached or not ctx.svc.tenants.enabled:
+        return
+    ctx.work_charged = n_items
+    wait = ctx.svc.tenants.admit_items(ctx.tenant, n_items)
+    if wait is not None:
+        raise Overloaded(
+            f"tenant {ctx.tenant or DEFAULT!r} is over its items per second; retry after {wait}s", retry_after_s=wait
+        )
+
+
+def serving(ctx: RequestContext, model: str, endpoint: str) -> Served:
+    """The served model, ready, that answers ``endpoint``; named in the request's log."""
+    served = ctx.svc.registry.get(model)
+    if not ctx.detached:
+        ctx.name_model(model)
+    if endpoint not in served.model.endpoints:
+        routes = ", ".join(sorted(ENDPOINT_ROUTES[e] for e in served.model.endpoints))
+        raise InvalidRequest(f"model {model!r} is a {served.model.kind} model; it answers {routes}", param="model")
+    return served
+
+
+def observe(ctx: RequestContext, model: str, items: list[Item], options: ScoreOptions, done: Executed[Any]) -> None:
+    """Reward health sees the model's scores; its shadow candidate (if any) scores the
+    same items, charged to the same tenant. Not for the service's own work."""
+    if ctx.detached:
+        return
+    ctx.svc.health.observe(model, items, done.results)
+    ctx.svc.shadowing.maybe_shadow(ctx, model, items, options, done.results)
+
+
+async def score(
+    ctx: RequestContext, model: str, items: list[Item], options: ScoreOptions, endpoint: str = "score"
+) -> Executed[ItemResult]:
+    """A reward per item (/v1/score; /classify, /v1/embeddings and /get_reward too)."""
+    admit(ctx, len(items))
+    served = serving(ctx, model, endpoint)
+    peers = ctx.peers(served.model.depends_on)
+    done = await run_plan(
+        ctx, served, len(items), served.model.plan_score, items, options, served.cache(ctx.tenant), peers
+    )
+    observe(ctx, model, items, options, done)
+    return done
+
+
+async def score_steps(
+    ctx: RequestContext, model: str, items: list[Item], options: StepOptions
+) -> Executed[StepsResult]:
+    """A reward per step of each item, every step from one forward pass."""
+    admit(ctx, len(items))
+    served = serving(ctx, model, "steps")
+    done = await run_plan(ctx, served, len(items), served.model.plan_steps, items, options, served.cache(ctx.tenant))
+    observe(ctx, model, items, ScoreOptions(), done)
+    return done
+
+
+async def verify(ctx: RequestContext, model: str, items: list[Item], options: VerifyOptions) -> Executed[VerifyResult]:
+    """A judge's verdict per item."""
+    admit(ctx, len(items))
+    served = serving(ctx, model, "verify")
+    done = await run_plan(ctx, served, len(items), served.model.plan_verify, items, options, served.cache(ctx.tenant))
+    if not ctx.detached:  # health only: a shadow's plan_score would read another template
+        ctx.svc.health.observe(model, items, done.results)
+    return done
+
+
+async def rubric(ctx: RequestContext, body: RubricRequest) -> Executed[RubricResult]:
+    """Weighted criteria per item (rules, judge questions, served models' scores)."""
+    admit(ctx, len(body.items))
+    refuse_over_limit(ctx, rubric_work(body))
+    judge = None
+    if asks_judge(body):
+        if body.judge is None:
+            raise InvalidRequest("judge criteria need a 'judge' verifier model", param="judge")
+        judge = serving(ctx, body.judge, "judge")
+    return await run_plan(
+        ctx,
+        judge,
+        len(body.items),
+        plan_rubric,
+        body,
+        judge.model if judge is not None else None,
+        ctx.peers(rubric_models(body)),
+    )
+
+
+async def compare(
+    ctx: RequestContext, model: str, items: list[CompareItem], options: CompareOptions
+) -> Executed[CompareResult]:
+    """Preference between each item's responses (each response counts as an item)."""
+    admit(ctx, sum(len(i.responses) for i in items))
+    served = serving(ctx, model, "compare")
+    peers = ctx.peers(served.model.depends_on)
+    return await run_plan(
+        ctx, served, len(items), served.model.plan_compare, items, options, served.cache(ctx.tenant), peers
+    )
+
+
+async def pooling(
+    ctx: RequestContext, model: str, inputs: list[str | list[int]], keep: int | None, side: str
+) -> Executed[list[list[float]]]:
+    """vLLM's /pooling for process reward models: per input, the vectors at its step tags."""
+    admit(ctx, len(inputs))
+    served = serving(ctx, model, "pooling")
+    return await run_plan(ctx, served, len(inputs), served.model.plan_pooling, inputs, keep, side)
+
+
+def by_name_or_source(ctx: RequestContext, named: str) -> str:
+    """A served model's name, or the name of the one model served from ``named`` as its
+    source (vLLM's clients, verl among them, send the checkpoint path)."""
+    registry = ctx.svc.registry
+    if named not in {s.model.name for s in registry}:
+        sourced = [s.model.name for s in registry if s.model.spec.source == named]
+        if len(sourced) == 1:
+            return sourced[0]
+    return named
+
+
+def only_model_with(ctx: RequestContext, endpoint: str) -> str:
+    """The one served model that answers ``endpoint``, for requests that name none."""
+    names = [s.model.name for s in ctx.svc.registry if endpoint in s.model.endpoints]
+    if len(names) != 1:
+        raise InvalidRequest("name the model: 'model' is required here", param="model")
+    return names[0]
+
+
+def model_cards(ctx: RequestContext) -> list[ModelCard]:
+    """Every served model's card, with the running statistics of the caller's tenant."""
+    cards = []
+    for served in ctx.svc.registry:
+        card = served.model.card(served.ready)
+        stats = served.running(ctx.tenant).snapshot()
+        if stats.count:
+            card = card.model_copy(update={"running": RunningStats(count=stats.count, mean=stats.mean, std=stats.std)})
+        cards.append(card)
+    return cards
+
+
+def shadow_report(ctx: RequestContext, name: str) -> ShadowReport:
+    """How the model's shadow candidate compares with it: for a tenant, on its own items;
+    for the operator (or without tenants), on everyone's."""
+    svc = ctx.svc
+    spec = svc.registry.get(name).model.spec.shadow
+    if spec is None:
+        raise NotFound(f"model {name!r} has no shadow candidate", param="name")
+    tenant = ctx.tenant if svc.tenants.enabled else None
+    window = svc.shadowing.window(name) if tenant is None else svc.shadowing.window(name, tenant)
+    return window.report(name, spec.model, spec.fraction)
+
+
+def metrics_text(ctx: RequestContext, by_model: bool, tenant_view: str | None) -> bytes:
+    """The exposition text as this caller may read it (service/metrics.py render), the
+    figures computed on reading brought up to date first."""
+    svc = ctx.svc
+    for served in svc.registry:
+        for tenant, running in list(served.running_by_tenant.items()):
+            stats = running.snapshot()
+            if stats.count:
+                svc.health.running_stats(served.model.name, tenant or DEFAULT, stats.count, stats.mean, stats.std)
+    svc.shadowing.refresh_gauges(svc.registry)
+    rendered: bytes = svc.metrics.render(by_model=by_model, tenant=tenant_view)
+    return rendered
