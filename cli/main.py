@@ -11,10 +11,14 @@ import json
 import os
 import sys
 import time
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from rewardserve.client import RewardServeError, __version__
+
+if TYPE_CHECKING:
+    from rewardserve.service.settings import Settings
 
 SERVE_EXTRA = "pip install 'rewardserve[serve]'"
 
@@ -101,7 +105,7 @@ def add_service_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-level", default="warning")
 
 
-def settings_from(args: argparse.Namespace, models: list[str], **overrides: object):
+def settings_from(args: argparse.Namespace, models: list[str], **overrides: object) -> Settings:
     from rewardserve.service.settings import Settings, parse_model_arg
 
     given = {"config": args.config, **overrides}
@@ -191,7 +195,7 @@ def score(args: argparse.Namespace) -> None:
     if args.endpoint != "rubric" and not args.name:
         raise ValueError(f"--endpoint {args.endpoint} needs --model")
 
-    async def scored() -> list[dict]:
+    async def scored() -> list[dict[str, Any]]:
         settings = None if args.url else settings_from(args, args.serve_models)
         async with reward_client(args.url, settings, args.api_key) as client:
             return await score_file(
@@ -215,7 +219,7 @@ def evaluate(args: argparse.Namespace) -> None:
     if not args.url:
         need_serve("eval without --url loads the models here")
 
-    async def evaluated() -> dict:
+    async def evaluated() -> dict[str, Any]:
         settings = None if args.url else settings_from(args, args.serve_models, builtin_rules=False)
         async with reward_client(args.url, settings, args.api_key) as client:
             return await run_eval(client, args.name, Path(args.input), Path(args.output))

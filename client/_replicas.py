@@ -65,8 +65,10 @@ class CallPlan:
     """One call: which replica to try, how long each attempt may take, and what to do
     after it (return, fail, or wait and try again)."""
 
-    def __init__(self, config: ClientConfig, replicas: Replicas, what: str):
-        self.config, self.replicas, self.what = config, replicas, what
+    def __init__(self, config: ClientConfig, replicas: Replicas, method: str, path: str):
+        self.config, self.replicas = config, replicas
+        self.method, self.path = method, path
+        self.what = f"{method} {path}"
         self.attempt = 0
         self.deadline = time.monotonic() + config.deadline_s if config.deadline_s else None
 
@@ -89,7 +91,7 @@ class CallPlan:
     def after(self, url: str, response: httpx.Response | None, exc: Exception | None) -> float | None:
         """None when the response is the answer; else the seconds to wait before the
         next attempt. Raises when the call is over."""
-        error, retryable, retry_after = attempt_error(response, exc, self.what)
+        error, retryable, retry_after = attempt_error(response, exc, f"{self.method} {url}{self.path}")
         if error is None:
             self.replicas.succeeded(url)
             return None

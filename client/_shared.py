@@ -60,6 +60,8 @@ R = TypeVar("R", bound=ListResponse)
 M = TypeVar("M", bound=BaseModel)
 
 RETRY_STATUSES = frozenset({429, 502, 503})
+# The OpenAI SDK's habit: base_url=".../v1". Here the routes carry their /v1 themselves.
+TRAILING_V1 = "the base URL ends in /v1: give the service's root (http://host:8000); the client adds /v1 itself"
 
 
 @dataclass(frozen=True)
@@ -259,13 +261,15 @@ def attempt_error(
     response: httpx.Response | None, exc: Exception | None, what: str
 ) -> tuple[Exception | None, bool, str | None]:
     """What one attempt came to: (error, retryable, retry-after). ``(None, ...)`` when the
-    response is a success."""
+    response is a success. ``what``: the method and the attempt's whole URL."""
     if isinstance(exc, httpx.TimeoutException):
-        return APITimeoutError(f"{what} timed out: {exc}"), True, None
+        return APITimeoutError(f"{what} timed out: {exc or type(exc).__name__}"), True, None
     if exc is not None or response is None:
-        return APIConnectionError(f"{what} failed: {exc}"), True, None
+        return APIConnectionError(f"{what} failed: {exc or type(exc).__name__}"), True, None
     if response.is_success:
         return None, False, None
+    if response.status_code == 404 and "/v1/v1/" in response.request.url.path:
+        return status_error(response, hint=TRAILING_V1), False, None
     retryable = response.status_code in RETRY_STATUSES or (response.status_code == 500 and not from_service(response))
     return status_error(response), retryable, response.headers.get("retry-after")
 
@@ -333,12 +337,43 @@ class BaseClient:
     def config(self) -> ClientConfig:
         return self._config
 
-    def with_options(self, **changes: Any) -> Self:
-        """A client with some settings changed (``timeout_s``, ``deadline_s``,
-        ``max_retries``, ``chunk_size``, ``api_key``, ...), sharing this one's connection
-        pool (and replica health, unless ``base_url`` changes)."""
+    def with_options(
+        self,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        timeout: float | None = None,
+        deadline: float | None = None,
+        max_retries: int | None = None,
+        chunk_size: int | None = None,
+        max_concurrency: int | None = None,
+        headers: Mapping[str, str] | None = None,
+        max_response_bytes: int | None = None,
+        initial_backoff_s: float | None = None,
+        max_backoff_s: float | None = None,
+        max_retry_after_s: float | None = None,
+        failover_cooldown_s: float | None = None,
+    ) -> Self:
+        """A client with some settings changed (the constructor's keywords, and the retry
+        timing), sharing this one's connection pool (and replica health, unless
+        ``base_url`` changes)."""
+        given = {
+            "base_url": base_url,
+            "api_key": api_key,
+            "timeout_s": timeout,
+            "deadline_s": deadline,
+            "max_retries": max_retries,
+            "chunk_size": chunk_size,
+            "max_concurrency": max_concurrency,
+            "headers": dict(headers) if headers is not None else None,
+            "max_response_bytes": max_response_bytes,
+            "initial_backoff_s": initial_backoff_s,
+            "max_backoff_s": max_backoff_s,
+            "max_retry_after_s": max_retry_after_s,
+            "failover_cooldown_s": failover_cooldown_s,
+        }
         clone = object.__new__(type(self))
-        clone._config = self._config.with_changes(**changes)
+        clone._config = self._config.with_changes(**{k: v for k, v in given.items() if v is not None})
         clone._http, clone._owns_http = self._http, False
         same = clone._config.base_url == self._config.base_url
         clone._replicas = self._replicas if same else clone._make_replicas()
@@ -347,7 +382,7 @@ class BaseClient:
     def _plan(self, method: str, path: str) -> CallPlan:
         from rewardserve.client._replicas import CallPlan
 
-        return CallPlan(self._config, self._replicas, f"{method} {path}")
+        return CallPlan(self._config, self._replicas, method, path)
 
     def _headers(self, has_body: bool) -> dict[str, str]:
         headers = self._config.request_headers()

@@ -49,7 +49,7 @@ class ResponseTooLargeError(APIResponseValidationError):
 
 
 class APIStatusError(RewardServeError):
-    def __init__(self, response: httpx.Response):
+    def __init__(self, response: httpx.Response, hint: str | None = None):
         self.response = response
         self.status_code = response.status_code
         self.type: str | None = None
@@ -62,9 +62,13 @@ class APIStatusError(RewardServeError):
             # A type this client does not know yet (a newer service): still read the body.
             error = _error_fields(response.content)
             self.type, self.param, message = error.get("type"), error.get("param"), error.get("message", message)
-        self.message = message
+        self.message = f"{message}; {hint}" if hint else message
         where = f" (param: {self.param})" if self.param else ""
-        super().__init__(f"{response.status_code} {self.type or 'error'}: {message}{where}")
+        try:
+            url = f"{response.request.method} {response.request.url}: "
+        except RuntimeError:  # a response made without its request
+            url = ""
+        super().__init__(f"{url}{response.status_code} {self.type or 'error'}: {self.message}{where}")
 
 
 class AuthenticationError(APIStatusError):
@@ -122,9 +126,10 @@ _BY_TYPE: dict[ErrorType, type[APIStatusError]] = {
 _BY_STATUS: dict[int, type[APIStatusError]] = {ERROR_STATUS[kind]: cls for kind, cls in _BY_TYPE.items()}
 
 
-def status_error(response: httpx.Response) -> APIStatusError:
-    """The error for a status (a proxy's bodiless 503 included), by the contract's table."""
+def status_error(response: httpx.Response, hint: str | None = None) -> APIStatusError:
+    """The error for a status (a proxy's bodiless 503 included), by the contract's table;
+    ``hint``: what to do, after the service's message."""
     cls = _BY_STATUS.get(response.status_code)
     if cls is None:
         cls = InternalServerError if response.status_code >= 500 else APIStatusError
-    return cls(response)
+    return cls(response, hint)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -35,6 +36,13 @@ def make_item(
         messages = (list(prompt) if isinstance(prompt, list) else [{"role": "user", "content": prompt}]) + completion
         return Item.model_validate({"messages": messages, **common})
     return Item.model_validate({"prompt": prompt, "response": completion, **common})
+
+
+def prompt_group(prompt: Any) -> str:
+    """A group id for a prompt: trainers (TRL's GRPO, the included loop) send each prompt's
+    completions together, and GRPO's groups are exactly the completions of one prompt."""
+    text = prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True, default=str)
+    return "p-" + hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
 
 def column_rows(kwargs: Mapping[str, Any], n: int) -> list[dict[str, Any]]:

@@ -25,10 +25,14 @@ import ipaddress
 import socket
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, cast
 from urllib.parse import urlsplit
 
 from rewardserve.client.protocol import ImagePart, ImageURLPart, Item, Message
 from rewardserve.models.planning import RequestError
+
+if TYPE_CHECKING:  # PIL is imported when an image is decoded
+    from PIL import Image
 
 ALLOWED_FORMATS = ("PNG", "JPEG", "WEBP")
 
@@ -82,10 +86,13 @@ def image_parts(item: Item, index: int) -> Iterator[tuple[str, str]]:
                 if isinstance(part, ImageURLPart):
                     yield where, part.image_url.url
                 elif isinstance(part, ImagePart):
-                    yield where, part.url if part.url is not None else part.image
+                    # The part's validator lets exactly one of url and image through.
+                    yield where, part.url if part.url is not None else cast(str, part.image)
 
 
-def load_item_images(item: Item, index: int, policy: ImagePolicy, budget: PixelBudget | None = None) -> list:
+def load_item_images(
+    item: Item, index: int, policy: ImagePolicy, budget: PixelBudget | None = None
+) -> list[Image.Image]:
     """Every image of the item, decoded under the policy (RequestError names the part);
     ``budget``: the request's pixels left, shared by its items."""
     parts = list(image_parts(item, index))
@@ -98,7 +105,7 @@ def load_item_images(item: Item, index: int, policy: ImagePolicy, budget: PixelB
     return [load_image(source, policy, where, budget) for where, source in parts]
 
 
-def load_image(source: str, policy: ImagePolicy, where: str, budget: PixelBudget | None = None):
+def load_image(source: str, policy: ImagePolicy, where: str, budget: PixelBudget | None = None) -> Image.Image:
     data = _fetch_bytes(source, policy, where)
     return decode_image(data, policy, where, budget)
 
@@ -136,7 +143,7 @@ def _fetch_url(url: str, policy: ImagePolicy, where: str) -> bytes:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except socket.gaierror as exc:
         raise RequestError(f"cannot resolve {host!r}", param=where) from exc
-    addresses = {info[4][0] for info in infos}
+    addresses = {cast(str, info[4][0]) for info in infos}  # an IPv4 or IPv6 address: host first
     for address in addresses:
         ip = ipaddress.ip_address(address.split("%")[0])
         if not policy.allow_private_addresses and not ip.is_global:
@@ -166,7 +173,7 @@ def _fetch_url(url: str, policy: ImagePolicy, where: str) -> bytes:
         raise RequestError(f"fetching the image failed: {type(exc).__name__}", param=where) from exc
 
 
-def decode_image(data: bytes, policy: ImagePolicy, where: str, budget: PixelBudget | None = None):
+def decode_image(data: bytes, policy: ImagePolicy, where: str, budget: PixelBudget | None = None) -> Image.Image:
     from PIL import Image, ImageOps, UnidentifiedImageError
 
     if len(data) > policy.max_bytes:

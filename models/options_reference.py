@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import json
 import pkgutil
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from pydantic import BaseModel
@@ -29,7 +30,7 @@ def kind_names() -> list[str]:
     return sorted(m.name for m in pkgutil.iter_modules(kinds_package.__path__))
 
 
-def table(options: type[BaseModel], skip: set[str] = frozenset()) -> list[str]:
+def table(options: type[BaseModel], skip: AbstractSet[str] = frozenset()) -> list[str]:
     rows = ["| option | default | what it does |", "| --- | --- | --- |"]
     for name, field in options.model_fields.items():
         if name in skip:

@@ -353,7 +353,8 @@ class RewardModel(ABC):
             return False
         from rewardserve.models.backends.transformers_backend import pick_device
 
-        return pick_device(self.spec.device).type == "cpu"
+        on_cpu: bool = pick_device(self.spec.device).type == "cpu"
+        return on_cpu
 
     @property
     def max_tokens(self) -> int | None:
@@ -365,7 +366,7 @@ class RewardModel(ABC):
         preferred = self.backend.batch_preferences if self.backend is not None else {}
         policy = replace(self.default_policy, **preferred)
         spec = self.spec
-        overrides = {
+        overrides: dict[str, Any] = {
             "max_batch_tokens": spec.max_batch_tokens,
             "max_wait_ms": spec.max_wait_ms,
             "max_queue_tokens": spec.max_queue_tokens,

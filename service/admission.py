@@ -23,13 +23,18 @@ import asyncio
 import math
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
+from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from rewardserve.client.protocol import ErrorBody, ErrorDetail, ErrorType
 from rewardserve.models.request_scope import RequestScope
 from rewardserve.service.auth import AuthError, bearer_token, check_bearer
 from rewardserve.service.tenants import DEFAULT
+
+if TYPE_CHECKING:
+    from rewardserve.service.app import ServiceState
 
 OPEN_PATHS = frozenset({"/health", "/ready", "/metrics", "/"})
 DEADLINE_HEADER = "x-deadline-ms"
@@ -39,13 +44,14 @@ def has_body(headers: dict[str, str]) -> bool:
     return headers.get("content-length", "0") not in ("", "0") or "transfer-encoding" in headers
 
 
-def scope_of(request) -> RequestScope:
+def scope_of(request: Request) -> RequestScope:
     """The request's scope (one made on the spot for a request that bypassed the
     middleware, as unit tests of a route may)."""
     state = request.scope.setdefault("state", {})
     if "request_scope" not in state:
         state["request_scope"] = RequestScope()
-    return state["request_scope"]
+    request_scope: RequestScope = state["request_scope"]
+    return request_scope
 
 
 async def send_error(
@@ -72,7 +78,7 @@ async def send_error(
 @dataclass(eq=False)  # kept in a set by identity
 class _InFlight:
     scope: RequestScope
-    task: asyncio.Task
+    task: asyncio.Task[None]
     started: bool = False  # the response has begun: it can only finish or break
     aborted: bool = False
 
@@ -81,7 +87,7 @@ class _InFlight:
 class InFlightRequests:
     """The requests the app is working on, for a shutdown that gives up on them."""
 
-    entries: set = field(default_factory=set)
+    entries: set[_InFlight] = field(default_factory=set)
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -99,7 +105,7 @@ class InFlightRequests:
 
 
 class Admission:
-    def __init__(self, app: ASGIApp, state):
+    def __init__(self, app: ASGIApp, state: ServiceState):
         """``state``: the service state (keys, draining, in-flight requests)."""
         self.app = app
         self.state = state
@@ -237,7 +243,7 @@ class _DisconnectWatch:
         self._receive = receive
         self._scope = request_scope
         self._gone = asyncio.Event()
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
 
     async def receive(self) -> Message:
         if self._task is None:

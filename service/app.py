@@ -11,8 +11,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
@@ -95,7 +97,7 @@ def create_app(settings: Settings | None = None, url: str | None = None) -> Fast
             startup_log.info("serving %s at %s; routes: %s", ", ".join(ready), url or "(in process)", " ".join(routes))
 
     @asynccontextmanager
-    async def lifespan(app: FastAPI):
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         rule_runner.start()
         loading = asyncio.create_task(load_and_announce(app), name="load-models")
         try:
@@ -108,7 +110,7 @@ def create_app(settings: Settings | None = None, url: str | None = None) -> Fast
             await state.registry.close()
             await asyncio.to_thread(rule_runner.close)
 
-    common = dict(
+    common: dict[str, Any] = dict(
         title="rewardserve",
         version=__version__,
         lifespan=lifespan,

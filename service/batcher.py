@@ -83,10 +83,10 @@ class Batcher:
         self._queue = WorkQueue()  # keyed by tenant where there are tenants
         self._wakeup = asyncio.Event()
         self._slots = asyncio.Semaphore(policy.concurrency)
-        self._running: set[asyncio.Task] = set()
+        self._running: set[asyncio.Task[None]] = set()
         self._own_executor = executor is None
         self._executor = executor or ThreadPoolExecutor(policy.concurrency, thread_name_prefix=f"rs-{name}")
-        self._loop_task: asyncio.Task | None = None
+        self._loop_task: asyncio.Task[None] | None = None
         self._tokens_per_s = 0.0  # recent throughput, for retry-after
         self._posted: deque[list[_Pending]] = deque()  # to run inside the batch in flight
         self._in_flight: tuple[str | None, int] | None = None  # the batch in flight's tenant and tokens
@@ -97,7 +97,7 @@ class Batcher:
         self._loop = asyncio.get_running_loop()
         self._loop_task = asyncio.create_task(self._run_forever(), name=f"batcher-{self.name}")
 
-    def submit(self, units: list[Unit[Any]], deadline: float | None = None) -> list[asyncio.Future]:
+    def submit(self, units: list[Unit[Any]], deadline: float | None = None) -> list[asyncio.Future[BatchAnswer]]:
         """Queue units and return one future per unit, or refuse all of them. Units still
         queued at ``deadline`` (a ``time.monotonic()`` value) are dropped, not computed."""
         tokens = sum(u.length for u in units)
@@ -134,7 +134,7 @@ class Batcher:
     def _key(self, unit: Unit[Any]) -> str | None:
         return _tenant(unit) if self._tenants is not None else None
 
-    def _settled_early(self, pending: _Pending, _future: asyncio.Future) -> None:
+    def _settled_early(self, pending: _Pending, _future: asyncio.Future[Any]) -> None:
         """A unit's future settled: where it was still queued (its client went away, its
         deadline passed), it leaves the queue and its counts now."""
         if self._queue.remove(self._key(pending.unit), pending):

@@ -23,13 +23,15 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import Receive, Scope
 
 from rewardserve.service.admission import scope_of
 from rewardserve.service.errors import BodyError
@@ -160,13 +162,13 @@ class BoundedRoute(APIRoute):
     """A route whose JSON body goes through ``parse_body`` and its model's validation
     in a worker thread."""
 
-    def get_route_handler(self) -> Callable:
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
         model = self._body_model()
         if model is None:
             return handler
 
-        async def bounded(request: Request):
+        async def bounded(request: Request) -> Response:
             bounded_request = _BoundedRequest(request.scope, request.receive, model)
             # Parsed here, before FastAPI's handler: a refusal leaves as the RequestError
             # it is (FastAPI would turn any error while it parses a body into a bare 400).
@@ -185,7 +187,7 @@ class BoundedRoute(APIRoute):
 
 
 class _BoundedRequest(Request):
-    def __init__(self, scope, receive, model: type[BaseModel]):
+    def __init__(self, scope: Scope, receive: Receive, model: type[BaseModel]):
         super().__init__(scope, receive)
         self._model = model
         self._counted = ValueCount()

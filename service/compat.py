@@ -27,6 +27,8 @@ from __future__ import annotations
 import math
 import time
 import uuid
+from collections.abc import Sequence
+from typing import Any, cast
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
@@ -40,14 +42,17 @@ from rewardserve.client.protocol import (
     EmbeddingRequest,
     EmbeddingResponse,
     Item,
+    ItemResult,
     OpenRLHFRewardRequest,
     OpenRLHFRewardResponse,
     PoolingUsage,
+    RenderedInput,
     ScoreOptions,
 )
 from rewardserve.service import application
 from rewardserve.service.body import BoundedRoute
 from rewardserve.service.context import RequestContext
+from rewardserve.service.dispatch import Executed
 from rewardserve.service.errors import InvalidRequest
 from rewardserve.service.routes import ERROR_RESPONSES, answer
 from rewardserve.service.settings import BUILTIN_RULES
@@ -83,7 +88,7 @@ async def get_reward(
     for field, values in (("prompts", body.prompts), ("labels", body.labels)):
         if values is not None and len(values) != n:
             raise InvalidRequest(f"{field} has {len(values)} entries for {n} queries", param=field)
-    prompts = body.prompts or [None] * n
+    prompts: Sequence[str | None] = body.prompts or [None] * n
     labels = body.labels or [None] * n
     if "text" in ctx.svc.registry.get(name).model.inputs:
         items = [Item(text=q, reference=label) for q, label in zip(body.query, labels)]
@@ -92,10 +97,10 @@ async def get_reward(
         items = [make_item(*split_query(q, p), reference=label) for q, p, label in zip(body.query, prompts, labels)]
         options = ScoreOptions()
     scored = await application.score(ctx, name, items, options)
-    rewards = []
+    rewards: list[float] = []
     for index, result in enumerate(scored.results):
         if result.valid:
-            rewards.append(result.score)
+            rewards.append(cast(float, result.score))  # a valid result has its score
         elif invalid is not None:
             rewards.append(invalid)
         else:
@@ -108,7 +113,7 @@ def _model_named(ctx: RequestContext, named: str | None) -> str:
     return default_model(ctx, application.by_name_or_source(ctx, named) if named else None)
 
 
-def _as_items(given) -> list[Item]:
+def _as_items(given: RenderedInput) -> list[Item]:
     if isinstance(given, str):
         return [Item(text=given)]
     if given and isinstance(given[0], int):
@@ -119,11 +124,14 @@ def _as_items(given) -> list[Item]:
     for index, one in enumerate(given):
         if not one:
             raise InvalidRequest(f"input[{index}] is empty", param=f"input[{index}]")
-        items.append(Item(text=one) if isinstance(one, str) else Item(input_ids=one))
+        # A list of inputs (validated as RenderedInput): an entry not text is token ids.
+        items.append(Item(text=one) if isinstance(one, str) else Item(input_ids=cast(list[int], one)))
     return items
 
 
-async def _classified(request: Request, named: str | None, given, options: ScoreOptions):
+async def _classified(
+    request: Request, named: str | None, given: RenderedInput, options: ScoreOptions
+) -> tuple[str, Executed[ItemResult], PoolingUsage]:
     """(model name, results, usage) of scoring each input with an outcome model."""
     ctx = RequestContext.of(request)
     name = _model_named(ctx, named)
@@ -136,7 +144,7 @@ async def _classified(request: Request, named: str | None, given, options: Score
     return name, scored, PoolingUsage(prompt_tokens=tokens, total_tokens=tokens)
 
 
-def _truncation(body) -> dict:
+def _truncation(body: ClassifyRequest) -> dict[str, Any]:
     keep = body.truncate_prompt_tokens
     if keep is None:
         return {}
@@ -155,7 +163,13 @@ async def classify(body: ClassifyRequest, request: Request) -> Response:
     )
     name, scored, usage = await _classified(request, body.model, body.input, options)
     data = [
-        ClassifyData(index=i, label=r.label, probs=r.scores or [r.score], num_classes=len(r.scores or [r.score]))
+        # Every result is valid (_classified refuses the others): each has its score.
+        ClassifyData(
+            index=i,
+            label=r.label,
+            probs=r.scores or [cast(float, r.score)],
+            num_classes=len(r.scores or [r.score]),
+        )
         for i, r in enumerate(scored.results)
     ]
     response = ClassifyResponse(
@@ -168,5 +182,6 @@ async def classify(body: ClassifyRequest, request: Request) -> Response:
 async def embeddings(body: EmbeddingRequest, request: Request) -> Response:
     options = ScoreOptions(activation="none", add_special_tokens=True)
     name, scored, usage = await _classified(request, body.model, body.input, options)
-    data = [EmbeddingData(index=i, embedding=r.scores or [r.score]) for i, r in enumerate(scored.results)]
+    # Every result is valid (_classified refuses the others): each has its score.
+    data = [EmbeddingData(index=i, embedding=r.scores or [cast(float, r.score)]) for i, r in enumerate(scored.results)]
     return answer(EmbeddingResponse(model=body.model or name, data=data, usage=usage), scored)

@@ -6,6 +6,7 @@ Every failure the service answers is ``{"error": {"type", "message", "param"?}}`
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -98,7 +99,7 @@ def error_response(
     return JSONResponse(body.model_dump(exclude_none=True), status_code=status or ERROR_STATUS[kind], headers=headers)
 
 
-def _loc_to_param(loc: tuple) -> str:
+def _loc_to_param(loc: tuple[Any, ...]) -> str:
     parts = [str(p) for p in loc if p != "body"]
     out = ""
     for part in parts:

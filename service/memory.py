@@ -18,7 +18,7 @@ import threading
 import time
 
 
-def _glibc():
+def _glibc() -> ctypes.CDLL | None:
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
         return libc if hasattr(libc, "malloc_trim") and hasattr(libc, "mallopt") else None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -97,7 +98,8 @@ class Metrics:
         tenant ("" of none): its own tenant-labelled series and the SHARED families, no
         series that sums other tenants' work (their rewards, cache hits, requests)."""
         source = self.registry if by_model else _WithoutModel(self.registry)
-        return generate_latest(source if tenant is None else _OneTenant(source, tenant))
+        text: bytes = generate_latest(source if tenant is None else _OneTenant(source, tenant))
+        return text
 
 
 # The families that are not about any tenant's work: what every tenant may read.
@@ -107,11 +109,11 @@ SHARED = frozenset({"rewardserve_model_ready"})
 class _OneTenant:
     """A view of a registry with one tenant's series and the SHARED families only."""
 
-    def __init__(self, source, tenant: str):
+    def __init__(self, source: CollectorRegistry | _WithoutModel, tenant: str):
         self.source = source
         self.tenant = tenant
 
-    def collect(self):
+    def collect(self) -> Iterator[Metric]:
         for family in self.source.collect():
             tenant_labelled = any("tenant" in s.labels for s in family.samples)
             if not tenant_labelled and family.name not in SHARED:
@@ -130,10 +132,10 @@ class _WithoutModel:
     def __init__(self, registry: CollectorRegistry):
         self.registry = registry
 
-    def collect(self):
+    def collect(self) -> Iterator[Metric]:
         for family in self.registry.collect():
             out = Metric(family.name, family.documentation, family.type, family.unit)
-            sums: dict[tuple, float] = {}
+            sums: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
             for sample in family.samples:
                 if sample.name.endswith("_created"):
                     continue  # a creation time per model; its sum means nothing

@@ -74,7 +74,7 @@ def deployment_options(args: dict[str, str]) -> dict[str, Any]:
 
 def app(args: dict[str, str]) -> Any:
     """The Ray Serve application builder (``serve run ...:app key=value ...``)."""
-    from ray import serve
+    from ray import serve  # type: ignore[import-not-found]  # not in this venv: ray has its own (make ray-venv)
 
     environment = {
         f"REWARDSERVE_{k.upper()}": v

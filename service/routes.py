@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any
+from typing import Any, cast
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel
 
 from rewardserve.client.protocol import (
     ErrorBody,
@@ -31,7 +32,9 @@ from rewardserve.service.context import RequestContext
 from rewardserve.service.dispatch import Executed
 from rewardserve.service.metrics import CONTENT_TYPE
 
-ERROR_RESPONSES = {code: {"model": ErrorBody} for code in (401, 404, 413, 422, 429, 500, 503, 504)}
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorBody} for code in (401, 404, 413, 422, 429, 500, 503, 504)
+}
 
 open_routes = APIRouter()
 # Keys are checked by service/admission.py before a route runs; bodies are parsed under
@@ -39,11 +42,11 @@ open_routes = APIRouter()
 scoring_routes = APIRouter(route_class=BoundedRoute, responses=ERROR_RESPONSES)
 
 
-def json_response(body, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+def json_response(body: BaseModel, status: int = 200, headers: dict[str, str] | None = None) -> Response:
     return Response(body.model_dump_json(), status_code=status, headers=headers, media_type="application/json")
 
 
-def answer(body, done: Executed[Any]) -> Response:
+def answer(body: BaseModel, done: Executed[Any]) -> Response:
     """A scoring route's answer: its body, and the timing every scoring route sends."""
     return json_response(body, headers=done.timing_headers())
 
@@ -72,7 +75,8 @@ async def pooling(body: PoolingRequest, request: Request) -> Response:
     else:
         name = application.only_model_with(ctx, "pooling")
     one = isinstance(body.input, str) or (body.input and isinstance(body.input[0], int))
-    inputs = [body.input] if one else list(body.input)
+    # One input (text, or its token ids) or a list of them: the validated shape says which.
+    inputs = cast(list[str | list[int]], [body.input] if one else list(body.input))
     done = await application.pooling(ctx, name, inputs, body.truncate_prompt_tokens, body.truncation_side or "right")
     tokens = done.usage.prompt_tokens
     response = PoolingResponse(

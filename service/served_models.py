@@ -73,7 +73,7 @@ class ModelRegistry:
         specs: list[ModelSpec],
         metrics: Metrics,
         context: ModelContext | None = None,
-        after_batch=None,
+        after_batch: Callable[[], None] | None = None,
         keep_going: bool = True,
         tenants: Tenants | None = None,
     ):

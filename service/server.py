@@ -29,12 +29,14 @@ import asyncio
 import logging
 import resource
 import socket
+from types import FrameType
+from typing import Any, Protocol, cast
 
 import h11
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from rewardserve.service.app import create_app
+from rewardserve.service.app import ServiceState, create_app
 from rewardserve.service.settings import Settings, StartupError
 
 log = logging.getLogger(__name__)
@@ -48,17 +50,27 @@ LINGER_BYTES = 64 * 1024 * 1024
 _TOO_SLOW = b'{"error":{"type":"deadline_exceeded","message":"the request body did not arrive in time"}}'
 
 
+class _Lingering(Protocol):
+    """What a lingering close needs of its connection's protocol (GuardedH11Protocol)."""
+
+    discarding: int | None
+    conn: h11.Connection
+    loop: asyncio.AbstractEventLoop
+
+    def still_sending(self) -> None: ...
+
+
 class _LingeringTransport:
     """The connection's transport, whose ``close`` lingers while the client is still
     sending a body the server refused without reading: the response is followed by a
     FIN and what still arrives is thrown away unparsed, for at most LINGER_S seconds or
     LINGER_BYTES, so the client reads the refusal instead of a connection reset."""
 
-    def __init__(self, transport, protocol):
+    def __init__(self, transport: asyncio.Transport, protocol: _Lingering):
         self._transport = transport
         self._protocol = protocol
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         return getattr(self._transport, name)
 
     def close(self) -> None:
@@ -87,9 +99,11 @@ def guarded_protocol(max_connections: int, header_timeout_s: float, body_timeout
         _linger_timer: asyncio.TimerHandle | None = None
         _body_timer: asyncio.TimerHandle | None = None
 
-        def connection_made(self, transport) -> None:  # type: ignore[override]
-            super().connection_made(_LingeringTransport(transport, self))
-            self._header_timer = None
+        # Typed asyncio.Transport, narrower than asyncio's BaseTransport: as uvicorn's own override.
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            # A stand-in, not a subclass: every attribute but close is the wrapped transport's.
+            super().connection_made(cast(asyncio.Transport, _LingeringTransport(transport, self)))
+            self._header_timer: asyncio.TimerHandle | None = None
             if len(self.connections) > max_connections:
                 log.warning(
                     "refused a connection: %d open, the limit is %d", len(self.connections) - 1, max_connections
@@ -109,7 +123,7 @@ def guarded_protocol(max_connections: int, header_timeout_s: float, body_timeout
             if self.discarding is not None:
                 self.discarding += len(data)
                 if self.discarding > LINGER_BYTES:
-                    self.transport._transport.close()
+                    cast(_LingeringTransport, self.transport)._transport.close()
                 else:
                     self.still_sending()
                 return
@@ -124,7 +138,9 @@ def guarded_protocol(max_connections: int, header_timeout_s: float, body_timeout
             """Data came while lingering: close when it stops coming for LINGER_IDLE_S."""
             if self._linger_timer is not None:
                 self._linger_timer.cancel()
-            self._linger_timer = self.loop.call_later(LINGER_IDLE_S, self.transport._transport.close)
+            self._linger_timer = self.loop.call_later(
+                LINGER_IDLE_S, cast(_LingeringTransport, self.transport)._transport.close
+            )
 
         def _watch_body(self) -> None:
             """A timer from the headers to the end of the body."""
@@ -146,13 +162,13 @@ def guarded_protocol(max_connections: int, header_timeout_s: float, body_timeout
                     b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\nconnection: close\r\n"
                     b"content-length: " + str(len(_TOO_SLOW)).encode() + b"\r\n\r\n" + _TOO_SLOW
                 )
-            self.transport._transport.close()
+            cast(_LingeringTransport, self.transport)._transport.close()
 
         def on_response_complete(self) -> None:
             super().on_response_complete()
             self._arm_header_timer()
 
-        def connection_lost(self, exc) -> None:
+        def connection_lost(self, exc: Exception | None) -> None:
             self._disarm_header_timer()
             for timer in (self._body_timer, self._linger_timer):
                 if timer is not None:
@@ -165,6 +181,7 @@ def guarded_protocol(max_connections: int, header_timeout_s: float, body_timeout
 
         def _disarm_header_timer(self) -> None:
             if getattr(self, "_header_timer", None) is not None:
+                assert self._header_timer is not None  # what getattr just read
                 self._header_timer.cancel()
                 self._header_timer = None
 
@@ -191,7 +208,7 @@ def raise_open_file_limit(wanted: int) -> int:
 
 
 class DrainingServer(uvicorn.Server):
-    def __init__(self, config: uvicorn.Config, state, drain_seconds: float, graceful_seconds: float):
+    def __init__(self, config: uvicorn.Config, state: ServiceState, drain_seconds: float, graceful_seconds: float):
         super().__init__(config)
         self.state = state
         self.drain_seconds = drain_seconds
@@ -199,11 +216,11 @@ class DrainingServer(uvicorn.Server):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping = False
 
-    async def startup(self, sockets=None) -> None:
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         self._loop = asyncio.get_running_loop()
         await super().startup(sockets)
 
-    def handle_exit(self, sig, frame) -> None:
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         # Not uvicorn's handler: it records the signal to raise it again after shutdown,
         # so the process would die of SIGTERM instead of exiting 0 after draining.
         if self._stopping or self._loop is None:

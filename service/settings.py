@@ -7,14 +7,18 @@ Precedence: CLI flags > environment > defaults. The YAML file (``--config`` or
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from rewardserve.models.spec import ModelSpec
 from rewardserve.models.yaml_files import load_yaml
-from rewardserve.service.tenants import BATCH_MS
+from rewardserve.service.tenants import BATCH_MS, TenantSpec
+
+if TYPE_CHECKING:
+    from rewardserve.models.images import ImagePolicy
+    from rewardserve.models.rules.runner import RuleLimits
 
 # Served unless turned off: they need no weights, so `rewardserve serve` is useful offline.
 BUILTIN_RULES = (
@@ -116,7 +120,7 @@ class Settings(BaseSettings):
             return [k.strip() for k in value.split(",") if k.strip()]
         return value
 
-    def image_policy(self):
+    def image_policy(self) -> ImagePolicy:
         from rewardserve.models.images import ImagePolicy
 
         return ImagePolicy(
@@ -128,7 +132,7 @@ class Settings(BaseSettings):
             fetch_timeout_s=self.image_fetch_timeout_s,
         )
 
-    def rule_limits(self):
+    def rule_limits(self) -> RuleLimits:
         from rewardserve.models.rules.runner import RuleLimits
 
         return RuleLimits(
@@ -149,7 +153,7 @@ class Settings(BaseSettings):
             keys += [line.strip() for line in lines if line.strip() and not line.startswith("#")]
         return keys
 
-    def tenant_specs(self):
+    def tenant_specs(self) -> list[TenantSpec]:
         """The config file's tenants, then the tenants file's (ValueError naming the file
         and the entry when one is wrong)."""
         from rewardserve.service.tenants import load_tenants

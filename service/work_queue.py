@@ -25,7 +25,7 @@ from rewardserve.models.reward_model import BatchPolicy
 @dataclass(eq=False)
 class Pending:
     unit: Unit[Any]
-    future: asyncio.Future
+    future: asyncio.Future[Any]  # a BatchAnswer (batcher.py, which imports this module)
     enqueued: float
     deadline: float | None = None  # time.monotonic() past which the work is not computed
     seq: int = 0  # arrival number, unique per queue

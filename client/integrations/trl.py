@@ -9,9 +9,13 @@
     ], ...)
 
 Each takes TRL's ``(prompts, completions, **columns)`` and returns one float per
-completion; a result the service could not compute is ``None``, which TRL leaves out of
-its reward sums, never a made-up 0. ``async_reward_function`` is the async twin (TRL
-runs async reward functions concurrently).
+completion; a result the service could not compute is ``None`` by default, which TRL
+leaves out of its reward sums, never a made-up 0 (``on_invalid``: ``"raise"``, or a
+number to stand in), and the first error of each batch is logged with the counts.
+Completions of one prompt form one GRPO group (``group_id``), or those sharing a
+``group_column`` value: ``normalize: group`` sees TRL's groups.
+``async_reward_function`` is the async twin (TRL runs async reward functions
+concurrently).
 
 ``rubric_reward_functions`` hands a rubric's criteria to TRL as reward functions of
 their own, so TRL logs each (``rewards/<name>/mean``), from ONE service call per batch:
@@ -25,27 +29,58 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from rewardserve.client.async_client import AsyncRewardClient
-from rewardserve.client.items import column_rows, make_item
+from rewardserve.client.errors import RewardServeError
+from rewardserve.client.items import column_rows, make_item, prompt_group
 from rewardserve.client.protocol import Aggregation, Criterion, Item, RubricResponse, ScoreResponse
 from rewardserve.client.sync_client import RewardClient
 
 ENDPOINTS = ("score", "steps", "verify", "rubric")
 
 
+log = logging.getLogger("rewardserve.trl")
+OnInvalid = Literal["none", "raise"] | float
+
+
 def _items(
-    prompts: list[Any], completions: list[Any], kwargs: dict[str, Any], reference_column: str | None
+    prompts: list[Any],
+    completions: list[Any],
+    kwargs: dict[str, Any],
+    reference_column: str | None,
+    group_column: str | None = None,
 ) -> list[Item]:
     rows = column_rows(kwargs, len(completions))
     return [
-        make_item(p, c, row.get(reference_column) if reference_column else None, row)
+        make_item(
+            p,
+            c,
+            row.get(reference_column) if reference_column else None,
+            row,
+            group_id=str(row[group_column]) if group_column and group_column in row else prompt_group(p),
+        )
         for p, c, row in zip(prompts, completions, rows)
     ]
+
+
+def rewards_of(results: Sequence[Any], on_invalid: OnInvalid, name: str) -> list[float | None]:
+    """Each result's score; an invalid one as ``on_invalid`` says, the first error of the
+    batch logged with the counts (TRL shows nothing of why a reward is missing)."""
+    bad = [r for r in results if not r.valid]
+    if bad:
+        message = (
+            f"{name}: {len(bad)} of {len(results)} completions have no reward; the first: {bad[0].error or 'invalid'}"
+        )
+        if on_invalid == "raise":
+            raise RewardServeError(message)
+        log.warning(message)
+    stand_in = None if on_invalid in ("none", "raise") else float(on_invalid)
+    return [r.score if r.valid else stand_in for r in results]
 
 
 def _call_args(
@@ -71,6 +106,8 @@ def reward_function(
     client: RewardClient | None = None,
     base_url: str | list[str] | None = None,
     reference_column: str | None = "reference",
+    group_column: str | None = None,
+    on_invalid: OnInvalid = "none",
     name: str | None = None,
     **options: Any,
 ) -> Callable[..., list[float | None]]:
@@ -79,13 +116,14 @@ def reward_function(
     ``aggregation`` for rubrics, where ``model`` is the judge)."""
     client = client or RewardClient(base_url)
     method, args, kwargs = _call_args(model, endpoint, dict(options))
+    label = _name(model or "rubric", endpoint, name)
 
     def reward(prompts: list[Any], completions: list[Any], **columns: Any) -> list[float | None]:
-        items = _items(prompts, completions, columns, reference_column)
+        items = _items(prompts, completions, columns, reference_column, group_column)
         response = getattr(client, method)(*args, items, **kwargs)
-        return [r.score if r.valid else None for r in response.results]
+        return rewards_of(response.results, on_invalid, label)
 
-    reward.__name__ = reward.__qualname__ = _name(model or "rubric", endpoint, name)
+    reward.__name__ = reward.__qualname__ = label
     return reward
 
 
@@ -96,19 +134,22 @@ def async_reward_function(
     client: AsyncRewardClient | None = None,
     base_url: str | list[str] | None = None,
     reference_column: str | None = "reference",
+    group_column: str | None = None,
+    on_invalid: OnInvalid = "none",
     name: str | None = None,
     **options: Any,
 ) -> Callable[..., Any]:
     """The async twin of ``reward_function``."""
     client = client or AsyncRewardClient(base_url)
     method, args, kwargs = _call_args(model, endpoint, dict(options))
+    label = _name(model or "rubric", endpoint, name)
 
     async def reward(prompts: list[Any], completions: list[Any], **columns: Any) -> list[float | None]:
-        items = _items(prompts, completions, columns, reference_column)
+        items = _items(prompts, completions, columns, reference_column, group_column)
         response = await getattr(client, method)(*args, items, **kwargs)
-        return [r.score if r.valid else None for r in response.results]
+        return rewards_of(response.results, on_invalid, label)
 
-    reward.__name__ = reward.__qualname__ = _name(model or "rubric", endpoint, name)
+    reward.__name__ = reward.__qualname__ = label
     return reward
 
 
@@ -145,30 +186,38 @@ def _shared_calls(
     names: list[str],
     reference_column: str | None,
     prefix: str,
+    group_column: str | None = None,
 ) -> Callable[[str, str], Callable[..., Any]]:
     """A maker of reward functions that read one column each of ONE service call per
-    batch (``call(client, items)``), made by whichever function TRL calls first."""
+    batch (``call(client, items)``), made by whichever function TRL calls first (which
+    also logs the batch's first error, once)."""
     last: dict[str, Any] = {}  # the batch's fingerprint and what its call gave
+
+    def answered(response: Any) -> Any:
+        if not last.get("logged"):
+            last["logged"] = True
+            rewards_of(response.results, "none", prefix or "rewardserve")
+        return response
 
     def make(column: str, name: str) -> Callable[..., Any]:
         if isinstance(client, AsyncRewardClient):
 
             async def reward_async(prompts: list[Any], completions: list[Any], **columns: Any) -> list[float | None]:
-                items = _items(prompts, completions, columns, reference_column)
+                items = _items(prompts, completions, columns, reference_column, group_column)
                 key = _fingerprint(prompts, completions, items)
                 if last.get("key") != key:
-                    last.update(key=key, call=asyncio.ensure_future(call(client, items)))
-                return _columns(await last["call"], names)[column]
+                    last.update(key=key, call=asyncio.ensure_future(call(client, items)), logged=False)
+                return _columns(answered(await last["call"]), names)[column]
 
             fn: Callable[..., Any] = reward_async
         else:
 
             def reward(prompts: list[Any], completions: list[Any], **columns: Any) -> list[float | None]:
-                items = _items(prompts, completions, columns, reference_column)
+                items = _items(prompts, completions, columns, reference_column, group_column)
                 key = _fingerprint(prompts, completions, items)
                 if last.get("key") != key:
-                    last.update(key=key, call=call(client, items))
-                return _columns(last["call"], names)[column]
+                    last.update(key=key, call=call(client, items), logged=False)
+                return _columns(answered(last["call"]), names)[column]
 
             fn = reward
         fn.__name__ = fn.__qualname__ = re.sub(r"\W", "_", prefix + name)
@@ -186,6 +235,7 @@ def rubric_reward_functions(
     client: RewardClient | AsyncRewardClient | None = None,
     base_url: str | list[str] | None = None,
     reference_column: str | None = "reference",
+    group_column: str | None = None,
     prefix: str = "",
 ) -> RubricRewards:
     """One TRL reward function per criterion (named ``prefix + name``), sharing one
@@ -201,7 +251,7 @@ def rubric_reward_functions(
     def call(on: Any, items: list[Item]) -> Any:
         return on.rubric(items, criteria=checked, judge=judge, aggregation=aggregation, escalate=escalate)
 
-    make = _shared_calls(client or RewardClient(base_url), call, names, reference_column, prefix)
+    make = _shared_calls(client or RewardClient(base_url), call, names, reference_column, prefix, group_column)
     components = [make(name, name) for name in names]
     if split:
         total = sum(c.weight for c in checked)
@@ -216,6 +266,7 @@ def ensemble_reward_functions(
     client: RewardClient | AsyncRewardClient | None = None,
     base_url: str | list[str] | None = None,
     reference_column: str | None = "reference",
+    group_column: str | None = None,
     prefix: str = "",
 ) -> RubricRewards:
     """An ensemble's reward (named ``prefix + model``, weight 1) and each member's score
@@ -225,5 +276,5 @@ def ensemble_reward_functions(
     def call(on: Any, items: list[Item]) -> Any:
         return on.score(model, items)
 
-    make = _shared_calls(client or RewardClient(base_url), call, names, reference_column, prefix)
+    make = _shared_calls(client or RewardClient(base_url), call, names, reference_column, prefix, group_column)
     return RubricRewards([make("", model), *(make(name, name) for name in names)], [1.0] + [0.0] * len(names))

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
 from transformers import Qwen2Config, Qwen2Model, Qwen2PreTrainedModel
 
 
-class Qwen2ForProcessRewardModel(Qwen2PreTrainedModel):
+class Qwen2ForProcessRewardModel(Qwen2PreTrainedModel):  # type: ignore[misc]  # transformers is untyped
     """Qwen2.5-Math-PRM: a Qwen2 backbone and a two-layer head over every position,
     ``score.0`` Linear(h, h) -> ReLU -> ``score.2`` Linear(h, 2)."""
 
@@ -29,7 +30,9 @@ class Qwen2ForProcessRewardModel(Qwen2PreTrainedModel):
         )
         self.post_init()
 
-    def forward(self, input_ids=None, attention_mask=None, **kwargs):
+    def forward(
+        self, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None, **kwargs: Any
+    ) -> torch.Tensor:
         hidden = self.model(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
         return self.score(hidden.last_hidden_state)
 

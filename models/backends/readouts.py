@@ -14,10 +14,12 @@ batches, KV-cache passes, generation) run the layer as it is.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
-from rewardserve.models.backends.packing import reads_mask
+from rewardserve.models.backends.packing import Layout, reads_mask
 
 # The children of a pre-norm decoder layer whose forward is
 #   h = x + attn(input_layernorm(x));  out = h + mlp(post_attention_layernorm(h))
@@ -35,7 +37,7 @@ PLAIN_ATTENTION_CHILDREN = (
 )
 
 
-class LastLayerAtReads(nn.Module):
+class LastLayerAtReads(nn.Module):  # type: ignore[misc]  # torch is untyped: nn.Module is Any
     """Wraps a decoder's last layer; returns ``[1, reads, hidden]`` when the forward
     carries a packed layout with ``reads`` (row indices), the layer's own output else.
     ``queries_at_reads``: attention too computes its queries (and output projection) at
@@ -46,11 +48,12 @@ class LastLayerAtReads(nn.Module):
         self.layer = layer
         self.queries_at_reads = queries_at_reads
 
-    def forward(self, hidden_states: torch.Tensor, *args, **kwargs):
+    def forward(self, hidden_states: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
         layout = kwargs.get("packed_layout")
         reads = getattr(layout, "reads", None)
         if reads is None or args or hidden_states.shape[0] != 1:
             return self.layer(hidden_states, *args, **kwargs)
+        assert layout is not None  # its reads are not None
         layer = self.layer
         normed = layer.input_layernorm(hidden_states)
         if self.queries_at_reads:
@@ -67,11 +70,14 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
 
 
-def attend_at_reads(attn: nn.Module, x: torch.Tensor, layout, position_embeddings) -> torch.Tensor:
+def attend_at_reads(
+    attn: nn.Module, x: torch.Tensor, layout: Layout, position_embeddings: tuple[torch.Tensor, torch.Tensor]
+) -> torch.Tensor:
     """``[1, reads, hidden]``: the attention output at the read rows of a packed row, each
     read attending to what it attends in the full forward (its prefix, if any, and its
     own segment up to itself)."""
     reads = layout.reads
+    assert reads is not None, "attend_at_reads needs a layout with reads"
     d = attn.head_dim
     cos, sin = (t[:, None] for t in position_embeddings)  # [1, 1, T, d]
     q = attn.q_proj(x[:, reads]).view(1, len(reads), -1, d)
@@ -87,7 +93,7 @@ def attend_at_reads(attn: nn.Module, x: torch.Tensor, layout, position_embedding
     return attn.o_proj(out.transpose(1, 2).reshape(1, len(reads), -1))
 
 
-def queries_can_be_cut(attn: nn.Module, config) -> bool:
+def queries_can_be_cut(attn: nn.Module, config: Any) -> bool:
     """Whether ``attend_at_reads`` computes this attention module's numbers: a plain
     module (see PLAIN_ATTENTION_CHILDREN) without a sliding window or partial rotary."""
     children = {name for name, _ in attn.named_children()}

@@ -8,6 +8,7 @@ handful of positions instead of the full vocabulary at every position.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import numpy as np
 import torch
@@ -15,6 +16,7 @@ from torch import nn
 
 from rewardserve.models.backends.backend import TASKS, Backend, TokenSequence, after_prefix
 from rewardserve.models.backends.layer_boundaries import mark_layers
+from rewardserve.models.backends.packing import Unit
 from rewardserve.models.backends.readouts import unwrap_last_layer, wrap_last_layer
 from rewardserve.models.options import BackendOptions
 from rewardserve.models.phases import timed_phase
@@ -38,7 +40,7 @@ PACKED_BATCH_PREFERENCES = {"max_batch_tokens": 1024, "pads": False, "short_when
 COMPILED_TOLERANCE = {torch.float32: 1e-3, torch.bfloat16: 5e-2}
 
 
-def batch_preferences(device: torch.device, packing: bool) -> dict:
+def batch_preferences(device: torch.device, packing: bool) -> dict[str, Any]:
     """What the batcher should know of this backend on ``device``: CPUs run fastest under
     1,024 tokens a batch; a GPU keeps the kind's budget (16k tokens), packed or padded."""
     if device.type == "cpu":
@@ -124,8 +126,9 @@ class TransformersBackend(Backend):
         if self.options.layer_boundaries and self._whole is None and mark_layers(self.base):  # after any wrapping
             self.batch_preferences = {**self.batch_preferences, "preemptible": True}
 
-    def _load(self, source: str, task: str):
-        """(backbone, head, text config, whole model for heads that pool on their own)."""
+    def _load(self, source: str, task: str) -> tuple[Any, Any, Any, nn.Module | None]:
+        """(backbone, head, text config, whole model for heads that pool on their own).
+        Backbone and head are None where the whole model is returned."""
         from transformers import AutoModel, AutoModelForCausalLM, AutoModelForSequenceClassification
 
         kw = {"dtype": self.dtype}
@@ -165,7 +168,7 @@ class TransformersBackend(Backend):
             mask[row, : len(seq.ids)] = 1
         return ids.to(self.device), mask.to(self.device)
 
-    @torch.inference_mode()
+    @torch.inference_mode()  # type: ignore[untyped-decorator]  # torch is untyped
     def read(self, seqs: list[TokenSequence], token_ids: list[int] | None = None) -> list[np.ndarray]:
         ids, mask = self._pad_batch(seqs)
         if self._whole is not None:
@@ -174,8 +177,8 @@ class TransformersBackend(Backend):
         hidden = self.base(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
         return self._heads_at(hidden, seqs, token_ids)
 
-    @torch.inference_mode()
-    def read_packed(self, units, token_ids: list[int] | None = None) -> list[list[np.ndarray]]:
+    @torch.inference_mode()  # type: ignore[untyped-decorator]  # torch is untyped
+    def read_packed(self, units: list[Unit], token_ids: list[int] | None = None) -> list[list[np.ndarray]]:
         """Units of (prefix, continuations) in one row, no padding (see packing.py); for
         each unit, the rows read at each continuation's positions."""
         from rewardserve.models.backends.packing import pack
@@ -195,8 +198,8 @@ class TransformersBackend(Backend):
         out = iter(np.split(read, np.cumsum([len(r) for r in spans])[:-1]))
         return [[next(out) for _ in rows] for rows in packed.readouts]
 
-    @property
-    def packs(self) -> bool:
+    @property  # read-only here: known once the model is loaded
+    def packs(self) -> bool:  # type: ignore[override]  # Backend's is a plain class attribute
         """Whether read_packed serves this model: heads read from the backbone's hidden
         states (classifiers that pool on their own do not pack), the backbone on
         transformers' SDPA attention, and a packed probe read the same numbers as
@@ -312,7 +315,7 @@ class TransformersBackend(Backend):
         scale = max([1.0] + [float(np.abs(b).max()) for _, b in pairs])
         return all(np.allclose(a, b, rtol=compiled_tolerance, atol=compiled_tolerance * scale) for a, b in pairs)
 
-    @torch.inference_mode()
+    @torch.inference_mode()  # type: ignore[untyped-decorator]  # torch is untyped
     def read_shared(
         self, prefix: list[int], seqs: list[TokenSequence], token_ids: list[int] | None = None
     ) -> list[np.ndarray]:
@@ -324,7 +327,8 @@ class TransformersBackend(Backend):
 
         if self._whole is not None or not prefix:
             whole = after_prefix(prefix, seqs)
-            return self.read(whole, token_ids)
+            rows: list[np.ndarray] = self.read(whole, token_ids)
+            return rows
         cache = DynamicCache(config=self.base.config)
         self.base(input_ids=torch.tensor([prefix], device=self.device), past_key_values=cache, use_cache=True)
         cache.batch_repeat_interleave(len(seqs))
@@ -335,7 +339,7 @@ class TransformersBackend(Backend):
         ).last_hidden_state
         return self._heads_at(hidden, seqs, token_ids)
 
-    @torch.inference_mode()
+    @torch.inference_mode()  # type: ignore[untyped-decorator]  # torch is untyped
     def generate(
         self, prompt: list[int], *, n: int, temperature: float, top_p: float, max_new_tokens: int, seed: int | None
     ) -> list[str]:
@@ -357,9 +361,12 @@ class TransformersBackend(Backend):
             num_return_sequences=n if sampling else 1,
             pad_token_id=self._pad,
         )
-        return self.tokenizer.batch_decode(out[:, len(prompt) :], skip_special_tokens=True)
+        texts: list[str] = self.tokenizer.batch_decode(out[:, len(prompt) :], skip_special_tokens=True)
+        return texts
 
-    def _heads_at(self, hidden: torch.Tensor, seqs: list[TokenSequence], token_ids) -> list[np.ndarray]:
+    def _heads_at(
+        self, hidden: torch.Tensor, seqs: list[TokenSequence], token_ids: list[int] | None
+    ) -> list[np.ndarray]:
         counts = [len(s.positions) for s in seqs]
         rows = [r for r, n in enumerate(counts) for _ in range(n)]
         cols = [p for s in seqs for p in s.positions]
@@ -379,7 +386,7 @@ class TransformersBackend(Backend):
         return [chunk.numpy() for chunk in torch.split(out.float().cpu(), counts)]
 
 
-def context_limit(name: str, asked: int | None, config, tokenizer) -> int:
+def context_limit(name: str, asked: int | None, config: Any, tokenizer: Any) -> int:
     """The tokens a model may be given: the checkpoint's position limit
     (``max_position_embeddings``, or the tokenizer's ``model_max_length`` where smaller and
     real), or less when the spec asks. Asking for more is a load error: a model read past

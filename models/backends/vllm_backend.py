@@ -24,6 +24,8 @@ import asyncio
 import itertools
 import logging
 import threading
+from collections.abc import Awaitable, Coroutine
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -35,17 +37,18 @@ log = logging.getLogger("rewardserve.vllm")
 
 VLLM_TASKS = ("classify", "prm_head", "lm")
 CPU_BLOCK_SIZE = 32
+T = TypeVar("T")
 
 
 def vllm_available() -> bool:
     try:
-        import vllm  # noqa: F401
+        import vllm  # type: ignore[import-not-found]  # noqa: F401 (an optional extra, absent where mypy runs)
     except Exception:  # ImportError, or a broken install that fails at import
         return False
     return True
 
 
-async def _gather(coroutines: list) -> list:
+async def _gather(coroutines: list[Awaitable[T]]) -> list[T]:
     return list(await asyncio.gather(*coroutines))
 
 
@@ -85,11 +88,11 @@ class VllmBackend(Backend):
         self.vocab_size = config.get_vocab_size()
         self.pad_token_id = self.tokenizer.pad_token_id
 
-    async def _start_engine(self):
+    async def _start_engine(self) -> Any:
         from vllm import AsyncEngineArgs
-        from vllm.config import PoolerConfig
-        from vllm.platforms import current_platform
-        from vllm.v1.engine.async_llm import AsyncLLM
+        from vllm.config import PoolerConfig  # type: ignore[import-not-found]
+        from vllm.platforms import current_platform  # type: ignore[import-not-found]
+        from vllm.v1.engine.async_llm import AsyncLLM  # type: ignore[import-not-found]
 
         options = self.options
         # vLLM's prefix cache shares whole blocks only, so every completion of a group
@@ -116,7 +119,7 @@ class VllmBackend(Backend):
         )
         return AsyncLLM.from_engine_args(args)
 
-    def _call(self, coroutine):
+    def _call(self, coroutine: Coroutine[Any, Any, T]) -> T:
         """Run a coroutine on the engine's loop and wait for it (from any other thread)."""
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
 
@@ -136,7 +139,7 @@ class VllmBackend(Backend):
         # prefix cache); any other readout takes the head at every token.
         last_only = self.task == "classify" and seq.positions == (len(seq.ids) - 1,)
         params = PoolingParams(task="classify" if last_only else "token_classify", use_activation=False)
-        output = None
+        output: Any = None
         async for output in self.engine.encode({"prompt_token_ids": seq.ids}, params, self._request_id()):  # noqa: B007 (the last is the answer)
             pass
         data = np.asarray(output.outputs.data.float().numpy(), dtype=np.float32)
@@ -152,7 +155,7 @@ class VllmBackend(Backend):
         params = SamplingParams(
             max_tokens=1, temperature=0.0, logprobs=len(token_ids), logprob_token_ids=list(token_ids)
         )
-        output = None
+        output: Any = None
         async for output in self.engine.generate({"prompt_token_ids": seq.ids}, params, self._request_id()):  # noqa: B007 (the last is the answer)
             pass
         step = output.outputs[0].logprobs[0]
@@ -165,7 +168,9 @@ class VllmBackend(Backend):
             raise ValueError("generate needs a causal LM")
         return self._call(self._generate(prompt, n, temperature, top_p, max_new_tokens, seed))
 
-    async def _generate(self, prompt, n, temperature, top_p, max_new_tokens, seed) -> list[str]:
+    async def _generate(
+        self, prompt: list[int], n: int, temperature: float, top_p: float, max_new_tokens: int, seed: int | None
+    ) -> list[str]:
         from vllm import SamplingParams
 
         sampling = temperature > 0
@@ -177,7 +182,7 @@ class VllmBackend(Backend):
             seed=seed,
             skip_special_tokens=True,
         )
-        output = None
+        output: Any = None
         async for output in self.engine.generate({"prompt_token_ids": prompt}, params, self._request_id()):  # noqa: B007 (the last is the answer)
             pass
         return [choice.text for choice in output.outputs]

@@ -16,6 +16,7 @@ averaged over a trailing ``window``. Text embeddings are cached.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import torch
@@ -41,7 +42,7 @@ class _Frames:
     steps: bool
 
 
-def _texts(value) -> tuple[str, ...]:
+def _texts(value: str | list[str] | None) -> tuple[str, ...]:
     if value is None:
         return ()
     return (value,) if isinstance(value, str) else tuple(value)
@@ -59,11 +60,13 @@ def goal_reward(x: np.ndarray, goal: np.ndarray, baseline: np.ndarray | None, al
             )
         projection = alpha * np.outer(d, d) / float(d @ d) + (1 - alpha) * projection
     diff = (x - goal) @ projection
-    return 1.0 - 0.5 * np.sum(diff * diff, axis=-1)
+    rewards: np.ndarray = 1.0 - 0.5 * np.sum(diff * diff, axis=-1)
+    return rewards
 
 
 def _unit(v: np.ndarray) -> np.ndarray:
-    return v / np.linalg.norm(v, axis=-1, keepdims=True)
+    unit: np.ndarray = v / np.linalg.norm(v, axis=-1, keepdims=True)
+    return unit
 
 
 class CLIPGoalOptions(KindOptions):
@@ -132,13 +135,13 @@ class CLIPGoalModel(RewardModel):
 
     # ------------------------------------------------------------------ run
 
-    @torch.inference_mode()
+    @torch.inference_mode()  # type: ignore[untyped-decorator]  # torch is untyped
     def _image_embeddings(self, pixels: torch.Tensor) -> np.ndarray:
         out = self.model.get_image_features(pixel_values=pixels.to(self.device))
         out = out if isinstance(out, torch.Tensor) else out.pooler_output
         return _unit(out.double().cpu().numpy())
 
-    @torch.inference_mode()
+    @torch.inference_mode()  # type: ignore[untyped-decorator]  # torch is untyped
     def _text_embeddings(self, texts: tuple[str, ...]) -> np.ndarray:
         missing = [t for t in dict.fromkeys(texts) if self.text_cache.get(t) is None]
         if missing:
@@ -147,7 +150,8 @@ class CLIPGoalModel(RewardModel):
             out = out if isinstance(out, torch.Tensor) else out.pooler_output
             for text, vector in zip(missing, _unit(out.double().cpu().numpy())):
                 self.text_cache.put(text, vector)
-        return np.stack([self.text_cache.get(t) for t in texts])
+        # Each text's vector is cached, the missing ones just above.
+        return np.stack([cast(np.ndarray, self.text_cache.get(t)) for t in texts])
 
     def _prompt_vector(self, texts: tuple[str, ...]) -> np.ndarray:
         return _unit(self._text_embeddings(texts).mean(0))

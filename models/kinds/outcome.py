@@ -15,7 +15,7 @@ import numpy as np
 from pydantic import Field
 
 from rewardserve.client.protocol import Item, ItemResult, ScoreOptions
-from rewardserve.models.backends import TokenSequence, make_backend
+from rewardserve.models.backends import Backend, TokenSequence, make_backend
 from rewardserve.models.kinds import register_kind
 from rewardserve.models.options import WeightedKindOptions
 from rewardserve.models.planning import ItemError, Job, Unit, UnitOutput
@@ -57,6 +57,7 @@ class OutcomeModel(RewardModel):
     default_policy = BatchPolicy(max_batch_tokens=16384, max_wait_ms=5.0)
     endpoints = frozenset({"score", "compare", "classify"})
     inputs = frozenset({"chat", "text", "input_ids"})
+    backend: Backend  # set in load(), before any other method runs
 
     def load(self) -> None:
         from transformers import AutoConfig
@@ -68,7 +69,7 @@ class OutcomeModel(RewardModel):
     def _encode(self, items: list[Item], options: ScoreOptions) -> list[tuple[list[int], bool] | ItemError]:
         """Per item, its token ids and whether a token budget cut them, or its error:
         pre-rendered items as sent, the others templated and tokenized in one batch."""
-        out: list = [None] * len(items)
+        out: list[Any] = [None] * len(items)  # every place is filled below
         chat = []
         for i, item in enumerate(items):
             if item.rendered:
@@ -121,11 +122,11 @@ class OutcomeModel(RewardModel):
         backend = self.backend
         bos = backend.tokenizer.bos_token_id
         entries: list[Job[_Scoring] | ItemError] = []
-        for index, ids in enumerate(self._encode(items, options)):
-            if isinstance(ids, ItemError):
-                entries.append(ids)
+        for index, encoded in enumerate(self._encode(items, options)):
+            if isinstance(encoded, ItemError):
+                entries.append(encoded)
                 continue
-            ids, kept_short = ids
+            ids, kept_short = encoded
             if not ids:
                 entries.append(ItemError("the item encodes to no tokens"))
                 continue
@@ -156,7 +157,7 @@ class OutcomeModel(RewardModel):
             [self._result(job, rows) for job, rows in zip(jobs_of(unit), members)] for unit, members in zip(units, read)
         ]
 
-    def _result(self, work: Job[_Scoring], rows: list[np.ndarray]) -> ItemResult | ItemError:
+    def _result(self, work: Job[_Scoring], rows: np.ndarray) -> ItemResult | ItemError:
         (head,) = rows
         raw = [float(v) for v in head]
         if not all(math.isfinite(v) for v in raw):

@@ -25,7 +25,7 @@ from rewardserve.client.protocol import (
     StepSpan,
     StepsResult,
 )
-from rewardserve.models.backends import TokenSequence, make_backend
+from rewardserve.models.backends import Backend, TokenSequence, make_backend
 from rewardserve.models.cache import LRUCache
 from rewardserve.models.kinds import register_kind
 from rewardserve.models.options import WeightedKindOptions
@@ -71,6 +71,7 @@ class ProcessModel(RewardModel):
     default_policy = BatchPolicy(max_batch_tokens=16384, max_wait_ms=5.0)
     endpoints = frozenset({"score", "steps", "pooling", "compare"})
     inputs = frozenset({"chat", "text", "input_ids"})
+    backend: Backend  # set in load(), before any other method runs
 
     def load(self) -> None:
         fmt_class = FORMATS[self.options.format]
@@ -217,10 +218,10 @@ class ProcessModel(RewardModel):
             for unit, members in zip(units, read)
         ]
 
-    def _pooled(self, job: Job[_Payload], rows: list[np.ndarray]) -> list[list[float]]:
+    def _pooled(self, job: Job[_Payload], rows: np.ndarray) -> list[list[float]]:
         return [self.format.pooled(row) for row in rows]
 
-    def _result(self, work: Job[_Payload], scored: list[np.ndarray]) -> StepsResult | ItemError:
+    def _result(self, work: Job[_Payload], scored: np.ndarray) -> StepsResult | ItemError:
         traj = work.payload
         assert isinstance(traj, _Trajectory)
         values = [self.format.score(row) for row in scored]

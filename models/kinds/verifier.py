@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from pydantic import Field
@@ -33,7 +33,7 @@ from rewardserve.client.protocol import (
     VerifyResult,
     VerifySample,
 )
-from rewardserve.models.backends import TokenSequence, make_backend
+from rewardserve.models.backends import Backend, TokenSequence, make_backend
 from rewardserve.models.cache import LRUCache
 from rewardserve.models.kinds import register_kind
 from rewardserve.models.options import WeightedKindOptions
@@ -73,7 +73,7 @@ class Choices:
 class _Logprob:
     seq: TokenSequence
     choices: Choices
-    key: tuple
+    key: tuple[tuple[int, ...], tuple[int, ...]]  # (prompt ids, choice token ids)
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,7 @@ class _Judge:
     prefix: list[int]
     suffixes: list[TokenSequence]
     choices: list[Choices]
-    keys: list[tuple]
+    keys: list[tuple[tuple[int, ...], tuple[int, ...]]]  # as _Logprob.key
 
 
 class VerifierOptions(WeightedKindOptions):
@@ -113,6 +113,7 @@ class VerifierModel(RewardModel):
     default_policy = BatchPolicy(max_batch_tokens=16384, max_wait_ms=5.0)
     endpoints = frozenset({"score", "verify", "judge", "compare"})
     inputs = frozenset({"chat", "text", "input_ids"})
+    backend: Backend  # set in load(), before any other method runs
 
     def load(self) -> None:
         self.backend = make_backend(self.spec, "lm", self.options.backend())
@@ -139,7 +140,9 @@ class VerifierModel(RewardModel):
         known: Choices | None = self._choices.get(key)
         if known is None:
             tok = self.backend.tokenizer
-            ids, owner, seen = [], [], {}
+            ids: list[int] = []
+            owner: list[int] = []
+            seen: dict[int, int] = {}
             for index, forms in enumerate(spellings):
                 for form in forms:
                     encoded = tok.encode(form, add_special_tokens=False)
@@ -171,14 +174,14 @@ class VerifierModel(RewardModel):
         names = [forms[0].strip() for forms in template.choices]
         return self.choices(names, template.choices, template.values)
 
-    def encode_prompt(self, template: JudgeTemplate, variables: dict, prefill: str) -> list[int]:
+    def encode_prompt(self, template: JudgeTemplate, variables: dict[str, Any], prefill: str) -> list[int]:
         text = render_chat(self.backend.tokenizer, template.render(variables), add_generation_prompt=True) + prefill
         if len(text) > self.backend.max_tokens * MAX_CHARS_PER_TOKEN:  # not worth tokenizing
             raise ItemError(
                 f"the judge prompt has {len(text)} characters, more than this model's limit of "
                 f"{self.backend.max_tokens} tokens can hold"
             )
-        ids = self.backend.tokenizer(text)["input_ids"]
+        ids: list[int] = self.backend.tokenizer(text)["input_ids"]
         if len(ids) > self.backend.max_tokens:
             raise ItemError(
                 f"the judge prompt has {len(ids)} tokens, over this model's limit of {self.backend.max_tokens}"
@@ -217,6 +220,7 @@ class VerifierModel(RewardModel):
         for index, item in enumerate(items):
             try:
                 if options.mode == "logprob":
+                    assert choices is not None  # made above for logprob mode
                     prefill = template.logprob_prefill if template.logprob_prefill is not None else template.prefill
                     ids = self._prompt_ids(item, index, template, options, prefill)
                     payload = _Logprob(
@@ -238,7 +242,9 @@ class VerifierModel(RewardModel):
                 entries.append(exc)
         return entries
 
-    def _prompt_ids(self, item: Item, index: int, template: JudgeTemplate, options, prefill: str) -> list[int]:
+    def _prompt_ids(
+        self, item: Item, index: int, template: JudgeTemplate, options: VerifyOptions, prefill: str
+    ) -> list[int]:
         """The judge prompt's ids: the template over the item, or a pre-rendered item as
         the caller wrote it (its whole prompt, the verdict read right after it)."""
         if not item.rendered:
@@ -407,7 +413,7 @@ class VerifierModel(RewardModel):
                 error=f"no verdict could be parsed from {len(samples)} sample(s)",
             )
         return VerifyResult(
-            score=sum(s.score for s in valid) / len(valid),
+            score=sum(cast(float, s.score) for s in valid) / len(valid),  # valid: the samples with a score
             verdict=valid[0].verdict,
             rationale=valid[0].text,
             samples=samples,
@@ -432,7 +438,11 @@ class VerifierModel(RewardModel):
                 for i, (row,) in zip(ids, fresh):
                     own[i] = row[[column[t] for t in job.choices[i].token_ids]]
                     self.cache.put(cache_keys[i], own[i])
-        return [[self._logprob_result(c, row) for c, row in zip(job.choices, own)] for job, own in zip(jobs, rows)]
+        # Every row is there now: from the cache, or read just above.
+        return [
+            [self._logprob_result(c, cast(np.ndarray, row)) for c, row in zip(job.choices, own)]
+            for job, own in zip(jobs, rows)
+        ]
 
 
 def _own(unit: Unit[Any], key: Any) -> tuple[str | None, Any]:

@@ -88,7 +88,7 @@ class VLMModel(RewardModel):
 
             pack_linears(self.backbone)
 
-    def _load_head(self, model, hidden: int):
+    def _load_head(self, model: Any, hidden: int) -> tuple[nn.Module, list[int] | None]:
         from rewardserve.models.backends.architectures import checkpoint_tensors
 
         if self.head_kind == "yes_no":
@@ -158,6 +158,7 @@ class VLMModel(RewardModel):
         bos = self.tokenizer.bos_token
         if bos and text.startswith(bos):
             text = text[len(bos) :]
+        assert self.max_tokens_limit is not None  # set by load()
         fit_text(text, self.max_tokens_limit, "error", index=index)  # before tokenizing
         pixel_values = grid = None
         if images:
@@ -176,7 +177,7 @@ class VLMModel(RewardModel):
 
     # ------------------------------------------------------------------ run
 
-    @torch.inference_mode()
+    @torch.inference_mode()  # type: ignore[untyped-decorator]  # torch is untyped
     def run(self, units: list[Unit[Job[_VLMInput]]]) -> list[UnitOutput]:
         inputs = [unit.payload.payload for unit in units]
         width = max(len(x.ids) for x in inputs)

@@ -60,7 +60,7 @@ class ModelCriteria:
 
 
 def plan_model_criteria(
-    items: list[Item], criteria: list[list[Criterion]], params: list[str], peers: PeerLookup | None
+    items: Sequence[Item], criteria: list[list[Criterion]], params: list[str], peers: PeerLookup | None
 ) -> ModelCriteria:
     keys: dict[str, list[Key]] = {}
     for i, own in enumerate(criteria):

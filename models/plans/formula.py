@@ -13,6 +13,7 @@ import ast
 import math
 import operator
 from collections.abc import Callable
+from typing import cast
 
 MAX_LENGTH = 2000
 MAX_NODES = 300
@@ -140,7 +141,7 @@ def _bounded(x: float) -> float:
 
 def _eval(node: ast.AST, values: dict[str, float]) -> float:
     if isinstance(node, ast.Constant):
-        return _bounded(node.value)
+        return _bounded(cast(float, node.value))  # _check let only int and float constants through
     if isinstance(node, ast.Name):
         if node.id in FUNCTIONS:
             raise FormulaError(f"{node.id} is a function")
@@ -168,5 +169,6 @@ def _eval(node: ast.AST, values: dict[str, float]) -> float:
     if isinstance(node, ast.IfExp):
         return _eval(node.body if _eval(node.test, values) else node.orelse, values)
     if isinstance(node, ast.Call):
-        return _bounded(FUNCTIONS[node.func.id](*[_eval(a, values) for a in node.args]))
+        func = cast(ast.Name, node.func)  # _check let only calls of FUNCTIONS by name through
+        return _bounded(FUNCTIONS[func.id](*[_eval(a, values) for a in node.args]))
     raise FormulaError(f"'{type(node).__name__}' is not allowed in a formula")

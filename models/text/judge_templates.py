@@ -13,13 +13,13 @@ import re
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 from jinja2 import StrictUndefined, TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from rewardserve.client.protocol import Item, Message
+from rewardserve.client.protocol import Item, Message, Role
 from rewardserve.models.planning import ItemError
 
 _TEMPLATES_FILE = Path(__file__).parent.parent / "presets" / "judge_templates.yaml"
@@ -70,7 +70,8 @@ class JudgeTemplate:
     def render(self, variables: dict[str, Any]) -> list[Message]:
         try:
             return [
-                Message(role=m["role"], content=_jinja().from_string(m["content"]).render(**variables))
+                # Message checks the role (a template's own) against Role.
+                Message(role=cast(Role, m["role"]), content=_jinja().from_string(m["content"]).render(**variables))
                 for m in self.messages
             ]
         except TemplateError as exc:
@@ -119,7 +120,8 @@ def _last(pattern: str, text: str, flags: int = re.IGNORECASE) -> str:
     matches = re.findall(pattern, text, flags)
     if not matches:
         raise ParseError("no verdict found")
-    return matches[-1]
+    last: str = matches[-1]  # the patterns have at most one group: each match is a str
+    return last
 
 
 def parse_yes_no(text: str) -> Verdict:

@@ -18,7 +18,7 @@ model card's recipe, so the one-pass scores equal the card's per-prefix computat
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import ClassVar, Literal, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -57,11 +57,12 @@ def _softmax_pick(row: np.ndarray, index: int) -> float:
     return float(e[index] / e.sum())
 
 
-def _single_id(tokenizer, text: str, what: str) -> int:
+def _single_id(tokenizer: Any, text: str, what: str) -> int:
     ids = tokenizer.encode(text, add_special_tokens=False)
     if not ids:
         raise ValueError(f"{what} {text!r} encodes to no token")
-    return ids[-1]
+    last: int = ids[-1]
+    return last
 
 
 class StepFormat(ABC):
@@ -72,7 +73,7 @@ class StepFormat(ABC):
     # input and vLLM's /pooling find steps by it).
     tag_id: int | None = None
 
-    def __init__(self, tokenizer, options: StepFormatOptions):
+    def __init__(self, tokenizer: Any, options: StepFormatOptions):
         self.tokenizer = tokenizer
         self.options = options
 
@@ -115,8 +116,9 @@ def _or(value: T | None, default: T) -> T:
 
 class SeparatorChat(StepFormat):
     task = "prm_head"
+    tag_id: int  # set in __init__
 
-    def __init__(self, tokenizer, options: StepFormatOptions):
+    def __init__(self, tokenizer: Any, options: StepFormatOptions):
         super().__init__(tokenizer, options)
         self.tag = _or(options.tag, "<extra_0>")
         self.tag_id = tokenizer.encode(self.tag, add_special_tokens=False)[0]
@@ -148,7 +150,8 @@ class SeparatorChat(StepFormat):
 
     def pooled(self, row: np.ndarray) -> list[float]:
         z = np.exp(row.astype(np.float64) - row.max())
-        return (z / z.sum()).tolist()
+        probs: list[float] = (z / z.sum()).tolist()
+        return probs
 
 
 class ClassifierTags(SeparatorChat):
@@ -168,8 +171,9 @@ class ClassifierTags(SeparatorChat):
 
 class TagLM(StepFormat):
     task = "lm"
+    tag_id: int  # set in __init__
 
-    def __init__(self, tokenizer, options: StepFormatOptions):
+    def __init__(self, tokenizer: Any, options: StepFormatOptions):
         super().__init__(tokenizer, options)
         self.tag = _or(options.tag, "ки")
         self.tag_id = _single_id(tokenizer, self.tag, "step tag")
@@ -203,7 +207,7 @@ class TagLM(StepFormat):
 class ValueHead(StepFormat):
     task = "value_head"
 
-    def __init__(self, tokenizer, options: StepFormatOptions):
+    def __init__(self, tokenizer: Any, options: StepFormatOptions):
         super().__init__(tokenizer, options)
         self.step_token = _or(options.step_token, "\n")
         self.step_token_id = tokenizer.encode(self.step_token)[-1]
@@ -225,8 +229,9 @@ class ValueHead(StepFormat):
 
 class ChatTurn(StepFormat):
     task = "lm"
+    token_ids: list[int]  # set in __init__
 
-    def __init__(self, tokenizer, options: StepFormatOptions):
+    def __init__(self, tokenizer: Any, options: StepFormatOptions):
         super().__init__(tokenizer, options)
         self.good, self.bad = _or(options.good, "+"), _or(options.bad, "-")
         self.token_ids = [
@@ -240,7 +245,8 @@ class ChatTurn(StepFormat):
         text = self.tokenizer.apply_chat_template(
             message_dicts(conv), tokenize=False, add_generation_prompt=generation_prompt
         )
-        return self.tokenizer.encode(text, add_special_tokens=False)
+        ids: list[int] = self.tokenizer.encode(text, add_special_tokens=False)
+        return ids
 
     def encode(self, traj: Trajectory) -> tuple[list[int], list[int]]:
         # The card's conversation is user steps and assistant labels only: no system turn.

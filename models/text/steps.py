@@ -96,7 +96,7 @@ def _has_agent_shape(messages: list[Message]) -> bool:
 
 
 def extract(item: Item, options: StepOptions, default_separator: str | None) -> Trajectory:
-    mode = options.steps_from
+    mode: str = options.steps_from  # "auto" resolves to one of the others, or "whole"
     separator = options.separator or default_separator
     if mode == "auto":
         if item.steps is not None:

@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from functools import cache
 from typing import Any
 
 from jinja2 import StrictUndefined, TemplateError, UndefinedError, nodes
 from jinja2.exceptions import SecurityError
+from jinja2.runtime import Context
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from rewardserve.models.planning import ItemError
@@ -124,7 +126,7 @@ def render_field_bounded(value: Any, variables: dict[str, Any]) -> Any:
     return value
 
 
-def _render(env, source: str, variables: dict[str, Any]) -> str:
+def _render(env: ImmutableSandboxedEnvironment, source: str, variables: dict[str, Any]) -> str:
     try:
         template = env.from_string(source)
         parts, size = [], 0
@@ -172,16 +174,16 @@ def _size(x: Any) -> int:
     return len(x) if isinstance(x, (str, list, tuple)) else 0
 
 
-def _check_sizes(args: tuple, kwargs: dict) -> None:
+def _check_sizes(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
     """Widths and counts given to filters and methods (``center(10**9)``, ``'%*d'``)."""
     for value in (*args, *kwargs.values()):
         if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_VALUE_CHARS:
             raise TemplateLimitError(f"a number given to a filter or method is over {MAX_VALUE_CHARS}")
 
 
-def _bounded_filter(fn):
+def _bounded_filter(fn: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(fn)  # keeps jinja's pass_context / pass_environment marks
-    def bounded(*args, **kwargs):
+    def bounded(*args: Any, **kwargs: Any) -> Any:
         _check_sizes(args, kwargs)
         out = fn(*args, **kwargs)
         if _size(out) > MAX_VALUE_CHARS:
@@ -198,11 +200,17 @@ class _BoundedEnvironment(ImmutableSandboxedEnvironment):
         super().__init__(**options)
         self.filters = {name: _bounded_filter(fn) for name, fn in self.filters.items()}
 
-    def call(__self, __context, __obj, *args: Any, **kwargs: Any) -> Any:  # noqa: N805 (jinja's signature)
+    def call(
+        __self,  # noqa: N805 (jinja's signature)
+        __context: Context,
+        __obj: Any,
+        *args: Any,
+        **kwargs: Any,
+    ) -> Any:
         _check_sizes(args, kwargs)
         return super().call(__context, __obj, *args, **kwargs)
 
-    def call_binop(self, context, operator: str, left: Any, right: Any) -> Any:
+    def call_binop(self, context: Context, operator: str, left: Any, right: Any) -> Any:
         if operator == "**" and isinstance(left, int) and isinstance(right, int) and abs(left) > 1:
             if right * math.log2(abs(left)) > MAX_INT_BITS:
                 raise TemplateLimitError(f"a power in the template is over {MAX_INT_BITS} bits")

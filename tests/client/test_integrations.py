@@ -410,3 +410,30 @@ def test_shaped_step_rewards_on_the_tokenizer_s_own_text(service, qwen2_prm):
     # Each reward sits on the token holding its step's last character.
     for i, end in zip(placed, ends):
         assert text.offsets[i][0] <= end < text.offsets[i][1] and text.text[end] == "."
+
+
+def test_trl_groups_are_its_prompts_and_missing_rewards_say_why(service, caplog):
+    """TRL sends each prompt's completions together (num_generations in a row): they form
+    one group, so a ``normalize: group`` criterion gives z-scores summing to 0 per prompt;
+    a reward that cannot be computed is logged with its reason, or raised, or stood in for."""
+    import logging
+
+    from rewardserve.client import RewardServeError
+
+    client = RewardClient(service)
+    prompts = [p for p in ("Say yes.", "Say no.") for _ in range(4)]
+    completions = ["yes", "yes yes, I say yes", "no", "maybe so", "no", "no no", "yes", "I will not say it"]
+    (normalized,) = rubric_reward_functions(
+        criteria=[{"name": "rm", "model": "rm", "normalize": "group"}], client=client
+    ).functions
+    values = normalized(prompts, completions)
+    for group in (values[:4], values[4:]):
+        assert abs(sum(group)) < 1e-6 and max(abs(v) for v in group) > 0.1, values
+    no_answer = reward_function("fuzzy", client=client, reference_column="answer")
+    with caplog.at_level(logging.WARNING, "rewardserve.trl"):
+        assert no_answer(prompts, completions, reference=["yes"] * 8) == [None] * 8
+    assert "8 of 8 completions have no reward" in caplog.text and "reference" in caplog.text
+    stand_in = reward_function("fuzzy", client=client, reference_column="answer", on_invalid=0.0)
+    assert stand_in(prompts, completions) == [0.0] * 8
+    with pytest.raises(RewardServeError, match="no reward"):
+        reward_function("fuzzy", client=client, reference_column="answer", on_invalid="raise")(prompts, completions)

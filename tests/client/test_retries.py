@@ -11,6 +11,7 @@ import pytest
 from rewardserve.client import (
     APIConnectionError,
     AsyncRewardClient,
+    NotFoundError,
     RewardClient,
     ServiceUnavailableError,
     UnprocessableEntityError,
@@ -134,3 +135,27 @@ def test_chunks_keep_groups_whole_and_cover_every_index():
         groups = {items[i].group_id for i in chunk if items[i].group_id}
         for g in groups:
             assert sum(1 for i in chunk if items[i].group_id == g) == sum(1 for it in items if it.group_id == g)
+
+
+def test_errors_name_the_url_and_explain_a_trailing_v1():
+    """A refused connection names the URL it tried; a base URL ending in /v1 (the OpenAI
+    SDK's habit) gets a 404 that says what to give instead."""
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        if request.url.path.startswith("/v1/v1/"):
+            return httpx.Response(404, json={"error": {"type": "not_found", "message": "Not Found"}})
+        raise httpx.ConnectError("Connection refused")
+
+    http = httpx.Client(transport=httpx.MockTransport(handle))
+    with pytest.raises(APIConnectionError, match=r"POST http://rs:8000/v1/score failed: Connection refused"):
+        RewardClient("http://rs:8000", http_client=http, max_retries=0).score("m", [{"response": "a"}])
+    with pytest.raises(NotFoundError, match="base URL ends in /v1: give the service's root"):
+        RewardClient("http://rs:8000/v1", http_client=http, max_retries=0).score("m", [{"response": "a"}])
+
+
+def test_with_options_takes_the_constructor_s_keywords():
+    client = RewardClient("http://rs", timeout=5.0)
+    assert client.with_options(timeout=1.5, deadline=9.0).config.timeout_s == 1.5
+    assert client.with_options(deadline=9.0).config.deadline_s == 9.0
+    with pytest.raises(TypeError, match="with_options"):
+        client.with_options(timeout_s=1.0)  # type: ignore[call-arg]

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 from torch import nn
@@ -33,20 +35,21 @@ from rewardserve.models.backends.packing import Layout, attend_segments
 def register_ops() -> None:
     """Define the ``rewardserve::`` ops compiled layers call (once per process)."""
 
-    @torch.library.custom_op("rewardserve::packed_linear", mutates_args=())
+    # torch is untyped: mypy sees its decorators as making the functions they wrap Any.
+    @torch.library.custom_op("rewardserve::packed_linear", mutates_args=())  # type: ignore[untyped-decorator]
     def packed_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
 
-    @packed_linear.register_fake
-    def _(x, weight, bias):
+    @packed_linear.register_fake  # type: ignore[untyped-decorator]  # torch is untyped
+    def _(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         return x.new_empty(x.shape[0], weight.shape[0])
 
     # Every layer of a forward hands in the same table: its layout (masks made once) is
     # kept for the next. Keyed by content, so another forward, model or thread never
     # meets a layout that is not its own.
-    last: dict = {}
+    last: dict[tuple[tuple[int, ...], torch.device, torch.dtype], Layout] = {}
 
-    @torch.library.custom_op("rewardserve::segments", mutates_args=())
+    @torch.library.custom_op("rewardserve::segments", mutates_args=())  # type: ignore[untyped-decorator]  # see above
     def segments(
         query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, table: torch.Tensor, scale: float, window: int
     ) -> torch.Tensor:
@@ -57,12 +60,14 @@ def register_ops() -> None:
             last[key_of] = layout = Layout.from_table(list(key_of[0]), query.device)
         return attend_segments(query, key, value, layout, scale, window or None)
 
-    @segments.register_fake
-    def _(query, key, value, table, scale, window):
+    @segments.register_fake  # type: ignore[untyped-decorator]  # torch is untyped
+    def _(
+        query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, table: torch.Tensor, scale: float, window: int
+    ) -> torch.Tensor:
         return query.new_empty(1, query.shape[2], query.shape[1], query.shape[3])
 
 
-class CompiledLayer(nn.Module):
+class CompiledLayer(nn.Module):  # type: ignore[misc]  # torch is untyped: nn.Module is Any
     """A decoder layer that runs compiled when the forward is packed (one row carrying a
     ``packed_layout``), as itself otherwise."""
 
@@ -72,7 +77,7 @@ class CompiledLayer(nn.Module):
         # Not a child module: the same layer, compiled.
         self.__dict__["compiled"] = torch.compile(layer, dynamic=True)
 
-    def forward(self, hidden_states: torch.Tensor, *args, **kwargs):
+    def forward(self, hidden_states: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
         layout = kwargs.get("packed_layout")
         if layout is None or args or hidden_states.shape[0] != 1:
             return self.layer(hidden_states, *args, **kwargs)
@@ -99,7 +104,7 @@ def compile_layers(decoder: nn.Module) -> int:
 
 
 @contextlib.contextmanager
-def compiler_settings():
+def compiler_settings() -> Iterator[None]:
     """Settings while a model's parts compile (at load): no pool of compile worker
     processes (the service runs models in threads of one process; a few small graphs);
     room in dynamo's per-function cache (8 entries by default) for the graphs of every
@@ -113,6 +118,7 @@ def compiler_settings():
 
 def uncompile_layers(decoder: nn.Module) -> None:
     layers = getattr(decoder, "layers", None)
-    for i, layer in enumerate(layers if isinstance(layers, nn.ModuleList) else ()):
-        if isinstance(layer, CompiledLayer):
-            layers[i] = layer.layer
+    if isinstance(layers, nn.ModuleList):
+        for i, layer in enumerate(layers):
+            if isinstance(layer, CompiledLayer):
+                layers[i] = layer.layer

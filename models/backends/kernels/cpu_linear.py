@@ -25,6 +25,7 @@ MLP's gate and up projections, fusing gained nothing, so they stay apart.
 from __future__ import annotations
 
 import logging
+from typing import cast
 
 import torch
 from torch import nn
@@ -47,7 +48,7 @@ def onednn_available(dtype: torch.dtype = torch.float32) -> bool:
     return dtype != torch.bfloat16 or bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
-class PackedLinear(nn.Module):
+class PackedLinear(nn.Module):  # type: ignore[misc]  # torch is untyped: nn.Module is Any
     """Drop-in for an inference-only ``nn.Linear`` of this ``weight`` ([out, in]) and
     ``bias``: same input and output shapes."""
 
@@ -76,7 +77,7 @@ FUSED_PROJECTIONS = (("q_proj", "k_proj", "v_proj"),)
 FUSED_DTYPES = {torch.bfloat16}
 
 
-class FusedProjections(nn.Module):
+class FusedProjections(nn.Module):  # type: ignore[misc]  # torch is untyped: nn.Module is Any
     """One packed GEMM for several projections of one input. Each projection is replaced
     by a ``ProjectionPart``; the first part called with an input computes every part's
     output and keeps the others' until they are asked for with that same tensor. A part
@@ -90,7 +91,7 @@ class FusedProjections(nn.Module):
         self.linear = PackedLinear(torch.cat([linear.weight.detach() for linear in linears]), bias)
         self.sizes = [linear.out_features for linear in linears]
         self._input: torch.Tensor | None = None
-        self._outputs: list = []
+        self._outputs: list[torch.Tensor | None] = []
 
     def output(self, x: torch.Tensor, index: int) -> torch.Tensor:
         if x is not self._input or self._outputs[index] is None:
@@ -101,7 +102,7 @@ class FusedProjections(nn.Module):
         return out
 
 
-class ProjectionPart(nn.Module):
+class ProjectionPart(nn.Module):  # type: ignore[misc]  # torch is untyped: nn.Module is Any
     """One projection of a ``FusedProjections``: the input and output shapes of the
     ``nn.Linear`` it replaces (its output a view of the fused one's columns)."""
 
@@ -134,13 +135,14 @@ def pack_linears(module: nn.Module) -> int:
     return replaced
 
 
-def _fuse_projections(parent: nn.Module, dtypes: set) -> int:
+def _fuse_projections(parent: nn.Module, dtypes: set[torch.dtype]) -> int:
     """Fuses the sibling projections whose weights are of one of ``dtypes``."""
     replaced = 0
     for names in FUSED_PROJECTIONS:
-        linears = [getattr(parent, name, None) for name in names]
-        if not all(type(linear) is nn.Linear for linear in linears):
+        found = [getattr(parent, name, None) for name in names]
+        if not all(type(linear) is nn.Linear for linear in found):
             continue
+        linears = cast(list[nn.Linear], found)  # each checked just above
         first = linears[0]
         if first.weight.dtype not in dtypes or any(
             linear.in_features != first.in_features
@@ -158,12 +160,12 @@ def _fuse_projections(parent: nn.Module, dtypes: set) -> int:
     return replaced
 
 
-@torch.inference_mode()
+@torch.inference_mode()  # type: ignore[untyped-decorator]  # torch is untyped
 def build_kernels(module: nn.Module) -> int:
     """Run each packed weight shape under ``module`` once at every row count a chunk can
     have (1 to ROW_MULTIPLE, then multiples of it up to CHUNK_ROWS), so oneDNN builds
     those kernels now rather than in the first batches. Returns the shapes run."""
-    shapes: dict = {}
+    shapes: dict[tuple[int, int, torch.dtype], PackedLinear] = {}
     for child in module.modules():
         if isinstance(child, PackedLinear):
             shapes.setdefault((child.in_features, child.out_features, child.packed.dtype), child)
@@ -174,7 +176,7 @@ def build_kernels(module: nn.Module) -> int:
     return len(shapes)
 
 
-@torch.inference_mode()
+@torch.inference_mode()  # type: ignore[untyped-decorator]  # torch is untyped
 def _agrees(linear: nn.Linear, packed: nn.Module) -> bool:
     # A few rows: the kernels' numbers are the question; chunking only concatenates them.
     probe = torch.randn(3, linear.in_features, generator=torch.Generator().manual_seed(0)).to(linear.weight.dtype)

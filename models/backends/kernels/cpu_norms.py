@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 from torch import nn
@@ -35,7 +37,7 @@ def compile_norms(module: nn.Module, skip: tuple[type, ...] = ()) -> int:
     """Give every RMSNorm under ``module`` but those inside a ``skip`` module (compiled
     whole already) a compiled forward (one compiled function per norm class, the module
     passed in, so its layers share graphs); returns how many."""
-    compiled: dict = {}
+    compiled: dict[type, Callable[..., Any]] = {}
     count = 0
     for child in _outside(module, skip):
         if is_rms_norm(child):
@@ -45,7 +47,7 @@ def compile_norms(module: nn.Module, skip: tuple[type, ...] = ()) -> int:
     return count
 
 
-def _outside(module: nn.Module, skip: tuple[type, ...]):
+def _outside(module: nn.Module, skip: tuple[type, ...]) -> Iterator[nn.Module]:
     if isinstance(module, skip):
         return
     yield module

@@ -16,12 +16,16 @@ dynamic shapes (a row of any length reuses it); eager FlexAttention is a slow re
 from __future__ import annotations
 
 import functools
+from typing import TYPE_CHECKING, Any
 
 import torch
 
+if TYPE_CHECKING:  # packing imports this module when a forward first needs it
+    from rewardserve.models.backends.packing import Layout
+
 
 @functools.cache
-def _flex(device_type: str):
+def _flex(device_type: str) -> Any:
     """Compiled on CUDA (Triton). On a CPU the eager reference: inductor's CPU template
     for FlexAttention (torch 2.13) fails to build for some of these masks (a sliding
     window after a first graph), and on a CPU the per-segment path is the default anyway."""
@@ -30,7 +34,7 @@ def _flex(device_type: str):
     return torch.compile(flex_attention, dynamic=True) if device_type == "cuda" else flex_attention
 
 
-def token_tables(layout, device: torch.device) -> tuple[torch.Tensor, ...]:
+def token_tables(layout: Layout, device: torch.device) -> tuple[torch.Tensor, ...]:
     """(segment, prefix start, prefix length, position) of every token of the row."""
     segment = torch.empty(layout.length, dtype=torch.long)
     first = torch.zeros(layout.length, dtype=torch.long)
@@ -47,14 +51,14 @@ def token_tables(layout, device: torch.device) -> tuple[torch.Tensor, ...]:
     return tuple(t.to(device) for t in (segment, first, count, position))
 
 
-def block_mask(layout, sliding_window: int | None, device: torch.device):
+def block_mask(layout: Layout, sliding_window: int | None, device: torch.device) -> Any:
     from torch.nn.attention.flex_attention import create_block_mask
 
     key = sliding_window or 0
     if key not in layout.block_masks:
         segment, first, count, position = token_tables(layout, device)
 
-        def allowed(b, h, q, kv):
+        def allowed(b: torch.Tensor, h: torch.Tensor, q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
             own = (segment[q] == segment[kv]) & (kv <= q)
             prefix = (kv >= first[q]) & (kv < first[q] + count[q])
             seen = own | prefix
@@ -70,7 +74,7 @@ def attend_flex(
     query: torch.Tensor,
     key: torch.Tensor,
     value: torch.Tensor,
-    layout,
+    layout: Layout,
     scaling: float | None,
     sliding_window: int | None,
 ) -> torch.Tensor:
