@@ -1,12 +1,10 @@
 """Giving freed memory back to the operating system.
 
 Every batch allocates activations of a new shape; glibc keeps the freed blocks in its
-heaps, fragmented, and the process's RSS creeps up for hours. Measured with bench/soak.py
-(10 minutes at 80% of capacity, RSS as the mean of the first and of the last minute):
-+18.8% without trimming; with ``malloc_trim(0)`` at most once a second after a batch
-(a few ms) and oneDNN's primitive cache capped (cli/main.py), -2.8%. Each trim costs
-the next batch its page faults again, so it now runs every 10 s by default, beside
-``keep_activation_memory``.
+heaps, fragmented, and the process's RSS creeps up for hours (bench/soak.py shows it).
+``malloc_trim(0)`` after a batch, at most every ``malloc_trim_seconds``, with oneDNN's
+primitive cache capped (cli/main.py), keeps it flat; each trim costs the next batch its
+page faults again, hence not after every batch, and ``keep_activation_memory`` beside it.
 """
 
 from __future__ import annotations
@@ -68,10 +66,9 @@ def freeze_loaded_objects() -> int:
     """Move every object alive now (the models' modules, compiled graphs, tokenizers)
     out of the garbage collector's reach, as vLLM does after its start-up.
 
-    A full collection walks every tracked object; with compiled models loaded that was
-    100-255 ms with the process stopped, several times a minute under load (bench/tenants.py
-    saw it as a light tenant's p99 of 0.33 s against a server-side worst of 60 ms).
-    Frozen objects are still freed by reference counting; only cycles among them stay.
+    A full collection walks every tracked object; with compiled models loaded that stops
+    the process for a long pause, several times a minute under load. Frozen objects are
+    still freed by reference counting; only cycles among them stay.
     Returns how many objects are frozen."""
     gc.collect()
     gc.freeze()

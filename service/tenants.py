@@ -31,9 +31,9 @@ from rewardserve.service.errors import TenantQueueFull
 from rewardserve.service.metrics import Metrics
 
 # A batch's compute while several tenants use a model on a CPU (service/batcher.py): a
-# light tenant's item waits for at most about this long behind a flood. bench/tenants.py
-# (Intel Xeon AMX, B 20 req/s, A 10x): B's p99 1.28x of alone at 30 ms, 2.99x at 50, and
-# A above the capacity B leaves at 30; at 20 ms A fell to 83 of ~100 items/s.
+# light tenant's item waits for at most about this long behind a flood. Longer lets the
+# light tenant's tail grow; much shorter costs the flood throughput it is owed (figures:
+# bench/results/issue-23-tenants.md).
 BATCH_MS = 30.0
 
 DEFAULT = "default"

@@ -1,13 +1,12 @@
 """Which of float32 and bfloat16 is faster on this CPU, measured at load.
 
-Whether bf16 pays on a CPU depends on more than its flags: it ran 1.6-1.9x faster than
-fp32 on a CPU with AMX, ~0.6x on one with avx512_bf16 and no AMX, ~0.15x on an AVX2-only
-one. So the service times it: the model's largest linear weight, copied to each dtype,
-multiplied by PROBE_TOKENS rows of random activations (a forward's shape), the best of a
-few runs each. The weights the model serves with are not touched, so no score changes.
-When the model was asked for the slower dtype, the log says so with the figures; when
-the CPU default (fp32) is the slower one, it says bf16 would be faster, at bf16's
-rounding.
+Whether bf16 pays on a CPU depends on more than its flags (with AMX it is faster than
+fp32, with avx512_bf16 alone or AVX2 only much slower). So the service times it: the
+model's largest linear weight, copied to each dtype, multiplied by PROBE_TOKENS rows of
+random activations (a forward's shape), the best of a few runs each. The weights the
+model serves with are not touched, so no score changes. When the model was asked for the
+slower dtype, the log says so with the figures; when the CPU default (fp32) is the slower
+one, it says bf16 would be faster, at bf16's rounding.
 """
 
 from __future__ import annotations

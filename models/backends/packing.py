@@ -11,10 +11,9 @@ The linear layers run over the row's tokens as they are. Attention does not run 
 whole row with a mask (its cost would be the row's length squared, most of it masked
 out): ``segmented_attention``, the attention function packing models load with, runs it
 per segment. Every prefix and every lone sequence attends causally to itself, each
-continuation to its prefix's keys and its own. Measured on CPU (Qwen3 1024x8, fp32): five
-unrelated sequences of 120-270 tokens in one row ran in 522-575 ms against 601-754 ms as
-a padded batch and 731-819 ms with a whole-row mask; a GRPO group (a 320-token prompt, 8
-completions) in 486-564 ms against 568-640 ms with the row mask.
+continuation to its prefix's keys and its own. A packed row runs faster than the same
+sequences as a padded batch, and than one row under a whole-row mask (figures:
+bench/results/design-measurements.md).
 """
 
 from __future__ import annotations

@@ -1,21 +1,19 @@
 """Linear layers for inference on CPU: weights prepacked once for oneDNN, rows in chunks.
 
-torch's fp32 ``nn.Linear`` on CPU calls MKL's sgemm, which on one of this workplace's AMD
-EPYC machines ran at 170 GFLOP/s; oneDNN with weights reordered once to its blocked layout
-ran the same shapes 1.9-2.9x faster (M = 1 to 2000 tokens, K 1024, N 3072) with outputs
-equal to 1e-6 relative; vLLM's CPU backend gets much of its speed the same way. On another
-(Zen 3, AVX2 only, torch 2.13) both ran at ~140 GFLOP/s on 2 cores, oneDNN 0.9-1.4x MKL's
-speed (M 64 to 1008): no loss, little gain. bf16 goes through oneDNN (AMX where the CPU has
-it) either way; prepacking spares the per-call reorder. CPUs without oneDNN's bf16 kernels
+torch's fp32 ``nn.Linear`` on CPU calls MKL's sgemm; oneDNN with weights reordered once to
+its blocked layout runs the same shapes as fast or faster, with outputs equal to 1e-6
+relative (vLLM's CPU backend gets much of its speed the same way; figures by CPU in
+bench/results/design-measurements.md). bf16 goes through oneDNN (AMX where the CPU has it)
+either way; prepacking spares the per-call reorder. CPUs without oneDNN's bf16 kernels
 (avx512 or avx_ne_convert) keep torch's bf16 linears.
 
-oneDNN builds (JIT-compiles) a kernel for every row count M it meets: ~5 ms per weight
-shape for M near 1,000 here, against ~1.5 ms to run it. A packed batch of fresh texts has
+oneDNN builds (JIT-compiles) a kernel for every row count M it meets, which costs more
+than running it. A packed batch of fresh texts has
 a row count never seen before, so every batch paid that for every weight shape. Packed
 rows are therefore a multiple of ``ROW_MULTIPLE`` long (packing.pack) and go through in
 chunks of at most ``CHUNK_ROWS`` (the CPU batch budget), and ``build_kernels`` builds
-every such count's kernels at load (2.5 s for bench/compare.py's model), so no batch
-pays a build; smaller chunks than whole rows ran slower (figures: bench/results/design-measurements.md).
+every such count's kernels at load, so no batch pays a build; smaller chunks than whole
+rows ran slower (figures: bench/results/design-measurements.md).
 
 In bf16 an attention module's q, k and v projections of the same input run as one GEMM
 (``FusedProjections``): one call is much cheaper than three there. In fp32, and for the
@@ -41,8 +39,7 @@ _TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 2e-2}
 
 def onednn_available(dtype: torch.dtype = torch.float32) -> bool:
     """Whether oneDNN takes prepacked ``dtype`` weights on this CPU: bf16 needs avx512
-    (bw, vl, dq) or avx_ne_convert; an AVX2-only CPU (this workplace's AMD EPYC) keeps
-    torch's bf16 linears."""
+    (bw, vl, dq) or avx_ne_convert; an AVX2-only CPU keeps torch's bf16 linears."""
     if not (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")):
         return False
     return dtype != torch.bfloat16 or bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
