@@ -83,6 +83,10 @@ test:
 # mypy needs the import names' folders (rewardserve/client, ...): links to ours.
 TYPECHECK := $(VENV)/typecheck
 STRICT_MODULES := -p rewardserve.client -p rewardserve.models -p rewardserve.service -p rewardserve.cli
+$(TYPECHECK)/.linked: | $(PY)
+	mkdir -p $(TYPECHECK)/rewardserve
+	for d in client models service cli; do ln -sfn "$(CURDIR)/$$d" "$(TYPECHECK)/rewardserve/$$d"; done
+	touch $@
 
 typecheck: $(VENV)/.dev-installed $(TYPECHECK)/.linked
 	cd $(TYPECHECK) && MYPYPATH=. "$(CURDIR)/$(VENV)/bin/mypy" --config-file "$(CURDIR)/pyproject.toml" $(STRICT_MODULES)
