@@ -37,9 +37,9 @@ from rewardserve.client.protocol import (
     VerifyOptions,
     VerifyResult,
 )
-from rewardserve.models.plans.rubric import asks_judge, plan_rubric, rubric_models, rubric_work
+from rewardserve.models.plans.rubric import asks_judge, plan_rubric, rubric_models, rubric_rule_calls, rubric_work
 from rewardserve.service.context import RequestContext
-from rewardserve.service.dispatch import Executed, refuse_over_limit, run_plan
+from rewardserve.service.dispatch import Executed, refuse_over_limit, refuse_without_room, run_plan
 from rewardserve.service.errors import InvalidRequest, NotFound, Overloaded, PayloadTooLarge
 from rewardserve.service.served_models import Served
 from rewardserve.service.tenants import DEFAULT
@@ -134,6 +134,7 @@ async def rubric(ctx: RequestContext, body: RubricRequest) -> Executed[RubricRes
     """Weighted criteria per item (rules, judge questions, served models' scores)."""
     admit(ctx, len(body.items))
     refuse_over_limit(ctx, rubric_work(body))
+    refuse_without_room(ctx, rubric_rule_calls(body))
     judge = None
     if asks_judge(body):
         if body.judge is None:

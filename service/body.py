@@ -26,6 +26,7 @@ import re
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, ValidationError
 from starlette.concurrency import run_in_threadpool
@@ -172,7 +173,15 @@ class BoundedRoute(APIRoute):
             bounded_request = _BoundedRequest(request.scope, request.receive, model)
             # Parsed here, before FastAPI's handler: a refusal leaves as the RequestError
             # it is (FastAPI would turn any error while it parses a body into a bare 400).
-            if "json" in request.headers.get("content-type", "json") and await bounded_request.body():
+            content_type = request.headers.get("content-type", "application/json")
+            if await bounded_request.body():
+                if "json" not in content_type:
+                    raise BodyError(
+                        422,
+                        f"the body must be JSON sent with the header Content-Type: application/json "
+                        f"(this one came as {content_type[:80]!r})",
+                        param="content-type",
+                    )
                 await bounded_request.json()
             return await handler(bounded_request)
 
@@ -221,5 +230,8 @@ class _BoundedRequest(Request):
         value = parse_body(body, max_values=max_values, max_items=max_items, counted=self._counted)
         try:
             return self._model.model_validate(value)
-        except ValidationError:
-            return value  # FastAPI validates it again and reports every error its way
+        except ValidationError as exc:
+            # Reported from here, in this thread: FastAPI would validate the body again on
+            # the event loop, and its errors would carry the (possibly huge) input.
+            errors = exc.errors(include_url=False, include_input=False, include_context=False)
+            raise RequestValidationError([{**e, "loc": ("body", *e["loc"])} for e in errors]) from None

@@ -158,6 +158,24 @@ async def run_parts(ctx: RequestContext, parts: list[Part[Any]]) -> list[Execute
             task.cancel()
 
 
+def _no_room(exc: PoolBusy) -> Overloaded:
+    return Overloaded(
+        f"the rule pools have no room for this request ({exc}); retry after {exc.retry_after_s}s",
+        retry_after_s=exc.retry_after_s,
+    )
+
+
+def refuse_without_room(ctx: RequestContext, calls_by_rule: dict[str, int]) -> None:
+    """429 before planning when the rule pools have no room for the calls a request will
+    make (a refusal then costs no plan; ``run_calls`` asks again)."""
+    if not calls_by_rule:
+        return
+    try:
+        ctx.svc.rule_runner.check_room(calls_by_rule, ctx.scope)
+    except PoolBusy as exc:
+        raise _no_room(exc) from exc
+
+
 async def run_calls(ctx: RequestContext, calls: list[Any]) -> list[Any]:
     """Run calls in the rule pools for this request; 429 when the pools are full."""
     if not calls:
@@ -165,10 +183,7 @@ async def run_calls(ctx: RequestContext, calls: list[Any]) -> list[Any]:
     try:
         future = ctx.svc.rule_runner.run(calls, ctx.scope)
     except PoolBusy as exc:
-        raise Overloaded(
-            f"the rule pools have no room for this request ({exc}); retry after {exc.retry_after_s}s",
-            retry_after_s=exc.retry_after_s,
-        ) from exc
+        raise _no_room(exc) from exc
     (values,) = await until_done_or_gone(ctx.scope, [asyncio.wrap_future(future)])
     produced: list[Any] = values
     return produced

@@ -19,13 +19,14 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 from prometheus_client import Counter, Histogram
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from rewardserve.models.fairness import VirtualTimes
 from rewardserve.models.yaml_files import load_yaml
 from rewardserve.service.errors import TenantQueueFull
 from rewardserve.service.metrics import Metrics
@@ -316,33 +317,3 @@ class TenantShares:
         """Tenants with work queued or that queued some within ``ACTIVE_S`` (so will
         likely again)."""
         return len(self._active())
-
-
-class VirtualTimes:
-    """Weighted fair queueing's books: each tenant's virtual time grows by the work it
-    was served over its weight, and the tenant furthest behind goes next. A tenant back
-    from idle starts at the current virtual time (``rejoin``), not with credit for the
-    time it was away. Used for a model's batches (batcher.py, work in tokens) and for
-    the CPU steps of requests (``FairGate``, work in steps)."""
-
-    def __init__(self, weight: Callable[[str | None], float]) -> None:
-        self._weight = weight
-        self._virtual: dict[str | None, float] = {}
-        self._clock = 0.0  # the virtual time of the last tenant served first
-
-    def rejoin(self, tenant: str | None) -> None:
-        self._virtual[tenant] = max(self._virtual.get(tenant, 0.0), self._clock)
-
-    def furthest_behind(self, tenants: Iterable[str | None]) -> str | None:
-        return min(tenants, key=lambda t: (self._virtual.get(t, self._clock), t or ""))
-
-    def before(self, tenant: str | None, other: str | None) -> bool:
-        """Whether ``tenant`` is behind ``other`` (one unseen at the current virtual time)."""
-        return self._virtual.get(tenant, self._clock) < self._virtual.get(other, self._clock)
-
-    def charge(self, first: str | None, served: dict[str | None, float]) -> None:
-        """``first`` was chosen (``furthest_behind``) and ``served`` the work each tenant
-        got with it (a batch led by one tenant's work may carry others')."""
-        self._clock = max(self._virtual.get(first, 0.0), self._clock)
-        for tenant, work in served.items():
-            self._virtual[tenant] = max(self._virtual.get(tenant, 0.0), self._clock) + work / self._weight(tenant)

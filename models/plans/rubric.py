@@ -104,6 +104,14 @@ def plan_criteria(items: Sequence[Item], criteria: list[list[Criterion]], params
     worker), and each judge criterion's text. RequestError (413 / 422) for an input over
     a rule's cap or a template over its limits, naming the field."""
     plan = CriteriaPlan()
+    templated: dict[int, bool] = {}  # by id: the request's criteria are shared by its items
+
+    def has_template_once(source: Any) -> bool:
+        found = templated.get(id(source))
+        if found is None:
+            found = templated[id(source)] = has_template(source)
+        return found
+
     for i, (item, own, param) in enumerate(zip(items, criteria, params)):
         if item.rendered is not None:
             raise RequestError(
@@ -120,14 +128,15 @@ def plan_criteria(items: Sequence[Item], criteria: list[list[Criterion]], params
             source: Any
             key, source = (i, k), criterion.args if criterion.fn is not None else criterion.text
             where = f"{param}[{k}].{'args' if criterion.fn is not None else 'text'}"
-            if has_template(source) and variables is None:
+            templates = has_template_once(source)
+            if templates and variables is None:
                 variables = item_variables(item)
             try:
-                if has_template(source) and all_plain(source):
+                if templates and all_plain(source):
                     source = render_field(source, variables or {})
                     pooled = False
                 else:
-                    pooled = has_template(source)
+                    pooled = templates
             except ItemError as exc:
                 plan.failed[key] = exc
                 continue
@@ -275,6 +284,17 @@ def rubric_work(body: RubricRequest) -> int:
     questions and model scores): known before anything is planned."""
     shared = len(body.criteria or [])
     return sum(len(item.criteria) if item.criteria is not None else shared for item in body.items)
+
+
+def rubric_rule_calls(body: RubricRequest) -> dict[str, int]:
+    """The rule calls a rubric makes, by rule: known before anything is planned."""
+    calls: dict[str, int] = {}
+    shared = [c.fn for c in body.criteria or [] if c.fn is not None]
+    for item in body.items:
+        fns = shared if item.criteria is None else [c.fn for c in item.criteria if c.fn is not None]
+        for fn in fns:
+            calls[fn] = calls.get(fn, 0) + 1
+    return calls
 
 
 def plan_rubric(body: RubricRequest, model: RewardModel | None, peers: PeerLookup | None = None) -> Plan[RubricResult]:

@@ -12,6 +12,7 @@ process before the call is queued, that names the field over its cap (a 413).
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -117,8 +118,9 @@ def reference_texts(reference: Any) -> list[str]:
     return [r if isinstance(r, str) else str(r) for r in refs]
 
 
+@functools.cache  # once loaded, a lookup is a dict's (a request may look up thousands)
 def _load_rules() -> None:
-    for module in _RULE_MODULES:  # cached by the import system after the first call
+    for module in _RULE_MODULES:
         importlib.import_module(module)
 
 

@@ -35,6 +35,7 @@ from typing import Any
 
 from pebble import ProcessExpired, ProcessPool
 
+from rewardserve.models.fairness import VirtualTimes
 from rewardserve.models.request_scope import RequestScope
 from rewardserve.models.rules.isolation import CallFailure, init_worker, ready, run_calls, worker_context
 
@@ -116,8 +117,7 @@ class RulePool:
         # Reentrant: a cancelled pebble future runs its callbacks in the cancelling thread.
         self._lock = threading.RLock()
         self._tenants: dict[Tenant, _TenantQueue] = {}
-        self._virtual: dict[Tenant, float] = {}  # worker seconds served / weight
-        self._clock = 0.0
+        self._turns = VirtualTimes(self._weight)  # worker seconds served / weight
         self._running: dict[int, set[Any]] = {}  # scope id -> pebble futures
         self._scopes: dict[int, Any] = {}  # scope id -> unregister its cancel callback
         self._queued_calls = 0
@@ -160,7 +160,7 @@ class RulePool:
             self._check_room(tenant, len(calls))
             queue = self._tenants.setdefault(tenant, _TenantQueue())
             if not queue.active:  # back from idle: no credit for the time away
-                self._virtual[tenant] = max(self._virtual.get(tenant, 0.0), self._clock)
+                self._turns.rejoin(tenant)
             queue.requests.setdefault(scope.id, deque()).extend(chunks)
             queue.queued += len(calls)
             self._queued_calls += len(calls)
@@ -171,6 +171,12 @@ class RulePool:
                     self._scopes[scope.id] = unregister
         self._dispatch()
         return future
+
+    def check_room(self, tenant: Tenant, calls: int) -> None:
+        """PoolBusy when ``calls`` more would not fit ``tenant``'s share now: asked before
+        a request is planned, so that a refusal costs little (``run`` asks again)."""
+        with self._lock:
+            self._check_room(tenant, calls)
 
     def _check_room(self, tenant: Tenant, calls: int) -> None:
         total = self._queued_calls + calls
@@ -206,7 +212,7 @@ class RulePool:
         of the workers; its first request in turn under its share; that request moves to
         the back of the tenant's turns."""
         ready = [t for t, q in self._tenants.items() if q.queued and q.running < self.share]
-        for tenant in sorted(ready, key=lambda t: (self._virtual.get(t, self._clock), t or "")):
+        for tenant in self._turns.in_turn(ready):
             queue = self._tenants[tenant]
             for scope_id, chunks in queue.requests.items():
                 if chunks and len(self._running.get(scope_id, ())) < self.share:
@@ -214,7 +220,7 @@ class RulePool:
                     queue.requests.move_to_end(scope_id)
                     queue.queued -= len(chunk.calls)
                     queue.running += 1
-                    self._clock = max(self._clock, self._virtual.get(tenant, self._clock))
+                    self._turns.charge(tenant, {})  # its turn; the work is known when done
                     return chunk
         return None
 
@@ -261,7 +267,7 @@ class RulePool:
         """The worker is free again: the time since ``started`` is charged to ``tenant``."""
         seconds = time.monotonic() - started
         self._tenants[tenant].running -= 1
-        self._virtual[tenant] = self._virtual.get(tenant, self._clock) + seconds / self._weight(tenant)
+        self._turns.account(tenant, seconds)
         self._idle.append(worker)
         if self._on_charge is not None:
             self._on_charge(tenant, seconds)

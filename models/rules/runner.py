@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
@@ -85,6 +85,19 @@ class RuleRunner:
     def queued_calls(self) -> int:
         return sum(pool.queued_calls for pool in list(self._pools.values()))
 
+    def check_room(self, calls_by_rule: Mapping[str, int], scope: RequestScope | None = None) -> None:
+        """PoolBusy when the pools these rules run in have no room for the calls now."""
+        tenant = scope.tenant if scope is not None else None
+        by_pool: dict[str, int] = {}
+        for rule, calls in calls_by_rule.items():
+            try:
+                name = get_rule(rule).pool
+            except KeyError:
+                continue  # planning names it in its error
+            by_pool[name] = by_pool.get(name, 0) + calls
+        for name, calls in by_pool.items():
+            self._pool(name).check_room(tenant, calls)
+
     def run(
         self, calls: list[RuleCall | RenderCall], scope: RequestScope | None = None, timeout_s: float | None = None
     ) -> Future[list[Any]]:
@@ -94,8 +107,12 @@ class RuleRunner:
         if timeout_s is None:
             timeout_s = max((c.timeout_s for c in calls if isinstance(c, RuleCall) and c.timeout_s), default=None)
         by_pool: dict[str, list[int]] = {}
+        pool_of: dict[str, str] = {}
         for index, call in enumerate(calls):
-            name = get_rule(call.rule).pool if isinstance(call, RuleCall) else "light"
+            if isinstance(call, RuleCall):
+                name = pool_of.get(call.rule) or pool_of.setdefault(call.rule, get_rule(call.rule).pool)
+            else:
+                name = "light"
             by_pool.setdefault(name, []).append(index)
         if len(by_pool) <= 1:
             name = next(iter(by_pool), "light")

@@ -13,10 +13,14 @@ above where it started, and that the service answers normally afterwards.
 
 from __future__ import annotations
 
-import itertools
+import json
+import signal
+import statistics
+import subprocess
+import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -49,7 +53,6 @@ class Attacked:
     url: str
     pid: int
     log: Path
-    _probe_ids: itertools.count = field(default_factory=itertools.count)
 
     def post(self, path: str, body: dict | None = None, timeout: float = 60, **kw) -> httpx.Response:
         headers = {**AUTH, **kw.pop("headers", {})}
@@ -68,49 +71,110 @@ class Attacked:
         return httpx.get(self.url + "/metrics", headers=AUTH if headers is None else headers, timeout=10).text
 
 
-class Watch:
-    """Probes ``rm`` (as ``headers``' key: the operator's by default) and samples RSS
-    while the ``with`` block runs the attack."""
+PROBER = """
+import json, signal, sys, time, uuid
+import httpx
 
-    def __init__(self, target: Attacked, every_s: float = 0.05, headers: dict[str, str] | None = None):
+url, key, every_s, alone = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4])
+stop = False
+def _stop(*_):
+    global stop
+    stop = True
+signal.signal(signal.SIGTERM, _stop)
+tag = uuid.uuid4().hex
+with httpx.Client(base_url=url, headers={"authorization": "Bearer " + key}, timeout=30) as http:
+    n = 0
+    while not stop:
+        n += 1
+        start = time.monotonic()
+        try:
+            r = http.post("/v1/score", json={"model": "rm", "items": [{"response": f"probe {tag} {n}"}]})
+            failure = None if r.status_code == 200 else f"{r.status_code} {r.text[:200]}"
+        except httpx.HTTPError as exc:
+            failure = f"{type(exc).__name__}: {exc}"
+        print(json.dumps({"alone": n <= alone, "s": time.monotonic() - start, "failure": failure}), flush=True)
+        if n == alone:
+            print("READY", flush=True)
+        if n > alone:
+            time.sleep(every_s)
+"""
+
+
+class Watch:
+    """Probes ``rm`` (as ``headers``' key: the operator's by default) from a process of
+    its own, so the attacker's threads in this one cannot slow the probes, and samples
+    RSS while the ``with`` block runs the attack. With ``against_alone`` (an attack by one
+    tenant, probed as another), the probes' median must also stay within twice what it
+    was just before the attack (issue 37: the other tenant's latency within 2x of alone)."""
+
+    ALONE_PROBES = 12  # the first two warm the connection
+
+    def __init__(
+        self,
+        target: Attacked,
+        every_s: float = 0.05,
+        headers: dict[str, str] | None = None,
+        against_alone: bool = False,
+    ):
         self.target = target
         self.every_s = every_s
-        self.headers = headers or AUTH
+        self.key = (headers or AUTH)["authorization"].removeprefix("Bearer ")
+        self.against_alone = against_alone
+        self.alone: list[float] = []
         self.latencies: list[float] = []
         self.failures: list[str] = []
         self.rss_start = rss_mb(target.pid)
         self.rss_peak = self.rss_start
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._sampler = threading.Thread(target=self._sample, daemon=True)
+        self._prober: subprocess.Popen[str] | None = None
 
     def __enter__(self) -> Watch:
-        self._thread.start()
+        alone = self.ALONE_PROBES if self.against_alone else 0
+        self._prober = subprocess.Popen(
+            [sys.executable, "-c", PROBER, self.target.url, self.key, str(self.every_s), str(alone)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self._prober.stdout is not None
+        deadline = time.monotonic() + 60
+        for line in self._prober.stdout:
+            if line.startswith("READY") or not self.against_alone:
+                break
+            self._keep(line)
+            assert time.monotonic() < deadline, "the probes alone took over 60 s"
+        self._sampler.start()
         time.sleep(0.2)  # a few probes before the attack starts
         return self
 
     def __exit__(self, *exc) -> None:
         time.sleep(0.2)
         self._stop.set()
-        self._thread.join(timeout=30)
+        self._sampler.join(timeout=30)
+        assert self._prober is not None and self._prober.stdout is not None
+        self._prober.send_signal(signal.SIGTERM)
+        out, _ = self._prober.communicate(timeout=60)
+        for line in out.splitlines():
+            self._keep(line)
         if exc[0] is None:
             self.check()
 
-    def _run(self) -> None:
-        with httpx.Client(base_url=self.target.url, headers=self.headers, timeout=30) as http:
-            while not self._stop.is_set():
-                n = next(self.target._probe_ids)
-                start = time.monotonic()
-                try:
-                    response = http.post(
-                        "/v1/score", json={"model": "rm", "items": [{"response": f"probe {n} {time.time()}"}]}
-                    )
-                    if response.status_code != 200:
-                        self.failures.append(f"{response.status_code} {response.text[:200]}")
-                except httpx.HTTPError as exc:
-                    self.failures.append(f"{type(exc).__name__}: {exc}")
-                self.latencies.append(time.monotonic() - start)
-                self.rss_peak = max(self.rss_peak, rss_mb(self.target.pid))
-                self._stop.wait(self.every_s)
+    def _keep(self, line: str) -> None:
+        if not line.startswith("{"):
+            return
+        probe = json.loads(line)
+        if probe["failure"]:
+            self.failures.append(probe["failure"])
+        (self.alone if probe["alone"] else self.latencies).append(probe["s"])
+
+    def _sample(self) -> None:
+        while not self._stop.is_set():
+            self.rss_peak = max(self.rss_peak, rss_mb(self.target.pid))
+            self._stop.wait(self.every_s)
+
+    @property
+    def alone_p50(self) -> float | None:
+        return statistics.median(self.alone[2:]) if len(self.alone) > 2 else None
 
     @property
     def p99(self) -> float:
@@ -121,6 +185,11 @@ class Watch:
         assert not self.failures, self.failures[:3]
         assert len(self.latencies) >= 3
         assert self.p99 < PROBE_P99_S, f"probe p99 {self.p99:.2f}s over {len(self.latencies)} probes"
+        if self.alone_p50 is not None:
+            beside = statistics.median(self.latencies)
+            assert beside <= 2 * self.alone_p50, (
+                f"probe median {beside:.3f}s beside the attack, {self.alone_p50:.3f}s alone"
+            )
         grown = self.rss_peak - self.rss_start
         assert grown < RSS_BOUND_MB, f"server RSS grew {grown:.0f} MB during the attack"
         self.target.healthy()

@@ -10,12 +10,12 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from tests.adversarial.conftest import AS_A, rss_mb
+from tests.adversarial.conftest import AS_A, AS_B, rss_mb
 
 
 def test_huge_templates_are_refused_and_leave_nothing_behind(attacked):
     start = rss_mb(attacked.pid)
-    with attacked.watch():
+    with attacked.watch(headers=AS_B, against_alone=True):
         for k in range(4):
             template = "{{ item.response }}" + "z" * 8_000_000 + str(k)
             response = attacked.post(
@@ -52,7 +52,7 @@ def test_judge_choices_are_capped_and_kept_boundedly(attacked):
         )
 
     start = rss_mb(attacked.pid)
-    with attacked.watch():
+    with attacked.watch(headers=AS_B, against_alone=True):
         for k in range(4):
             big = judged([[f"yes{k}" + "y" * 1_000_000, "no" + "n" * 1_000_000]])
             assert big.status_code == 422 and "choices" in big.json()["error"]["param"], big.text

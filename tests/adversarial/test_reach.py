@@ -9,7 +9,7 @@ import socket
 import threading
 from contextlib import contextmanager
 
-from tests.adversarial.conftest import AS_A
+from tests.adversarial.conftest import AS_A, AS_B
 
 
 @contextmanager
@@ -58,7 +58,7 @@ def closed_port() -> int:
 
 def test_a_schema_ref_never_reaches_a_host_and_is_no_port_oracle(attacked):
     dead = closed_port()
-    with internal_server() as (port, contacts), attacked.watch():
+    with internal_server() as (port, contacts), attacked.watch(headers=AS_B, against_alone=True):
         errors = {}
         for name, target in (("open", port), ("closed", dead)):
             url = f"http://127.0.0.1:{target}/internal/schema.json"

@@ -34,7 +34,7 @@ def running_card(attacked, headers: dict) -> dict:
 def test_one_tenant_s_scores_never_move_another_s_running_normalisation(attacked):
     mine = [r"\boxed{3}"] * 4 + [r"\boxed{4}"] * 4
     running_rubric(attacked, AS_A, mine)
-    with attacked.watch():
+    with attacked.watch(headers=AS_B, against_alone=True):
         for _ in range(4):  # 1,000 wrong answers from b
             running_rubric(attacked, AS_B, [rf"\boxed{{{n}}}" for n in range(250)])
     (result,) = running_rubric(attacked, AS_A, [r"\boxed{3}"])["results"]

@@ -129,3 +129,28 @@ async def test_client_deadline_travels_as_a_header(service):
     client = AsyncRewardClient("http://rewardserve", api_key=KEY, http_client=http, deadline=0.5)
     with pytest.raises((DeadlineExceededError, APITimeoutError, httpx.TimeoutException)):
         await client.score("slow", [{"response": "x"}])
+
+
+async def test_a_body_not_sent_as_json_is_told_to_send_json(service):
+    """A body posted as form data or text: a 422 that names the content type to send."""
+    _, http = service
+    for content_type in ("text/plain", "application/x-www-form-urlencoded"):
+        response = await http.post(
+            "/v1/score", content=json.dumps(GOOD).encode(), headers={"content-type": content_type}
+        )
+        assert response.status_code == 422, response.text
+        error = response.json()["error"]
+        assert error["param"] == "content-type" and "Content-Type: application/json" in error["message"], error
+        assert content_type in error["message"]
+    assert (await http.post("/v1/score", json=GOOD)).status_code == 200
+
+
+async def test_a_refused_body_is_not_echoed_back(service):
+    """A field over its limit: the error names it without the input (an 8 MB string
+    would otherwise come back in the answer)."""
+    _, http = service
+    huge = "z" * 2_000_000
+    response = await http.post(
+        "/v1/score", json={"model": "math", "items": [{"response": "x", "reference": 5}], "options": {"zzz": huge}}
+    )
+    assert response.status_code == 422 and len(response.content) < 2_000, response.text[:300]

@@ -83,7 +83,10 @@ def test_a_full_queue_refuses_only_the_tenant_over_its_share():
             pool.run([slow(1)] * 20, RequestScope(tenant="a"))
         assert refused.value.tenant == "a"
         other = RequestScope(tenant="b")
+        pool.check_room("b", 40)  # asked before planning: the same answer as run's, nothing queued
         pool.run([QUICK] * 40, other)  # within b's half: taken though the queue is full
+        with pytest.raises(PoolBusy):
+            pool.check_room("b", 20)
         with pytest.raises(PoolBusy):
             pool.run([QUICK] * 20, RequestScope(tenant="b"))  # past b's half of it
         other.cancel("finished")
