@@ -89,12 +89,27 @@ def validate_options(model_name: str, kind: str, options_type: type[OptionsT], g
         raise OptionsError(describe(model_name, kind, options_type, exc)) from None
 
 
+def request_options() -> frozenset[str]:
+    """What a request's ``options`` may hold, on any scoring route (the wire contract's)."""
+    from rewardserve.client.protocol import CompareOptions, ScoreOptions, StepOptions, VerifyOptions
+
+    return frozenset(
+        name for options in (ScoreOptions, StepOptions, VerifyOptions, CompareOptions) for name in options.model_fields
+    )
+
+
 def describe(model_name: str, kind: str, options_type: type[BaseModel], exc: ValidationError) -> str:
     known = list(options_type.model_fields)
     problems = []
     for error in exc.errors():
         key = ".".join(str(part) for part in error["loc"]) or "options"
-        if error["type"] == "extra_forbidden":
+        if error["type"] == "extra_forbidden" and len(error["loc"]) == 1 and key in request_options():
+            # Not a misspelled model option (``activation`` is not ``attention``): the
+            # request chooses it, each request in its own ``options``.
+            problems.append(
+                f"{key!r} is a request option (send it in the request's options), not a model option of kind {kind}"
+            )
+        elif error["type"] == "extra_forbidden":
             close = difflib.get_close_matches(str(error["loc"][0]), known, n=1, cutoff=0.6)
             hint = f"; did you mean {close[0]!r}?" if close else f"; options of kind {kind}: {', '.join(known)}"
             problems.append(f"unknown option {key!r}{hint}")

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import difflib
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 Backend = Literal["auto", "transformers", "vllm", "none"]
 DType = Literal["auto", "float32", "bfloat16", "float16"]
@@ -41,3 +42,36 @@ class ModelSpec(BaseModel):
     max_padding_ratio: float | None = Field(default=None, ge=0, le=1)
     options: dict[str, Any] = Field(default_factory=dict)
     shadow: ShadowSpec | None = None
+
+
+def describe_spec_error(entry: Any, where: str, exc: ValidationError) -> str:
+    """One line for a ``models:`` entry that is not a ModelSpec: the model (its name, else
+    ``where``), each bad field, and for an unknown field the closest valid one."""
+    name = entry.get("name") if isinstance(entry, dict) else None
+    model = f"model {name!r} ({where})" if isinstance(name, str) and name else where
+    if not isinstance(entry, dict):
+        return f"{model}: expected a mapping with name, source and kind, got {type(entry).__name__}"
+    problems = []
+    for error in exc.errors():
+        loc = [str(part) for part in error["loc"]]
+        if error["type"] == "extra_forbidden":
+            problems.append(unknown_field(loc, ShadowSpec if loc[:1] == ["shadow"] else ModelSpec))
+        else:
+            problems.append(f"{'.'.join(loc) or 'the entry'}: {error['msg']}")
+    return f"{model}: " + "; ".join(problems)
+
+
+def unknown_field(loc: list[str], spec_type: type[BaseModel]) -> str:
+    from rewardserve.models.options import request_options
+
+    key, known = loc[-1], list(spec_type.model_fields)
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+    if close:
+        hint = f"did you mean {close[0]!r}?"
+    elif spec_type is ModelSpec and key in request_options():
+        hint = "it is a request option (send it in the request's options)"
+    elif spec_type is ModelSpec:
+        hint = f"a kind's own settings go under 'options:'; fields: {', '.join(known)}"
+    else:
+        hint = f"fields: {', '.join(known)}"
+    return f"unknown field {'.'.join(loc)!r}; {hint}"

@@ -6,13 +6,15 @@ Precedence: CLI flags > environment > defaults. The YAML file (``--config`` or
 
 from __future__ import annotations
 
+import difflib
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from rewardserve.models.spec import ModelSpec
+from rewardserve.models.spec import ModelSpec, describe_spec_error
 from rewardserve.models.yaml_files import load_yaml
 from rewardserve.service.tenants import BATCH_MS, TenantSpec
 
@@ -178,11 +180,36 @@ class Settings(BaseSettings):
         return specs
 
 
+# What a config file may hold at its top level (tenants: service/tenants.py).
+CONFIG_KEYS = ("models", "tenants")
+
+
 def load_model_file(path: Path) -> list[ModelSpec]:
-    data = load_yaml(path) or {}
-    if not isinstance(data, dict) or not isinstance(data.get("models", []), list):
-        raise ValueError(f"{path}: expected a mapping with a 'models:' list")
-    return [ModelSpec.model_validate(entry) for entry in data.get("models", [])]
+    """The ``models:`` of a config file; ValueError, one line naming the file and what
+    to change, for anything else (an empty file, an unknown key, a field of a model)."""
+    data = load_yaml(path)
+    if data is None:
+        raise ValueError(f"the config file {path} is empty: it needs a 'models:' list")
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a mapping with a 'models:' list, got a {type(data).__name__}")
+    problems = []
+    for key in (str(key) for key in data if key not in CONFIG_KEYS):
+        close = difflib.get_close_matches(key, CONFIG_KEYS, n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]!r}?" if close else "a config file holds 'models:' and 'tenants:'"
+        problems.append(f"unknown top-level key {key!r}; {hint}")
+    if problems:
+        raise ValueError(f"{path}: " + "; ".join(problems))
+    entries = data.get("models", [])
+    if not isinstance(entries, list):
+        got = "nothing" if entries is None else f"a {type(entries).__name__}"
+        raise ValueError(f"{path}: 'models:' must be a list of models (- name: ..., source: ...), got {got}")
+    specs = []
+    for index, entry in enumerate(entries):
+        try:
+            specs.append(ModelSpec.model_validate(entry))
+        except ValidationError as exc:
+            raise ValueError(f"{path}: {describe_spec_error(entry, f'models[{index}]', exc)}") from None
+    return specs
 
 
 def parse_model_arg(arg: str, kind: str | None = None) -> ModelSpec:
@@ -196,4 +223,16 @@ def parse_model_arg(arg: str, kind: str | None = None) -> ModelSpec:
     head, colon, tail = source.rpartition(":")
     if colon and head and tail in known_kinds():
         source, kind = head, tail
-    return ModelSpec(name=name, source=source, kind=kind)
+    elif colon and head and re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]*", tail) and not Path(source).exists():
+        # Meant as a kind (a path with ':' in it would exist): name the kinds there are.
+        kinds = known_kinds()
+        close = difflib.get_close_matches(tail, kinds, n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise ValueError(
+            f"--model {arg}: unknown kind {tail!r}; {hint}kinds: {', '.join(kinds)} "
+            f"(a local path with ':' in it must exist)"
+        )
+    try:
+        return ModelSpec(name=name, source=source, kind=kind)
+    except ValidationError as exc:
+        raise ValueError(f"--model {arg}: {describe_spec_error({'name': name}, '--model', exc)}") from None

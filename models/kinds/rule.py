@@ -9,6 +9,7 @@ shared fairly between tenants, a full queue a 429), not a unit of a batcher;
 
 from __future__ import annotations
 
+import difflib
 from collections import defaultdict
 from typing import Any
 
@@ -18,10 +19,11 @@ from rewardserve.client.protocol import Item, ItemResult, ScoreOptions
 from rewardserve.models.kinds import register_kind
 from rewardserve.models.options import KindOptions
 from rewardserve.models.planning import ItemError, Job, RequestError, Unit, UnitOutput
-from rewardserve.models.reward_model import BatchPolicy, RewardModel, work_key
-from rewardserve.models.rules import get_rule
+from rewardserve.models.reward_model import BatchPolicy, ModelContext, RewardModel, work_key
+from rewardserve.models.rules import get_rule, rule_names
 from rewardserve.models.rules.isolation import CallFailure, RuleCall
 from rewardserve.models.rules.runner import RuleLimits, RuleRunner
+from rewardserve.models.spec import ModelSpec
 
 
 def failure_message(rule: str, failure: CallFailure) -> str:
@@ -58,6 +60,20 @@ class RuleModel(RewardModel):
         pads=False,
         concurrency=16,
     )
+
+    def __init__(self, spec: ModelSpec, preset: dict[str, Any] | None = None, context: ModelContext | None = None):
+        super().__init__(spec, preset, context)
+        # Named at build, with the service's other start-up problems, not when loading.
+        name = self.options.fn or spec.source
+        known = rule_names()
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            field = "options.fn" if self.options.fn else "source"
+            raise ValueError(
+                f"model {spec.name!r} (kind rule): unknown rule {name!r} ({field}); "
+                f"{hint}known rules: {', '.join(known)}"
+            )
 
     def load(self) -> None:
         self.rule = get_rule(self.options.fn or self.spec.source)

@@ -25,6 +25,27 @@ def test_a_key_with_no_close_match_lists_the_kind_s_options():
         build_model(ModelSpec(name="r", kind="rule", source="math_equiv", options={"zzz": 1}))
 
 
+def test_a_request_option_in_a_model_s_options_says_to_send_it_with_the_request():
+    # Not "did you mean 'attention'?": activation is chosen per request (ScoreOptions).
+    with pytest.raises(OptionsError) as err:
+        build_model(ModelSpec(name="rm", kind="outcome", source="/nowhere", options={"activation": "sigmoid"}))
+    (line,) = str(err.value).splitlines()
+    assert line == (
+        "model 'rm' (kind outcome): 'activation' is a request option (send it in the request's options), "
+        "not a model option of kind outcome"
+    )
+    assert "attention" not in line
+    with pytest.raises(OptionsError, match="'normalize' is a request option"):
+        build_model(ModelSpec(name="r", kind="rule", source="math_equiv", options={"normalize": "group"}))
+    # Where the kind does take it (a process model's step activation), it is a model option.
+    model = build_model(
+        ModelSpec(
+            name="prm", kind="process", source="/nowhere", options={"format": "classifier_tags", "activation": "none"}
+        )
+    )
+    assert model.options.activation == "none"
+
+
 def test_a_wrong_value_is_named_too():
     with pytest.raises(OptionsError, match="'input'"):
         build_model(ModelSpec(name="rm", kind="outcome", source="/nowhere", options={"input": "triple"}))

@@ -46,6 +46,77 @@ def test_bad_config_is_a_clear_error(tmp_path):
         Settings(config=config).model_specs()
 
 
+def test_a_config_file_s_top_level_keys_are_models_and_tenants(tmp_path):
+    config = tmp_path / "models.yaml"
+    config.write_text("model:\n  - {name: a, kind: rule, source: exact_match}\n")
+    with pytest.raises(ValueError) as err:
+        Settings(config=config).model_specs()
+    (line,) = str(err.value).splitlines()
+    assert str(config) in line and "unknown top-level key 'model'; did you mean 'models'?" in line
+    config.write_text("models: []\nlimits: {}\n")
+    with pytest.raises(
+        ValueError, match="unknown top-level key 'limits'; a config file holds 'models:' and 'tenants:'"
+    ):
+        Settings(config=config).model_specs()
+    config.write_text("models:\n")
+    with pytest.raises(ValueError, match="'models:' must be a list of models .*, got nothing"):
+        Settings(config=config).model_specs()
+    config.write_text("tenants:\n  - {name: t, keys: [k]}\nmodels:\n  - {name: a, kind: rule, source: exact_match}\n")
+    assert [s.name for s in Settings(config=config, builtin_rules=False).model_specs()] == ["a"]
+
+
+def test_an_empty_config_file_says_it_needs_models(tmp_path):
+    config = tmp_path / "models.yaml"
+    for text in ("", "# nothing yet\n"):
+        config.write_text(text)
+        with pytest.raises(ValueError) as err:
+            Settings(config=config).model_specs()
+        assert str(err.value) == f"the config file {config} is empty: it needs a 'models:' list"
+
+
+def test_a_misspelled_model_field_names_the_model_and_the_field_it_meant(tmp_path):
+    config = tmp_path / "models.yaml"
+    config.write_text(
+        "models:\n  - {name: ok, kind: rule, source: exact_match}\n  - {name: rm, source: x, max_token: 5}\n"
+    )
+    with pytest.raises(ValueError) as err:
+        Settings(config=config).model_specs()
+    (line,) = str(err.value).splitlines()
+    assert line == f"{config}: model 'rm' (models[1]): unknown field 'max_token'; did you mean 'max_tokens'?"
+    # A kind's option at the model's level says where it goes; a request's says so too.
+    config.write_text("models:\n  - {name: rm, source: x, packing: false}\n")
+    with pytest.raises(
+        ValueError, match="model 'rm' .*unknown field 'packing'; a kind's own settings go under 'options:'"
+    ):
+        Settings(config=config).model_specs()
+    config.write_text("models:\n  - {name: rm, source: x, normalize: group}\n")
+    with pytest.raises(ValueError, match="unknown field 'normalize'; it is a request option"):
+        Settings(config=config).model_specs()
+    # No name: the entry's place; a wrong value and a nested shadow field are named too.
+    config.write_text("models:\n  - {source: x}\n  - 3\n")
+    with pytest.raises(ValueError, match=r"models\[0\]: name: Field required"):
+        Settings(config=config).model_specs()
+    config.write_text("models:\n  - {name: rm, source: x, shadow: {modle: b, fraction: 0.1}}\n")
+    with pytest.raises(ValueError, match="unknown field 'shadow.modle'; did you mean 'model'?"):
+        Settings(config=config).model_specs()
+
+
+def test_a_bad_kind_on_the_command_line_names_the_kinds(tmp_path):
+    with pytest.raises(ValueError) as err:
+        parse_model_arg("rm=acme/rm-7b:outcom")
+    (line,) = str(err.value).splitlines()
+    assert "--model rm=acme/rm-7b:outcom: unknown kind 'outcom'; did you mean 'outcome'?" in line
+    assert "kinds: " in line and "outcome, process, rule" in line and "no such directory" not in line
+    with pytest.raises(ValueError, match="unknown kind 'regression'; kinds: .*outcome"):
+        parse_model_arg("rm=/models/rm:regression")
+    # A local path with a ':' in it that exists is a source, whatever follows the colon.
+    odd = tmp_path / "run:latest"
+    odd.mkdir()
+    assert parse_model_arg(f"rm={odd}").source == str(odd) and parse_model_arg(f"rm={odd}").kind is None
+    with pytest.raises(ValueError, match="--model bad name=x: model 'bad name' .*name: String should match"):
+        parse_model_arg("bad name=x")
+
+
 def test_model_arg_and_presets():
     spec = parse_model_arg("sky=Skywork/Skywork-Reward-V2-Qwen3-0.6B")
     assert spec.name == "sky" and spec.source.startswith("Skywork/")
