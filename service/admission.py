@@ -31,7 +31,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from rewardserve.client.protocol import ErrorBody, ErrorDetail, ErrorType
 from rewardserve.models.request_scope import RequestScope
 from rewardserve.service.auth import AuthError, bearer_token, check_bearer
-from rewardserve.service.tenants import DEFAULT
+from rewardserve.service.tenants import label, named
 
 if TYPE_CHECKING:
     from rewardserve.service.app import ServiceState
@@ -143,7 +143,7 @@ class Admission:
             if self.state.tenants.enabled
             else None
         )
-        who = tenant or DEFAULT
+        who = label(tenant)
         counted = path not in OPEN_PATHS
         open_now = self.state.open_requests.get(who, 0)
         if counted and open_now >= self.state.settings.requests_per_tenant():
@@ -154,7 +154,7 @@ class Admission:
                 send,
                 429,
                 "overloaded",
-                f"tenant {who!r} has {open_now} requests open, its limit; retry after 1s",
+                f"{named(tenant)} has {open_now} requests open, its limit; retry after 1s",
                 headers={"retry-after": "1", **unread},
             )
             return

@@ -25,6 +25,7 @@ from rewardserve.client import __version__
 from rewardserve.models.phases import log as startup_log
 from rewardserve.models.reward_model import ModelContext
 from rewardserve.models.rules.runner import RuleRunner
+from rewardserve.models.spec import ModelSpec
 from rewardserve.service.admission import Admission, InFlightRequests
 from rewardserve.service.compat import router as compat_routes
 from rewardserve.service.dispatch import ClientGone
@@ -56,13 +57,30 @@ class ServiceState:
     shadowing: Shadowing
     draining: bool = False
     in_flight: InFlightRequests = field(default_factory=InFlightRequests)
-    # Requests open now per tenant (``default``: keys of no tenant, or no key).
+    # Requests open now per tenant ("": keys of no tenant, or no key).
     open_requests: dict[str, int] = field(default_factory=dict)
+    warned: set[str] = field(default_factory=set)  # request warnings already logged once
+
+
+def access_summary(state: ServiceState, specs: list[ModelSpec]) -> str:
+    """Who may call, and what is shadowed: the operator's first questions at start."""
+    tenants = state.tenants.specs
+    if not state.api_keys:
+        auth = "auth off: any caller is served (set REWARDSERVE_API_KEYS or REWARDSERVE_API_KEYS_FILE)"
+    else:
+        operator = len(state.api_keys) - len(state.tenants.keys())
+        auth = f"auth on: {operator} operator key(s)"
+    if tenants:
+        named = ", ".join(f"{name} (weight {spec.weight:g})" for name, spec in tenants.items())
+        auth += f"; {len(tenants)} tenant(s): {named}"
+    shadows = [f"{s.name} -> {s.shadow.model} ({s.shadow.fraction:.0%})" for s in specs if s.shadow]
+    return auth + ("; shadows: " + ", ".join(shadows) if shadows else "; no shadows")
 
 
 def create_app(settings: Settings | None = None, url: str | None = None) -> FastAPI:
     """The app; ``url`` (where it listens) only for the start-up log."""
     settings = settings or Settings()
+    specs = settings.model_specs()
     metrics = Metrics()
     tenants = Tenants(settings.tenant_specs(), metrics, batch_ms=settings.tenant_batch_ms)
     rule_runner = RuleRunner(settings.rule_limits(), weight=tenants.weight, on_charge=tenants.charge_rule_seconds)
@@ -71,7 +89,7 @@ def create_app(settings: Settings | None = None, url: str | None = None) -> Fast
         settings=settings,
         metrics=metrics,
         registry=ModelRegistry(
-            settings.model_specs(),
+            specs,
             metrics,
             context,
             after_batch=MallocTrim(settings.malloc_trim_seconds),
@@ -85,6 +103,8 @@ def create_app(settings: Settings | None = None, url: str | None = None) -> Fast
         health=RewardHealth(metrics),
         shadowing=Shadowing(metrics),
     )
+
+    startup_log.info("%s", access_summary(state, specs))
 
     async def load_and_announce(app: FastAPI) -> None:
         await state.registry.load_all()

@@ -18,6 +18,7 @@ lent to it here.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from rewardserve.client.protocol import (
@@ -37,12 +38,15 @@ from rewardserve.client.protocol import (
     VerifyOptions,
     VerifyResult,
 )
+from rewardserve.models.plans.groups import singleton_groups
 from rewardserve.models.plans.rubric import asks_judge, plan_rubric, rubric_models, rubric_rule_calls, rubric_work
 from rewardserve.service.context import RequestContext
 from rewardserve.service.dispatch import Executed, refuse_over_limit, refuse_without_room, run_plan
 from rewardserve.service.errors import InvalidRequest, NotFound, Overloaded, PayloadTooLarge
 from rewardserve.service.served_models import Served
-from rewardserve.service.tenants import DEFAULT
+from rewardserve.service.tenants import label, named
+
+log = logging.getLogger(__name__)
 
 # The route that answers each operation a kind declares (RewardModel.endpoints).
 ENDPOINT_ROUTES = {
@@ -70,9 +74,7 @@ def admit(ctx: RequestContext, n_items: int) -> None:
     ctx.work_charged = n_items
     wait = ctx.svc.tenants.admit_items(ctx.tenant, n_items)
     if wait is not None:
-        raise Overloaded(
-            f"tenant {ctx.tenant or DEFAULT!r} is over its items per second; retry after {wait}s", retry_after_s=wait
-        )
+        raise Overloaded(f"{named(ctx.tenant)} is over its items per second; retry after {wait}s", retry_after_s=wait)
 
 
 def serving(ctx: RequestContext, model: str, endpoint: str) -> Served:
@@ -106,7 +108,21 @@ async def score(
         ctx, served, len(items), served.model.plan_score, items, options, served.cache(ctx.tenant), peers
     )
     observe(ctx, model, items, options, done)
+    if options.normalize == "group":
+        warn(ctx, done, singleton_groups(items, "normalize: group"))
     return done
+
+
+def warn(ctx: RequestContext, done: Executed[Any], warning: str | None) -> None:
+    """A warning in the response, and in the service log the first time its text is seen
+    (per process, a bounded few)."""
+    if warning is None:
+        return
+    done.warnings.append(warning)
+    seen = ctx.svc.warned
+    if warning not in seen and len(seen) < 64:
+        seen.add(warning)
+        log.warning("%s (model %s, %s)", warning, ctx.log.get("model", "-"), named(ctx.tenant))
 
 
 async def score_steps(
@@ -140,7 +156,7 @@ async def rubric(ctx: RequestContext, body: RubricRequest) -> Executed[RubricRes
         if body.judge is None:
             raise InvalidRequest("judge criteria need a 'judge' verifier model", param="judge")
         judge = serving(ctx, body.judge, "judge")
-    return await run_plan(
+    done: Executed[RubricResult] = await run_plan(
         ctx,
         judge,
         len(body.items),
@@ -149,6 +165,10 @@ async def rubric(ctx: RequestContext, body: RubricRequest) -> Executed[RubricRes
         judge.model if judge is not None else None,
         ctx.peers(rubric_models(body)),
     )
+    criteria = [*(body.criteria or []), *(c for item in body.items for c in item.criteria or [])]
+    if any(c.normalize == "group" for c in criteria):
+        warn(ctx, done, singleton_groups(list(body.items), "a criterion's normalize: group"))
+    return done
 
 
 async def compare(
@@ -223,7 +243,7 @@ def metrics_text(ctx: RequestContext, by_model: bool, tenant_view: str | None) -
         for tenant, running in list(served.running_by_tenant.items()):
             stats = running.snapshot()
             if stats.count:
-                svc.health.running_stats(served.model.name, tenant or DEFAULT, stats.count, stats.mean, stats.std)
+                svc.health.running_stats(served.model.name, label(tenant), stats.count, stats.mean, stats.std)
     svc.shadowing.refresh_gauges(svc.registry)
     rendered: bytes = svc.metrics.render(by_model=by_model, tenant=tenant_view)
     return rendered

@@ -42,7 +42,7 @@ from rewardserve.models.planning import ItemError, Unit, UnitOutput
 from rewardserve.models.reward_model import BatchPolicy
 from rewardserve.service.errors import DeadlineExceeded, NotReady, QueueFull, QueueTooSmall
 from rewardserve.service.metrics import Metrics
-from rewardserve.service.tenants import DEFAULT, Tenants, TenantShares
+from rewardserve.service.tenants import Tenants, TenantShares, label
 from rewardserve.service.work_queue import Pending as _Pending
 from rewardserve.service.work_queue import WorkQueue
 
@@ -390,7 +390,7 @@ class Batcher:
         for pending in batch:
             m.queue_seconds.labels(name).observe(now - elapsed - pending.enqueued)
             if self._tenants is not None:
-                tenant = _tenant(pending.unit) or DEFAULT
+                tenant = label(_tenant(pending.unit))
                 self._tenants.queue_seconds.labels(tenant).observe(now - elapsed - pending.enqueued)
                 share = pending.unit.length / tokens if tokens else 1 / len(batch)  # of the forward's time
                 self._tenants.model_seconds.labels(tenant).inc(elapsed * share)

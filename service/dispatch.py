@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from starlette.concurrency import run_in_threadpool
@@ -31,7 +31,7 @@ from rewardserve.service.errors import (
     TenantQueueFull,
 )
 from rewardserve.service.served_models import Served
-from rewardserve.service.tenants import DEFAULT
+from rewardserve.service.tenants import named
 
 R = TypeVar("R")
 
@@ -46,6 +46,7 @@ class Executed(Generic[R]):
     usage: Usage
     queue_s: float = 0.0
     inference_s: float = 0.0
+    warnings: list[str] = field(default_factory=list)
 
     def timing_headers(self) -> dict[str, str]:
         # Milliseconds, as TEI reports them.
@@ -132,7 +133,7 @@ def charge_work(ctx: RequestContext, work: int) -> None:
         wait = ctx.svc.tenants.charge(ctx.tenant, extra)
         if wait is not None:
             raise Overloaded(
-                f"tenant {ctx.tenant or DEFAULT!r} is over its items per second (this request's judge "
+                f"{named(ctx.tenant)} is over its items per second (this request's judge "
                 f"prompts and rule calls count too); retry after {wait}s",
                 retry_after_s=wait,
             )
@@ -204,7 +205,7 @@ async def compute(ctx: RequestContext, served: Served | None, units: list[Unit[A
         futures = served.batcher.submit(units, scope.deadline)
     except TenantQueueFull as exc:
         raise Overloaded(
-            f"tenant {exc.tenant!r} has {exc.limit} tokens queued on model {model.name!r}, its limit; retry "
+            f"{named(exc.tenant)} has {exc.limit} tokens queued on model {model.name!r}, its limit; retry "
             f"after {exc.retry_after_s}s",
             retry_after_s=exc.retry_after_s,
         ) from exc

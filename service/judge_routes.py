@@ -33,7 +33,9 @@ async def rubric(body: RubricRequest, request: Request) -> Response:
     """Weighted criteria per item (rules, judge questions, served models' scores),
     aggregated; escalated to an expensive model where the request says."""
     done = await application.rubric(RequestContext.of(request), body)
-    return answer(RubricResponse(judge=body.judge, results=done.results, usage=done.usage), done)
+    return answer(
+        RubricResponse(judge=body.judge, results=done.results, usage=done.usage, warnings=done.warnings), done
+    )
 
 
 @router.post("/v1/compare", response_model=CompareResponse)

@@ -63,7 +63,12 @@ class Metrics:
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
-        self.items = Counter("rewardserve_items_scored", "Items scored", ["model", "valid"], registry=r)
+        self.items = Counter(
+            "rewardserve_items_scored",
+            "Items the model computed (answered from the cache: rewardserve_cache_hits_total)",
+            ["model", "valid"],
+            registry=r,
+        )
         self.dropped = Counter(
             "rewardserve_items_dropped",
             "Items dropped before compute",
@@ -116,8 +121,8 @@ class _OneTenant:
     def collect(self) -> Iterator[Metric]:
         for family in self.source.collect():
             tenant_labelled = any("tenant" in s.labels for s in family.samples)
-            if not tenant_labelled and family.name not in SHARED:
-                continue
+            if (not tenant_labelled or not self.tenant) and family.name not in SHARED:
+                continue  # "" (no key): the work of no one, not even of no tenant
             samples = [s for s in family.samples if s.labels.get("tenant", self.tenant) == self.tenant]
             if len(samples) != len(family.samples):
                 out = Metric(family.name, family.documentation, family.type, family.unit)

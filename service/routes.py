@@ -55,7 +55,7 @@ def answer(body: BaseModel, done: Executed[Any]) -> Response:
 async def score(body: ScoreRequest, request: Request) -> Response:
     """Outcome reward per item, in request order (for a PRM, its trajectory aggregate)."""
     done = await application.score(RequestContext.of(request), body.model, body.items, body.options)
-    return answer(ScoreResponse(model=body.model, results=done.results, usage=done.usage), done)
+    return answer(ScoreResponse(model=body.model, results=done.results, usage=done.usage, warnings=done.warnings), done)
 
 
 @scoring_routes.post("/v1/score/steps", response_model=StepsResponse)

@@ -37,7 +37,20 @@ from rewardserve.service.metrics import Metrics
 # bench/results/issue-23-tenants.md).
 BATCH_MS = 30.0
 
-DEFAULT = "default"
+# The label of work no tenant owns (no tenants configured, or a key of no tenant):
+# empty, which Prometheus reads as no label, so no tenant appears that nobody named.
+NO_TENANT = ""
+
+
+def label(tenant: str | None) -> str:
+    return tenant or NO_TENANT
+
+
+def named(tenant: str | None) -> str:
+    """A tenant as an error message names it."""
+    return f"tenant {tenant!r}" if tenant else "the requests of no tenant"
+
+
 # A tenant that queued work this recently counts as using a model (for the batch cap).
 ACTIVE_S = 5.0
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
@@ -83,9 +96,9 @@ def load_tenants(path: Path, only_tenants: bool = True) -> list[TenantSpec]:
 
 def check_tenants(specs: list[TenantSpec]) -> None:
     names = [t.name for t in specs]
-    repeated_names = sorted({n for n in names if names.count(n) > 1} | ({DEFAULT} & set(names)))
+    repeated_names = sorted({n for n in names if names.count(n) > 1} | ({NO_TENANT} & set(names)))
     if repeated_names:
-        raise ValueError(f"tenant names must be unique (and not {DEFAULT!r}): {', '.join(repeated_names)}")
+        raise ValueError(f"tenant names must be unique and not empty: {', '.join(repeated_names)}")
     owners: dict[str, str] = {}
     for spec in specs:
         for key in spec.keys:
@@ -180,7 +193,7 @@ class Tenants:
 
     def charge_rule_seconds(self, tenant: str | None, seconds: float) -> None:
         if self.enabled:
-            self.rule_seconds.labels(tenant or DEFAULT).inc(seconds)
+            self.rule_seconds.labels(label(tenant)).inc(seconds)
 
     def queued_limit(self, tenant: str | None) -> int | None:
         spec = self.specs.get(tenant or "")
@@ -189,7 +202,7 @@ class Tenants:
     def admit_items(self, tenant: str | None, n: int) -> int | None:
         """Count a request's items against its tenant's rate: None, or the whole seconds
         to wait (retry-after)."""
-        name = tenant or DEFAULT
+        name = label(tenant)
         self.requests.labels(name).inc()
         self.items.labels(name).inc(n)
         return self.charge(tenant, n)
@@ -197,7 +210,7 @@ class Tenants:
     def charge(self, tenant: str | None, n: int) -> int | None:
         """Take ``n`` units of work from the tenant's items per second: None, or the
         whole seconds to wait (retry-after)."""
-        name = tenant or DEFAULT
+        name = label(tenant)
         self.work.labels(name).inc(n)
         bucket = self._buckets.get(name)
         if bucket is None:
@@ -275,12 +288,12 @@ class TenantShares:
         limit = self.tenants.queued_limit(tenant)
         queued = self._queued.get(tenant, 0)
         if limit is not None and queued + tokens > limit:
-            self.tenants.rejected.labels(tenant or DEFAULT, "queued_tokens").inc()
-            raise TenantQueueFull(tenant or DEFAULT, limit, retry_after(queued + tokens - limit))
+            self.tenants.rejected.labels(label(tenant), "queued_tokens").inc()
+            raise TenantQueueFull(label(tenant), limit, retry_after(queued + tokens - limit))
         if not queued:
             self.turns.rejoin(tenant)
         self._last_seen[tenant] = time.monotonic()
-        self.tenants.tokens.labels(tenant or DEFAULT).inc(tokens)
+        self.tenants.tokens.labels(label(tenant)).inc(tokens)
 
     def has_room(self, tenant: str | None, tokens: int, queue_tokens: int) -> bool:
         """Whether a model's queue of ``queue_tokens`` takes ``tokens`` more of ``tenant``'s:

@@ -39,6 +39,9 @@ class ScoreResponse(_Response):
     model: str
     results: list[ItemResult]
     usage: Usage = Field(default_factory=Usage)
+    # What the service noticed about the request that changes what the scores mean
+    # (group normalization that saw no groups).
+    warnings: list[str] = Field(default_factory=list)
 
     def components(self) -> dict[str, list[float | None]]:
         """An ensemble's members' scores, by member, in item order."""
@@ -267,6 +270,7 @@ class RubricResponse(_Response):
     judge: str | None = None
     results: list[RubricResult]
     usage: Usage = Field(default_factory=Usage)
+    warnings: list[str] = Field(default_factory=list)
 
     def components(self) -> dict[str, list[float | None]]:
         """Each criterion's scores as aggregated, by name, in item order."""

@@ -32,6 +32,18 @@ def _valid_groups(items: list[Item], results: list[ItemResult]) -> list[list[int
     return list(members.values())
 
 
+def singleton_groups(items: list[Item], what: str) -> str | None:
+    """The warning for group normalization that sees no group: every item alone in its
+    group (no group_id, or a different one each), so every advantage is 0."""
+    named = [item.group_id for item in items if item.group_id is not None]
+    if len(set(named)) < len(named):  # some group has two items or more
+        return None
+    return (
+        f"{what}: each of the {len(items)} item(s) is a group of its own, so every advantage is 0; "
+        "give the completions of one prompt the same group_id (TRL's adapters in rewardserve.client.trl do)"
+    )
+
+
 def group_advantages(items: list[Item], results: list[ItemResult]) -> list[ItemResult]:
     """GRPO advantages over the valid scores of each group. An item without a group_id is
     a group of one (advantage 0); an invalid item gets none."""

@@ -312,7 +312,7 @@ def plan_rubric(body: RubricRequest, model: RewardModel | None, peers: PeerLooku
         for key, value in zip(work.rule_keys, values):
             criterion = checked.criteria[key[0]][key[1]]
             where = f"{checked.params[key[0]]}[{key[1]}].args"
-            outcomes[key] = (call_outcome(key, value, criterion.fn, where), None)
+            outcomes[key] = (call_outcome(key, value, criterion.fn, where), getattr(value, "reason", None))
 
     def judging(texts: dict[Key, Any], rule_calls: list[Any]) -> Plan[RubricResult]:
         units: list[Unit[Any]]

@@ -34,6 +34,21 @@ _RULE_MODULES = (
 )
 
 
+class Scored(float):
+    """A rule's score with why: a rubric shows ``reason`` beside the criterion's score
+    (a format rule's 0 says what it looked for)."""
+
+    reason: str
+
+    def __new__(cls, value: float, reason: str) -> Scored:
+        out = super().__new__(cls, value)
+        out.reason = reason
+        return out
+
+    def __reduce__(self) -> tuple[type[Scored], tuple[float, str]]:  # back from a worker whole
+        return (Scored, (float(self), self.reason))
+
+
 class RuleError(ValueError):
     """The rule cannot judge this input (say, an unparsable reference)."""
 

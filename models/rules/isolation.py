@@ -186,7 +186,7 @@ def run_calls(calls: list[RuleCall | RenderCall]) -> list[Any]:
 
 def _run_one(call: RuleCall | RenderCall) -> Any:
     from rewardserve.models.planning import ItemError
-    from rewardserve.models.rules import RuleError, get_rule, with_named_reference
+    from rewardserve.models.rules import RuleError, Scored, get_rule, with_named_reference
     from rewardserve.models.text.templating import TemplateLimitError, render_field_bounded
 
     try:
@@ -200,7 +200,8 @@ def _run_one(call: RuleCall | RenderCall) -> Any:
                 problem = rule.check(call.response, reference, args)
                 if problem is not None:
                     return CallFailure("limit", f"{problem[0]}: {problem[1]} ({call.rule})")
-            return float(rule.fn(call.response, reference, **args))
+            value = rule.fn(call.response, reference, **args)
+            return value if isinstance(value, Scored) else float(value)  # a Scored keeps its reason
     except MemoryError:
         _trim()
         return CallFailure("memory", f"over its memory limit ({_memory_bytes // 2**20} MB)")

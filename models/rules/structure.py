@@ -7,7 +7,7 @@ import json
 import re
 from typing import Any
 
-from rewardserve.models.rules import RuleError, rule
+from rewardserve.models.rules import RuleError, Scored, rule
 
 _FENCED = re.compile(r"```(?:json)?\s*\n(.*?)```", re.DOTALL)
 _TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
@@ -90,18 +90,25 @@ def think_format(
     strict: bool = True,
     **_: Any,
 ) -> float:
-    """1.0 when each tag (default ``think`` then ``answer``) appears exactly once, as
-    ``<tag>...</tag>``, in that order; ``strict``: nothing but whitespace around them
-    (open-r1's format reward)."""
+    """1.0 when each tag (default ``think`` then ``answer``: ``<think>...</think>
+    <answer>...</answer>``) appears exactly once, as ``<tag>...</tag>``, in that order;
+    ``strict``: nothing but whitespace around them (open-r1's format reward). A 0 says
+    what was missing."""
     tags = tags or ["think", "answer"]
     if not all(isinstance(t, str) and re.fullmatch(r"[A-Za-z_][\w.-]*", t) for t in tags):
         raise RuleError("think_format: tags must be plain tag names")
+    wanted = "".join(f"<{t}>...</{t}>" for t in tags)
     for tag in tags:
-        if response.count(f"<{tag}>") != 1 or response.count(f"</{tag}>") != 1:
-            return 0.0
+        opened, closed = response.count(f"<{tag}>"), response.count(f"</{tag}>")
+        if opened != 1 or closed != 1:
+            found = f"found {opened} and {closed}"
+            return Scored(0.0, f"<{tag}> and </{tag}> must each appear once ({found}); wants {wanted}")
     gap = r"\s*" if strict else r".*?"
     pattern = gap + gap.join(rf"<{t}>.*?</{t}>" for t in tags) + gap
-    return float(re.fullmatch(pattern, response, re.DOTALL) is not None)
+    if re.fullmatch(pattern, response, re.DOTALL) is None:
+        outside = " with only whitespace around them (strict)" if strict else ""
+        return Scored(0.0, f"the tags are not in the order {wanted}{outside}")
+    return 1.0
 
 
 def _calls(value: Any) -> list[dict[str, Any]]:

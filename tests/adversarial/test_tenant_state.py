@@ -88,7 +88,8 @@ def shadow_items(attacked, headers: dict) -> int:
 
 def test_shadow_reports_and_charges_are_each_tenant_s_own(attacked):
     before = {"a": shadow_items(attacked, AS_A), "b": shadow_items(attacked, AS_B), "all": shadow_items(attacked, AUTH)}
-    work = {t: metric(attacked.metrics(), "rewardserve_tenant_work_total", tenant=t) for t in ("a", "default")}
+    # "": the work of no tenant (the operator's key)
+    work = {t: metric(attacked.metrics(), "rewardserve_tenant_work_total", tenant=t) for t in ("a", "")}
     fresh = time.time()  # items no cache holds: their work is done, and charged
     items = [{"response": rf"\boxed{{{n}}} {fresh}", "reference": str(n)} for n in range(3)]
     assert attacked.post("/v1/score", {"model": "math", "items": items}, headers=AS_A).status_code == 200
@@ -102,4 +103,4 @@ def test_shadow_reports_and_charges_are_each_tenant_s_own(attacked):
     text = attacked.metrics()
     # a's 3 items, and the shadow's 3 calls on the candidate: a's, not the operator's.
     assert metric(text, "rewardserve_tenant_work_total", tenant="a") - work["a"] == 6
-    assert metric(text, "rewardserve_tenant_work_total", tenant="default") == work["default"]
+    assert metric(text, "rewardserve_tenant_work_total", tenant="") == work[""]

@@ -160,6 +160,20 @@ async def test_rubric_aggregations(service, aggregation, expect):
     assert result["score"] == pytest.approx(expect(scores))
 
 
+async def test_a_rule_s_zero_carries_its_reason_and_ungrouped_normalization_warns(service):
+    _, http = service
+    criteria = [{"name": "format", "fn": "think_format"}, {"name": "m", "fn": "exact_match", "normalize": "group"}]
+    items = [{"prompt": "2+2?", "response": r, "reference": "4"} for r in ("4", "<think>x</think><answer>4</answer>")]
+    out = await post(http, "/v1/rubric", {"items": items, "criteria": criteria})
+    first, second = ({c["name"]: c for c in r["criteria"]} for r in out["results"])
+    assert first["format"]["score"] == 0.0 and "<think> and </think> must each appear once" in first["format"]["reason"]
+    assert second["format"]["score"] == 1.0 and second["format"]["reason"] is None
+    (warning,) = out["warnings"]
+    assert "normalize: group" in warning and "group of its own" in warning
+    grouped = await post(http, "/v1/rubric", {"items": [{**i, "group_id": "q"} for i in items], "criteria": criteria})
+    assert grouped["warnings"] == []
+
+
 @pytest.mark.parametrize("formula", ["__import__('os').system('x')", "exact.__class__", "9 ** 9 ** 9 ** 9", "nope + 1"])
 async def test_rubric_rejects_malicious_formulas(service, formula):
     _, http = service

@@ -117,6 +117,25 @@ async def test_group_normalisation_gives_grpo_advantages(service):
     assert all(r["advantage"] is None for r in plain)
 
 
+async def test_group_normalisation_that_sees_no_group_says_so(service, caplog):
+    """Completions sent without group_id (what TRL's reward functions did): every
+    advantage is 0, and the answer and the log (once) say why."""
+    _, http = service
+    convs = mixed_conversations(4, seed=14)
+    grouped = (
+        await post_score(http, "qwen", [{"group_id": "g", "messages": c} for c in convs], normalize="group")
+    ).json()
+    assert grouped["warnings"] == []
+    for _ in range(2):
+        with caplog.at_level("WARNING", logger="rewardserve.service.application"):
+            body = (await post_score(http, "qwen", [{"messages": c} for c in convs], normalize="group")).json()
+        assert [r["advantage"] for r in body["results"]] == [0.0] * 4
+        (warning,) = body["warnings"]
+        assert "each of the 4 item(s) is a group of its own" in warning and "group_id" in warning
+    logged = [r for r in caplog.records if "is a group of its own" in r.getMessage()]
+    assert len(logged) == 1 and "model qwen" in logged[0].getMessage()
+
+
 async def test_sigmoid_activation(service):
     _, http = service
     item = {"prompt": "q", "response": "the answer is 3"}

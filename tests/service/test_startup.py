@@ -66,6 +66,50 @@ def test_every_model_that_cannot_be_built_is_named_on_one_line(tmp_path, qwen3_r
     assert "'missing'" in missing and f"no such directory: {tmp_path}/nowhere" in missing
 
 
+def test_a_config_that_is_not_a_models_list_stops_start_up_saying_what_to_write(tmp_path):
+    config = tmp_path / "models.yaml"
+    cases = [
+        (
+            "model:\n  - {name: a, kind: rule, source: exact_match}\n",
+            "unknown top-level key 'model'; did you mean 'models'?",
+        ),
+        ("", f"the config file {config} is empty: it needs a 'models:' list"),
+        (
+            "models:\n  - {name: rm, kind: rule, source: exact_match, max_token: 5}\n",
+            "model 'rm' (models[0]): unknown field 'max_token'; did you mean 'max_tokens'?",
+        ),
+    ]
+    for text, expected in cases:
+        config.write_text(text)
+        done = rewardserve("serve", "--port", str(free_port()), "--config", str(config))
+        (line,) = error_lines(done)
+        assert done.returncode == 2 and "Traceback" not in done.stderr
+        assert str(config) in line and expected in line
+
+
+def test_a_bad_kind_after_the_colon_names_the_kinds():
+    done = rewardserve("serve", "--port", str(free_port()), "--model", "rm=acme/reward-7b:outcom")
+    (line,) = error_lines(done)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "unknown kind 'outcom'; did you mean 'outcome'?" in line and "kinds: clip_goal, ensemble," in line
+    assert "no such directory" not in line
+
+
+def test_an_unknown_rule_and_a_request_option_are_start_up_problems_of_their_models(tmp_path):
+    config = tmp_path / "models.yaml"
+    config.write_text(
+        "models:\n"
+        "  - {name: nope, kind: rule, source: nonexistent_rule}\n"
+        "  - {name: sig, kind: rule, source: exact_match, options: {activation: sigmoid}}\n"
+    )
+    done = rewardserve("serve", "--port", str(free_port()), "--config", str(config), "--no-builtin-rules")
+    assert done.returncode == 2 and "Traceback" not in done.stderr and "AttributeError" not in done.stderr
+    nope, sig = error_lines(done)
+    assert "model 'nope' (kind rule): unknown rule 'nonexistent_rule' (source); known rules: " in nope
+    assert "exact_match" in nope and "math_equiv" in nope
+    assert "model 'sig'" in sig and "'activation' is a request option (send it in the request's options)" in sig
+
+
 def test_a_hub_id_that_is_not_cached_fails_in_seconds(tmp_path):
     cache = {"HF_HOME": str(tmp_path / "hf")}
     offline = rewardserve(
@@ -185,9 +229,29 @@ def test_start_up_says_what_it_chose_and_keep_going_serves_the_rest(tmp_path, qw
     # Rules do not wait for the checkpoints.
     ready = [m.split(":")[0] for m in startup if m.endswith(")") and ": ready in " in m]
     assert ready.index("model math") < ready.index("model rm")
+    assert any(m.startswith("auth off: any caller is served") and m.endswith("no shadows") for m in startup)
     serving = next(m for m in startup if m.startswith("serving "))
     assert "rm" in serving and url in serving and "/v1/score" in serving and "bad" not in serving.split(" at ")[0]
     (line,) = [r for r in records if r.get("request_id") == "trainer-7.step-3"]
     assert line["route"] == "/v1/score" and line["model"] == "rm" and line["items"] == 1 and line["status"] == 200
     assert line["tokens"] > 0 and line["queue_ms"] >= 0 and line["inference_ms"] > 0
     assert any(r.get("status") == 503 and "failed to load" in r.get("reason", "") for r in records)
+
+
+def test_the_start_says_who_may_call_and_what_is_shadowed(tmp_path, caplog):
+    import logging
+
+    from rewardserve.models.spec import ModelSpec, ShadowSpec
+    from rewardserve.service.app import create_app
+    from rewardserve.service.settings import Settings
+
+    tenants = tmp_path / "tenants.yaml"
+    tenants.write_text("tenants:\n  - {name: a, keys: [ka], weight: 3}\n  - {name: b, keys: [kb]}\n")
+    models = [
+        ModelSpec(name="m1", kind="rule", source="exact_match", shadow=ShadowSpec(model="m2", fraction=0.25)),
+        ModelSpec(name="m2", kind="rule", source="exact_match"),
+    ]
+    with caplog.at_level(logging.INFO, logger="rewardserve.startup"):
+        create_app(Settings(api_keys=["op"], tenants_file=tenants, models=models))
+    (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("auth ")]
+    assert line == "auth on: 1 operator key(s); 2 tenant(s): a (weight 3), b (weight 1); shadows: m1 -> m2 (25%)"

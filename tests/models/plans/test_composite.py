@@ -125,7 +125,7 @@ async def test_running_statistics_are_shared_counted_and_shown(service):
     assert running["mean"] == pytest.approx(statistics.mean(everything), abs=1e-6)
     assert running["std"] == pytest.approx(statistics.stdev(everything), abs=1e-6)
     metrics = (await http.get("/metrics")).text
-    assert 'rewardserve_running_count{model="rm_running",tenant="default"} 13.0' in metrics
+    assert 'rewardserve_running_count{model="rm_running",tenant=""} 13.0' in metrics  # no tenants: no tenant named
 
 
 async def test_a_criterion_naming_an_unknown_model_is_a_422_naming_it(service):

@@ -58,6 +58,16 @@ def test_think_format():
     assert run("think_format", "<answer>4</answer><think>x</think>") == 0.0
     assert run("think_format", "<think>a</think><think>b</think><answer>4</answer>") == 0.0
     assert run("think_format", "Hi <think>a</think> <answer>4</answer>") == 0.0
+
+
+def test_a_format_rule_s_zero_says_what_it_wanted():
+    import pickle
+
+    missing = get_rule("think_format").fn("The answer is 4.")
+    assert missing == 0.0 and "<think> and </think> must each appear once (found 0 and 0)" in missing.reason
+    assert "<think>...</think><answer>...</answer>" in missing.reason
+    assert pickle.loads(pickle.dumps(missing)).reason == missing.reason  # as it comes back from a worker
+    assert "not in the order" in get_rule("think_format").fn("<answer>4</answer><think>x</think>").reason
     assert run("think_format", "Hi <think>a</think> <answer>4</answer>", strict=False) == 1.0
     assert run("think_format", "<reasoning>a</reasoning>", tags=["reasoning"]) == 1.0
 
