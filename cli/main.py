@@ -224,8 +224,16 @@ def evaluate(args: argparse.Namespace) -> None:
         async with reward_client(args.url, settings, args.api_key) as client:
             return await run_eval(client, args.name, Path(args.input), Path(args.output))
 
-    print(accuracy_table(asyncio.run(evaluated())))
+    summary = asyncio.run(evaluated())
+    print(accuracy_table(summary))
     print(f"\nwritten to {args.output}: pairs.jsonl, accuracy.json, accuracy.png")
+    if summary["accuracy"] is None:  # an accuracy of nothing is a failed run, not a result
+        print(
+            f"rewardserve: error: none of the {summary['pairs']} pairs was scored; "
+            f"each one's error is in {Path(args.output) / 'pairs.jsonl'}",
+            file=sys.stderr,
+        )
+        raise SystemExit(1)
 
 
 def serve(args: argparse.Namespace) -> None:

@@ -101,6 +101,19 @@ def test_score_against_a_running_service_equals_transformers(live_service, qwen3
     assert "invalid  1" in capsys.readouterr().out
 
 
+def test_eval_that_scores_nothing_fails(tmp_path, capsys):
+    """A rule that needs a reference, on pairs that have none: every pair invalid, exit 1."""
+    source = write_jsonl(tmp_path / "pairs.jsonl", [{"prompt": "2+2?", "chosen": "4", "rejected": "5"}] * 3)
+    with pytest.raises(SystemExit) as stopped:
+        main(["eval", "--serve", "m=math_equiv:rule", "--model", "m", str(source), "-o", str(tmp_path / "eval")])
+    assert stopped.value.code == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("rewardserve: error: none of the 3 pairs was scored") and "pairs.jsonl" in err[-1]
+    assert all(
+        not row["valid"] and "reference" in row["error"] for row in read_jsonl(tmp_path / "eval" / "pairs.jsonl")
+    )
+
+
 def test_eval_decides_each_pair_as_rewardbench_does(qwen3_rm, tmp_path, capsys):
     from rewardserve.cli.evaluate import decision
 
