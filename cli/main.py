@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 import time
@@ -124,8 +125,11 @@ def grpo(args: argparse.Namespace) -> None:
     need("torch", "transformers", "yaml", extra="pip install 'rewardserve[grpo]'")
     from rewardserve.client.grpo.config import load_config
     from rewardserve.client.grpo.loop import train
+    from rewardserve.models.checkpoints import checkpoint_problem, go_offline_if_unreachable
 
     configure_logging("info")
+    for chatty in ("httpx", "httpcore"):  # a line per reward request would bury the progress bar
+        logging.getLogger(chatty).setLevel(logging.WARNING)
     overrides = {
         "policy": args.policy,
         "prompts": args.prompts,
@@ -134,9 +138,20 @@ def grpo(args: argparse.Namespace) -> None:
         "steps": args.steps,
         "resume": False if args.no_resume else None,
     }
-    history = train(load_config(args.config, overrides))
+    config = load_config(args.config, overrides)
+    problem = checkpoint_problem(config.policy)  # in seconds, not after the hub's retries
+    if problem is not None:
+        raise ValueError(f"policy: {problem}")
+    go_offline_if_unreachable([config.policy])
+    history = train(config)
     if history:
         print(json.dumps(history[-1]))
+    from pathlib import Path
+
+    out = Path(config.output_dir)
+    steps = [int(p.name.split("-", 1)[1]) for p in out.glob("checkpoint-*") if p.name.split("-", 1)[1].isdigit()]
+    last = f", checkpoint-{max(steps)}/ (the policy, for from_pretrained)" if steps else ""
+    print(f"written to {out}: metrics.jsonl, metrics.png{last}")
 
 
 def models(args: argparse.Namespace) -> None:

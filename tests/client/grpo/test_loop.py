@@ -56,6 +56,8 @@ def test_grpo_learns_to_say_yes_and_resumes(tmp_path):
         )
         assert done.returncode == 0, done.stderr[-2000:]
         assert f"resuming from {tmp_path / 'out' / 'checkpoint-20'} (step 20 of 40)" in done.stderr
+        assert f"written to {tmp_path / 'out'}: metrics.jsonl, metrics.png, checkpoint-40/" in done.stdout
+        assert "HTTP Request:" not in done.stderr  # httpx's line per reward request stays out of the log
         rows = [json.loads(line) for line in open(tmp_path / "out" / "metrics.jsonl")]
         # --no-resume starts over (one step here), with a reward that cannot tell the
         # completions apart: every group is flat, and the run says so.
@@ -88,6 +90,28 @@ def test_grpo_learns_to_say_yes_and_resumes(tmp_path):
     assert Image.open(tmp_path / "out" / "metrics.png").size == (840, 660)
     assert (tmp_path / "out" / "checkpoint-40" / "optimizer.pt").exists()
     assert time.monotonic() - started < 180
+
+
+def test_a_policy_the_hub_cannot_give_fails_at_once_in_one_line(tmp_path):
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(json.dumps({"prompt": "hi"}) + "\n")
+    config_file = tmp_path / "grpo.yaml"
+    config_file.write_text(
+        f"policy: acme/no-such-policy\nprompts: {prompts}\noutput_dir: {tmp_path / 'out'}\n"
+        "service: http://127.0.0.1:9\nrewards: [{endpoint: score, model: fuzzy}]\n"
+    )
+    started = time.monotonic()
+    failed = subprocess.run(
+        [sys.executable, "-m", "rewardserve.cli", "grpo", "--config", str(config_file)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    assert failed.returncode == 2, failed.stderr[-2000:]
+    (line,) = failed.stderr.strip().splitlines()
+    assert line.startswith("rewardserve: error: policy: acme/no-such-policy is not in the local Hugging Face cache")
+    assert time.monotonic() - started < 60
 
 
 def test_group_advantages_skip_invalid_and_singletons():
