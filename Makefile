@@ -31,7 +31,7 @@ PYTEST_ARGS ?= -n 2 --dist loadfile --no-loadscope-reorder
 # docker-compose 1.29.2 wheel (not installed, only unpacked; its dependencies clash).
 COMPOSE_SCHEMA := $(VENV)/share/compose_spec.json
 
-.PHONY: serve test typecheck lint install install-dev system-deps bench vllm-venv rewardbench-venv ray-venv ray-venv-or-reason clean
+.PHONY: serve test typecheck lint install install-dev system-deps bench vllm-venv rewardbench-venv ray-venv ray-venv-or-reason clean dist
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -71,6 +71,10 @@ system-deps:
 
 serve: install
 	$(VENV)/bin/rewardserve serve $(ARGS)
+
+# The wheel (client and CLI; extras: serve, grpo) in dist/, for a client-only install elsewhere.
+dist: $(UV)
+	$(UV) build --wheel --out-dir dist .
 
 # The virtualenvs install side by side (installing waits on the network and the disk
 # more than on the CPU).
