@@ -70,6 +70,11 @@ class Settings(BaseSettings):
     rule_timeout_s: float = Field(default=5.0, gt=0)
     rule_memory_mb: int = Field(default=1024, gt=0)
     rule_queue_max: int = Field(default=200_000, gt=0)
+    # The share of the machine's cores the rule workers may keep busy at once (each pool;
+    # None: every worker). Workers run at the lowest CPU priority whatever this says; a
+    # share keeps rules off the cores the forwards need even where priority is not enough
+    # (a container's CPU quota, say).
+    rule_cpu_share: float | None = Field(default=None, gt=0, le=1)
     # Connections (service/server.py): at most this many open at once (more are refused
     # with a 503), a request's headers must arrive within header_timeout_s, an idle
     # keep-alive connection is closed after keep_alive_s.
@@ -142,6 +147,7 @@ class Settings(BaseSettings):
             timeout_s=self.rule_timeout_s,
             memory_mb=self.rule_memory_mb,
             max_queued=self.rule_queue_max,
+            cpu_share=self.rule_cpu_share,
         )
 
     def requests_per_tenant(self) -> int:

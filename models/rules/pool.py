@@ -96,6 +96,7 @@ class RulePool:
         memory_mb: int = 1024,
         *,
         max_queued: int = 200_000,
+        max_busy: int | None = None,
         warm: tuple[str, ...] = (),
         max_tasks: int = 2000,
         weight: Callable[[Tenant], float] | None = None,
@@ -104,6 +105,8 @@ class RulePool:
         self.workers = workers
         self.timeout_s = timeout_s
         self.max_queued = max_queued
+        # Workers running calls at once (a CPU share: idle workers beyond it wait).
+        self.max_busy = workers if max_busy is None else max(1, min(workers, max_busy))
         self._weight = weight or (lambda _tenant: 1.0)
         self._on_charge = on_charge
         context = worker_context()
@@ -130,8 +133,9 @@ class RulePool:
 
     @property
     def share(self) -> int:
-        """Workers one tenant (or request) may hold at once: all but one."""
-        return max(1, self.workers - 1)
+        """Workers one tenant (or request) may hold at once: all but one of those that
+        may run."""
+        return max(1, self.max_busy - 1)
 
     def run(
         self, calls: list[Any], scope: RequestScope | None = None, timeout_s: float | None = None
@@ -196,7 +200,7 @@ class RulePool:
 
     def _dispatch(self) -> None:
         with self._lock:
-            while self._idle and not self._closed:
+            while self._idle and not self._closed and self._busy() < self.max_busy:
                 chunk = self._next_chunk()
                 if chunk is None:
                     return
@@ -206,6 +210,10 @@ class RulePool:
                 self._running.setdefault(chunk.scope.id, set()).add(task)
                 started = time.monotonic()
                 task.add_done_callback(lambda t, c=chunk, w=worker, s=started: self._done(c, w, t, s))
+
+    def _busy(self) -> int:
+        """Workers running a call, or being replaced after one was killed."""
+        return sum(queue.running for queue in self._tenants.values())
 
     def _next_chunk(self) -> _Chunk | None:
         """The tenant furthest behind among those with work queued and under their share

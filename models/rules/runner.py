@@ -35,6 +35,12 @@ class RuleLimits:
     memory_mb: int = 1024
     max_queued: int = 200_000
     embedding_workers: int = 1
+    cpu_share: float | None = None  # of the cores, kept busy at once per pool; None: no cap
+
+    def busy_cap(self) -> int | None:
+        if self.cpu_share is None:
+            return None
+        return max(1, round(self.cpu_share * (os.cpu_count() or 1)))
 
 
 class RuleRunner:
@@ -76,6 +82,7 @@ class RuleRunner:
                     limits.timeout_s,
                     limits.memory_mb,
                     max_queued=limits.max_queued,
+                    max_busy=limits.busy_cap(),
                     warm=warm,
                     weight=self._weight,
                     on_charge=self._on_charge,

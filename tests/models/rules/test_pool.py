@@ -93,3 +93,32 @@ def test_a_full_queue_refuses_only_the_tenant_over_its_share():
     finally:
         hog.cancel("finished")
         pool.close()
+
+
+def test_a_cpu_share_caps_the_workers_running_at_once():
+    """max_busy=1 of three workers: calls from two tenants run one at a time, each still
+    answered, and the workers left idle take nothing."""
+    pool = RulePool(workers=3, timeout_s=5.0, memory_mb=256, max_queued=1000, max_busy=1)
+    assert pool.max_busy == 1 and pool.share == 1
+    busiest = 0
+    stop = threading.Event()
+
+    def sample() -> None:
+        nonlocal busiest
+        while not stop.is_set():
+            busiest = max(busiest, pool._busy())
+            time.sleep(0.002)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    try:
+        pool.run([QUICK], RequestScope(tenant="a")).result(timeout=60)  # workers up
+        sampler.start()
+        busy_call = RuleCall("json_schema", '"' + "a" * 21 + '!"', None, {"schema": BACKTRACKING})  # ~0.3 s
+        futures = [pool.run([busy_call, QUICK], RequestScope(tenant=t)) for t in ("a", "b", "a", "b")]
+        results = [f.result(timeout=120) for f in futures]
+    finally:
+        stop.set()
+        sampler.join(timeout=5)
+        pool.close()
+    assert busiest == 1
+    assert all(r[1] == 1.0 and r[0] == 0.0 for r in results), results
