@@ -33,6 +33,7 @@ from rewardserve.client.protocol import (
     CompareResult,
     Item,
     ItemResult,
+    Message,
     ModelCard,
     ScoreOptions,
     StepOptions,
@@ -78,6 +79,22 @@ def work_key(ids: list[int], *params: Any) -> bytes:
     digest.update(np.asarray(ids, dtype=np.int64).tobytes())
     digest.update(repr(params).encode())
     return digest.digest()
+
+
+@dataclass(frozen=True)
+class Tokenized:
+    """A text's token ids with a model's tokenizer (``RewardModel.tokenize``)."""
+
+    ids: list[int]
+    max_model_len: int  # the model's context in tokens (0: unknown)
+    token_strs: list[str] | None = None
+
+
+def _tokenizer_limit(tokenizer: Any) -> int | None:
+    """The tokenizer's own ``model_max_length``, where it names a real one (transformers
+    writes a huge sentinel when the checkpoint gives none)."""
+    limit = getattr(tokenizer, "model_max_length", None)
+    return limit if isinstance(limit, int) and 0 < limit < 10**8 else None
 
 
 @dataclass(frozen=True)
@@ -373,6 +390,82 @@ class RewardModel(ABC):
             "max_padding_ratio": spec.max_padding_ratio,
         }
         return replace(policy, **{k: v for k, v in overrides.items() if v is not None})
+
+    def placement(self) -> tuple[str | None, str | None]:
+        """(dtype, device) its forwards run in, as loaded (else as ``auto`` resolves them,
+        what ``describe`` logs); (None, None) for a kind without weights."""
+        if not self.runs_torch:
+            return None, None
+        holder = self.backend if self.backend is not None else self
+        dtype, device = getattr(holder, "dtype", None), getattr(holder, "device", None)
+        if dtype is None or device is None or isinstance(dtype, str):
+            from rewardserve.models.backends.transformers_backend import pick_device, pick_dtype
+
+            device = pick_device(self.spec.device)
+            dtype = pick_dtype(self.spec.dtype, device)
+        return str(dtype).removeprefix("torch."), str(device)
+
+    @property
+    def text_tokenizer(self) -> Any | None:
+        """The tokenizer it reads text with: its backend's, or one the kind loads itself
+        (``self.tokenizer``: vlm, clip_goal); None for a kind that reads no tokens (a
+        rule, an ensemble) or one not loaded yet."""
+        if self.backend is not None:
+            return self.backend.tokenizer
+        return getattr(self, "tokenizer", None)
+
+    def tokenize(
+        self,
+        prompt: str | None = None,
+        messages: list[Message] | None = None,
+        *,
+        add_special_tokens: bool,
+        add_generation_prompt: bool = False,
+        continue_final_message: bool = False,
+        token_strs: bool = False,
+    ) -> Tokenized:
+        """vLLM's /tokenize with this model's own tokenizer: ``prompt`` as it is, or
+        ``messages`` through the chat template (its text as the template writes it, BOS
+        included; nothing stripped). A text longer than the model's context could hold
+        (``MAX_CHARS_PER_TOKEN`` characters a token) is a 413 before it is tokenized."""
+        from rewardserve.models.text.chat import MAX_CHARS_PER_TOKEN, message_dicts
+
+        tok = self.text_tokenizer
+        if tok is None:
+            raise RequestError(f"model {self.name!r} is a {self.kind} model: it has no tokenizer", param="model")
+        context = self.max_tokens or _tokenizer_limit(tok)
+        if messages is not None:
+            if getattr(tok, "chat_template", None) is None:
+                raise RequestError(f"model {self.name!r}'s tokenizer has no chat template", param="messages")
+            try:
+                chat = message_dicts(messages)
+            except ItemError as exc:
+                raise RequestError(f"messages: {exc}", param="messages") from None
+            try:
+                text: str = tok.apply_chat_template(
+                    chat,
+                    tokenize=False,
+                    add_generation_prompt=add_generation_prompt,
+                    continue_final_message=continue_final_message,
+                )
+            except Exception as exc:  # the template refuses these messages (roles, order)
+                raise RequestError(
+                    f"messages: the chat template cannot render them: {type(exc).__name__}: {exc}"[:500],
+                    param="messages",
+                ) from None
+            field = "messages"
+        else:
+            assert prompt is not None, "a prompt or messages"
+            text, field = prompt, "prompt"
+        if context and len(text) > context * MAX_CHARS_PER_TOKEN:
+            raise RequestError(
+                f"{field} has {len(text)} characters, more than this model's context of {context} tokens can hold",
+                param=field,
+                type="payload_too_large",
+            )
+        ids = [int(t) for t in tok(text, add_special_tokens=add_special_tokens)["input_ids"]]
+        strs = [str(s) for s in tok.convert_ids_to_tokens(ids)] if token_strs else None
+        return Tokenized(ids=ids, max_model_len=context or 0, token_strs=strs)
 
     def card(self, ready: bool) -> ModelCard:
         return ModelCard(

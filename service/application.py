@@ -19,19 +19,27 @@ lent to it here.
 from __future__ import annotations
 
 import logging
+from importlib import metadata
 from typing import Any
 
+from starlette.concurrency import run_in_threadpool
+
+from rewardserve.client import __version__
 from rewardserve.client.protocol import (
     CompareItem,
     CompareOptions,
     CompareResult,
     Item,
     ItemResult,
+    Message,
     ModelCard,
+    ModelInfo,
     RubricRequest,
     RubricResult,
     RunningStats,
     ScoreOptions,
+    ServiceInfo,
+    ServiceLimits,
     ShadowReport,
     StepOptions,
     StepsResult,
@@ -40,6 +48,7 @@ from rewardserve.client.protocol import (
 )
 from rewardserve.models.plans.groups import singleton_groups
 from rewardserve.models.plans.rubric import asks_judge, plan_rubric, rubric_models, rubric_rule_calls, rubric_work
+from rewardserve.models.reward_model import Tokenized
 from rewardserve.service.context import RequestContext
 from rewardserve.service.dispatch import Executed, refuse_over_limit, refuse_without_room, run_plan
 from rewardserve.service.errors import InvalidRequest, NotFound, Overloaded, PayloadTooLarge
@@ -247,3 +256,82 @@ def metrics_text(ctx: RequestContext, by_model: bool, tenant_view: str | None) -
     svc.shadowing.refresh_gauges(svc.registry)
     rendered: bytes = svc.metrics.render(by_model=by_model, tenant=tenant_view)
     return rendered
+
+
+def version() -> str:
+    """The rewardserve package's version: as installed, else the package's own."""
+    try:
+        return metadata.version("rewardserve")
+    except metadata.PackageNotFoundError:
+        return __version__
+
+
+def info(ctx: RequestContext) -> ServiceInfo:
+    """GET /info: every served model as /v1/models describes it (its card), with where
+    it runs and its batch budget, and the per-request limits of the settings."""
+    settings = ctx.svc.settings
+    models = []
+    for served in ctx.svc.registry:
+        model = served.model
+        card = model.card(served.ready)
+        dtype, device = model.placement()
+        models.append(
+            ModelInfo(
+                id=card.name,
+                kind=card.kind,
+                backend=card.backend,
+                source=card.source,
+                dtype=dtype,
+                device=device,
+                max_input_tokens=card.max_tokens,
+                max_batch_tokens=model.policy().max_batch_tokens if model.runs_torch else None,
+                tokenizer=model.text_tokenizer is not None,
+                ready=card.ready,
+            )
+        )
+    limits = ServiceLimits(
+        max_items_per_request=settings.max_items_per_request,
+        max_work_per_request=settings.max_work_per_request,
+        max_body_bytes=settings.max_body_bytes,
+        max_json_values=settings.max_json_values,
+    )
+    return ServiceInfo(version=version(), models=models, limits=limits)
+
+
+async def tokenize(
+    ctx: RequestContext,
+    model: str | None,
+    prompt: str | None,
+    messages: list[Message] | None,
+    *,
+    add_special_tokens: bool,
+    add_generation_prompt: bool,
+    continue_final_message: bool,
+    token_strs: bool,
+) -> Tokenized:
+    """vLLM's /tokenize with the served model's own tokenizer: the model named (or
+    served from ``model`` as its source; with none named, the one model with a
+    tokenizer). Client work, no forward: not charged as items, but tokenized in a
+    worker thread behind the tenant-fair gate, as a plan is."""
+    registry = ctx.svc.registry
+    if model:
+        name = by_name_or_source(ctx, model)
+    else:
+        names = [s.model.name for s in registry if s.model.text_tokenizer is not None]
+        if len(names) != 1:
+            raise InvalidRequest("name the model: 'model' is required here", param="model")
+        name = names[0]
+    served = registry.get(name)
+    ctx.name_model(name)
+    async with ctx.svc.gate.slot(ctx.tenant):
+        done: Tokenized = await run_in_threadpool(
+            lambda: served.model.tokenize(
+                prompt,
+                messages,
+                add_special_tokens=add_special_tokens,
+                add_generation_prompt=add_generation_prompt,
+                continue_final_message=continue_final_message,
+                token_strs=token_strs,
+            )
+        )
+    return done

@@ -16,6 +16,12 @@
   head's values, through the classifier's activation unless ``use_activation: false``.
 - SGLang-style ``POST /v1/embeddings`` for reward models (verl's reward loop with an
   SGLang reward model): the same, the raw head values as ``embedding``.
+- vLLM ``POST /tokenize``: ``prompt`` (special tokens added unless
+  ``add_special_tokens: false``) or ``messages`` (the chat template applied, with its
+  generation prompt unless ``add_generation_prompt: false``; no special tokens added
+  unless asked), tokenized with the served model's own tokenizer -> ``count``,
+  ``max_model_len``, ``tokens`` (and ``token_strs`` if ``return_token_strs``). A model
+  without a tokenizer (a rule) is a 422.
 
 ``model`` may be a served model's name or its source (verl sends the checkpoint path).
 Neither shape has a per-input error: an input that cannot be scored fails the request,
@@ -48,13 +54,15 @@ from rewardserve.client.protocol import (
     PoolingUsage,
     RenderedInput,
     ScoreOptions,
+    TokenizeRequest,
+    TokenizeResponse,
 )
 from rewardserve.service import application
 from rewardserve.service.body import BoundedRoute
 from rewardserve.service.context import RequestContext
 from rewardserve.service.dispatch import Executed
 from rewardserve.service.errors import InvalidRequest
-from rewardserve.service.routes import ERROR_RESPONSES, answer
+from rewardserve.service.routes import ERROR_RESPONSES, answer, json_response
 from rewardserve.service.settings import BUILTIN_RULES
 
 router = APIRouter(route_class=BoundedRoute, responses=ERROR_RESPONSES)
@@ -185,3 +193,24 @@ async def embeddings(body: EmbeddingRequest, request: Request) -> Response:
     # Every result is valid (_classified refuses the others): each has its score.
     data = [EmbeddingData(index=i, embedding=r.scores or [cast(float, r.score)]) for i, r in enumerate(scored.results)]
     return answer(EmbeddingResponse(model=body.model or name, data=data, usage=usage), scored)
+
+
+@router.post("/tokenize", response_model=TokenizeResponse, response_model_exclude_none=True)
+async def tokenize(body: TokenizeRequest, request: Request) -> Response:
+    chat = body.messages is not None
+    given = body.add_generation_prompt
+    done = await application.tokenize(
+        RequestContext.of(request),
+        body.model,
+        body.prompt,
+        body.messages,
+        add_special_tokens=body.add_special_tokens if body.add_special_tokens is not None else not chat,
+        # vLLM's default for a chat, unless its final message is left open instead.
+        add_generation_prompt=given if given is not None else chat and not body.continue_final_message,
+        continue_final_message=body.continue_final_message,
+        token_strs=bool(body.return_token_strs),
+    )
+    response = TokenizeResponse(
+        count=len(done.ids), max_model_len=done.max_model_len, tokens=done.ids, token_strs=done.token_strs
+    )
+    return json_response(response, exclude_none=True)

@@ -20,9 +20,11 @@ from rewardserve.client.protocol import (
     PoolingUsage,
     ScoreRequest,
     ScoreResponse,
+    ServiceInfo,
     ShadowReport,
     StepsRequest,
     StepsResponse,
+    VersionInfo,
 )
 from rewardserve.service import application
 from rewardserve.service.admission import scope_of
@@ -42,8 +44,11 @@ open_routes = APIRouter()
 scoring_routes = APIRouter(route_class=BoundedRoute, responses=ERROR_RESPONSES)
 
 
-def json_response(body: BaseModel, status: int = 200, headers: dict[str, str] | None = None) -> Response:
-    return Response(body.model_dump_json(), status_code=status, headers=headers, media_type="application/json")
+def json_response(
+    body: BaseModel, status: int = 200, headers: dict[str, str] | None = None, *, exclude_none: bool = False
+) -> Response:
+    content = body.model_dump_json(exclude_none=exclude_none)
+    return Response(content, status_code=status, headers=headers, media_type="application/json")
 
 
 def answer(body: BaseModel, done: Executed[Any]) -> Response:
@@ -92,6 +97,19 @@ async def pooling(body: PoolingRequest, request: Request) -> Response:
 @scoring_routes.get("/v1/models", response_model=ModelList)
 async def models(request: Request) -> Response:
     return json_response(ModelList(data=application.model_cards(RequestContext.of(request))))
+
+
+@scoring_routes.get("/version", response_model=VersionInfo)
+async def version() -> Response:
+    """The service's version, in vLLM's shape."""
+    return json_response(VersionInfo(version=application.version()))
+
+
+@scoring_routes.get("/info", response_model=ServiceInfo)
+async def info(request: Request) -> Response:
+    """TEI's /info adapted: the served models (kind, dtype, device, token limits) and
+    the per-request limits."""
+    return json_response(application.info(RequestContext.of(request)))
 
 
 @scoring_routes.get("/v1/models/{name}/shadow", response_model=ShadowReport)

@@ -119,6 +119,12 @@ from rewardserve.client.protocol.compat import (
 from rewardserve.client.protocol.compat import (
     PoolingUsage as PoolingUsage,
 )
+from rewardserve.client.protocol.compat import (
+    TokenizeRequest as TokenizeRequest,
+)
+from rewardserve.client.protocol.compat import (
+    TokenizeResponse as TokenizeResponse,
+)
 from rewardserve.client.protocol.errors import (
     ERROR_STATUS as ERROR_STATUS,
 )
@@ -138,6 +144,9 @@ from rewardserve.client.protocol.models import (
     ModelCard as ModelCard,
 )
 from rewardserve.client.protocol.models import (
+    ModelInfo as ModelInfo,
+)
+from rewardserve.client.protocol.models import (
     ModelKind as ModelKind,
 )
 from rewardserve.client.protocol.models import (
@@ -147,7 +156,16 @@ from rewardserve.client.protocol.models import (
     RunningStats as RunningStats,
 )
 from rewardserve.client.protocol.models import (
+    ServiceInfo as ServiceInfo,
+)
+from rewardserve.client.protocol.models import (
+    ServiceLimits as ServiceLimits,
+)
+from rewardserve.client.protocol.models import (
     ShadowReport as ShadowReport,
+)
+from rewardserve.client.protocol.models import (
+    VersionInfo as VersionInfo,
 )
 from rewardserve.client.protocol.scoring import (
     Aggregate as Aggregate,

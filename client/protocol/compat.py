@@ -1,5 +1,5 @@
 """The peers' routes this service also answers: OpenRLHF's /get_reward and vLLM's
-pooling routes (/pooling, /classify, /embeddings)."""
+pooling routes (/pooling, /classify, /embeddings) and /tokenize."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from rewardserve.client.protocol.common import JSONValue, RenderedInput, _Request, _Response
+from rewardserve.client.protocol.common import JSONValue, Message, RenderedInput, _Request, _Response
 
 # --------------------------------------------------------------------------- OpenRLHF /get_reward
 
@@ -141,3 +141,45 @@ class PoolingResponse(_Response):
     model: str
     data: list[PoolingData]
     usage: PoolingUsage
+
+
+# --------------------------------------------------------------------------- vLLM /tokenize
+
+
+class TokenizeRequest(_Request):
+    """vLLM's ``/tokenize`` body, either of its two shapes (TokenizeCompletionRequest,
+    TokenizeChatRequest in vllm/entrypoints/serve/tokenize/protocol.py, 0.32): ``prompt``
+    (text, tokenized as it is) or ``messages`` (the model's chat template applied first).
+    The tokenizer is the served model's own."""
+
+    model: str | None = None
+    prompt: str | None = None
+    messages: list[Message] | None = Field(default=None, min_length=1)
+    # None: vLLM's default for the shape (true with ``prompt``, false with ``messages``:
+    # the chat template writes the special tokens).
+    add_special_tokens: bool | None = None
+    # Chat only: the template's generation prompt (vLLM's default: true), or the final
+    # message left open to be continued (not both).
+    add_generation_prompt: bool | None = None
+    continue_final_message: bool = False
+    return_token_strs: bool | None = False
+
+    @model_validator(mode="after")
+    def _one_shape(self) -> TokenizeRequest:
+        if (self.prompt is None) == (self.messages is None):
+            raise ValueError("send either 'prompt' (text) or 'messages' (a chat), not both")
+        if self.prompt is not None and (self.add_generation_prompt is not None or self.continue_final_message):
+            raise ValueError("add_generation_prompt and continue_final_message apply to 'messages' only")
+        if self.continue_final_message and self.add_generation_prompt:
+            raise ValueError("continue_final_message and add_generation_prompt cannot both be true")
+        return self
+
+
+class TokenizeResponse(_Response):
+    """vLLM's ``/tokenize`` answer (its TokenizeResponse)."""
+
+    count: int  # len(tokens)
+    max_model_len: int  # the model's context: the most tokens it reads
+    tokens: list[int]
+    # Each token's string (the tokenizer's convert_ids_to_tokens), only when asked.
+    token_strs: list[str] | None = None

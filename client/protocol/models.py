@@ -64,3 +64,50 @@ class ModelList(_Response):
 class Health(_Response):
     status: str
     models: dict[str, bool] = Field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------- /version, /info
+
+
+class VersionInfo(_Response):
+    """GET /version, in vLLM's shape."""
+
+    version: str  # the rewardserve package's version
+
+
+class ModelInfo(_Response):
+    """One served model on GET /info (TEI's per-model fields, adapted)."""
+
+    id: str  # the served name: what requests put in ``model``
+    kind: str  # outcome, process, verifier, rule, vlm, clip_goal, ensemble, ...
+    backend: str  # transformers, vllm, rule, ...
+    source: str  # the checkpoint (hub id or path), or the rule's function
+    # The dtype and device its forwards run in (e.g. "bfloat16", "cuda:0"); None for a
+    # model without weights (a rule, an ensemble).
+    dtype: str | None = None
+    device: str | None = None
+    # The most tokens one input may have (the model's context, or the spec's
+    # max_tokens); None when the model reads no tokens or has not loaded yet.
+    max_input_tokens: int | None = None
+    # The padded tokens one forward batch may hold; None for a model without weights.
+    max_batch_tokens: int | None = None
+    # Whether it has a tokenizer, i.e. answers POST /tokenize.
+    tokenizer: bool = False
+    ready: bool = False
+
+
+class ServiceLimits(_Response):
+    """The per-request limits every route enforces (the service's settings)."""
+
+    max_items_per_request: int  # items in one request (a longer list is a 413)
+    max_work_per_request: int  # items, judge prompts, pairs, rule calls and renders together
+    max_body_bytes: int  # a request body's bytes
+    max_json_values: int  # JSON values (objects, lists, strings, numbers) in one body
+
+
+class ServiceInfo(_Response):
+    """GET /info: TEI's /info adapted to several served models."""
+
+    version: str  # the rewardserve package's version
+    models: list[ModelInfo]
+    limits: ServiceLimits

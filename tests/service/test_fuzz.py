@@ -21,7 +21,7 @@ OPERATION_GROUPS = [
     "^/v1/rubric$|^/classify$|^/get_reward$",
     "^/v1/score/steps$|^/pooling$|^/v1/models$|^/v1/models/\\{name\\}/shadow$",
     "^/v1/score$|^/v1/embeddings$|^/health$|^/ready$|^/metrics$",
-    "^/v1/verify$|^/v1/compare$",
+    "^/v1/verify$|^/v1/compare$|^/tokenize$|^/version$|^/info$",
 ]
 
 
