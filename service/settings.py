@@ -212,10 +212,20 @@ def load_model_file(path: Path) -> list[ModelSpec]:
     specs = []
     for index, entry in enumerate(entries):
         try:
-            specs.append(ModelSpec.model_validate(entry))
+            spec = ModelSpec.model_validate(entry)
         except ValidationError as exc:
             raise ValueError(f"{path}: {describe_spec_error(entry, f'models[{index}]', exc)}") from None
+        specs.append(with_function_directory(spec, path.parent))
     return specs
+
+
+def with_function_directory(spec: ModelSpec, directory: Path) -> ModelSpec:
+    """A rule model whose source is the operator's ``module:function``: imported from its
+    config file's directory unless it names one (options.path)."""
+    function = spec.options.get("fn") or spec.source
+    if spec.kind != "rule" or ":" not in str(function) or "path" in spec.options:
+        return spec
+    return spec.model_copy(update={"options": {**spec.options, "path": str(directory.resolve())}})
 
 
 def parse_model_arg(arg: str, kind: str | None = None) -> ModelSpec:

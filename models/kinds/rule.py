@@ -5,6 +5,10 @@ arguments. Each item's ``response`` (or final assistant turn) is graded against 
 ``reference``. Each item is a call in the service's rule pools (models/rules/pool.py:
 shared fairly between tenants, a full queue a 429), not a unit of a batcher;
 ``options.timeout_s`` bounds each call (default: the pools' own limit).
+
+The rule may be the operator's own function, ``module:function`` (models/rules/custom.py:
+TRL's reward-function signature), imported from ``options.path`` (default: the current
+directory) or PYTHONPATH; checked when the model is built, run in the rule workers.
 """
 
 from __future__ import annotations
@@ -21,6 +25,14 @@ from rewardserve.models.options import KindOptions
 from rewardserve.models.planning import ItemError, Job, RequestError, Unit, UnitOutput
 from rewardserve.models.reward_model import BatchPolicy, ModelContext, RewardModel, work_key
 from rewardserve.models.rules import get_rule, rule_names
+from rewardserve.models.rules.custom import (
+    CustomFnError,
+    is_custom,
+    load_function,
+    prompt_text,
+    search_directory,
+    serve_function,
+)
 from rewardserve.models.rules.isolation import CallFailure, RuleCall
 from rewardserve.models.rules.runner import RuleLimits, RuleRunner
 from rewardserve.models.spec import ModelSpec
@@ -41,6 +53,11 @@ class RuleOptions(KindOptions):
     fn: str | None = Field(None, description="The rule function (models/rules); default: the model's source.")
     args: dict[str, Any] = Field(default_factory=dict, description="The rule's keyword arguments.")
     timeout_s: float | None = Field(None, gt=0, description="Each call's time limit (default: the pools' own).")
+    path: str | None = Field(
+        None,
+        description="A module:function rule: the directory it is imported from, besides PYTHONPATH "
+        "(default: the current directory).",
+    )
 
 
 @register_kind("rule")
@@ -65,11 +82,20 @@ class RuleModel(RewardModel):
         super().__init__(spec, preset, context)
         # Named at build, with the service's other start-up problems, not when loading.
         name = self.options.fn or spec.source
+        field = "options.fn" if self.options.fn else "source"
+        self.fn_path: str | None = None  # a module:function's directory
+        if is_custom(name):
+            self.fn_path = search_directory(self.options.path)
+            try:
+                load_function(name, self.fn_path)
+            except CustomFnError as exc:
+                raise ValueError(f"model {spec.name!r} (kind rule, {field}): {exc}") from None
+            serve_function(name, self.fn_path)
+            return
         known = rule_names()
         if name not in known:
             close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
             hint = f"did you mean {close[0]!r}? " if close else ""
-            field = "options.fn" if self.options.fn else "source"
             raise ValueError(
                 f"model {spec.name!r} (kind rule): unknown rule {name!r} ({field}); "
                 f"{hint}known rules: {', '.join(known)}"
@@ -100,8 +126,23 @@ class RuleModel(RewardModel):
                 raise RequestError(
                     f"items[{index}].{field}: {message}", param=f"items[{index}].{field}", type="payload_too_large"
                 )
-            call = RuleCall(self.rule.name, response, item.reference, self.args, timeout_s=self.timeout_s)
-            entries.append(Job(length=1, payload=call, key=work_key([], self._args_key, response, item.reference)))
+            if self.fn_path is None:
+                call = RuleCall(self.rule.name, response, item.reference, self.args, timeout_s=self.timeout_s)
+                key = work_key([], self._args_key, response, item.reference)
+            else:  # the function also sees the prompt and the metadata: both in its key
+                prompt = prompt_text(item)
+                call = RuleCall(
+                    self.rule.name,
+                    response,
+                    item.reference,
+                    self.args,
+                    timeout_s=self.timeout_s,
+                    path=self.fn_path,
+                    prompt=prompt,
+                    metadata=item.metadata,
+                )
+                key = work_key([], self._args_key, response, item.reference, prompt, item.metadata)
+            entries.append(Job(length=1, payload=call, key=key))
         return entries
 
     def run(self, units: list[Unit[Job[RuleCall]]]) -> list[UnitOutput]:
@@ -135,7 +176,10 @@ class RuleModel(RewardModel):
         (job,) = self.prepare([Item(prompt="1+1?", response="2", reference="2")], ScoreOptions())
         assert isinstance(job, Job)
         (value,) = self.runner.run([job.payload], timeout_s=self.timeout_s).result()
-        if isinstance(value, CallFailure) and value.kind != "rule":
+        # The operator's own function may raise on the probe item (no metadata column):
+        # the pool answered all the same.
+        answered = ("rule", "error") if self.fn_path is not None else ("rule",)
+        if isinstance(value, CallFailure) and value.kind not in answered:
             raise RuntimeError(f"probe failed: {failure_message(self.rule.name, value)}")
 
     def close(self) -> None:

@@ -20,6 +20,7 @@ from rewardserve.models.planning import ItemError, PeerLookup, Plan, RequestErro
 from rewardserve.models.plans.composite import Scaled, escalate, plan_model_criteria, scale_outcomes
 from rewardserve.models.plans.formula import FormulaError, compile_formula, evaluate
 from rewardserve.models.rules import get_rule, with_named_reference
+from rewardserve.models.rules.custom import is_custom, prompt_text, served_directory
 from rewardserve.models.rules.isolation import CallFailure, RenderCall, RuleCall
 from rewardserve.models.text.judge_templates import item_variables
 from rewardserve.models.text.templating import (
@@ -63,7 +64,14 @@ def check_criteria(criteria: list[Criterion], aggregation: Aggregation, param: s
     if len(set(names)) != len(names):
         raise RequestError("criterion names must be unique", param=param)
     for index, criterion in enumerate(criteria):
-        if criterion.fn is not None:
+        if criterion.fn is not None and is_custom(criterion.fn):  # the operator's own function
+            if served_directory(criterion.fn) is None:
+                raise RequestError(
+                    f"criterion {criterion.name!r}: {criterion.fn!r} is not a reward function this service "
+                    "serves; the operator serves one as a rule model (kind: rule, source: module:function)",
+                    param=f"{param}[{index}].fn",
+                )
+        elif criterion.fn is not None:
             try:
                 get_rule(criterion.fn)
             except KeyError as exc:
@@ -154,7 +162,20 @@ def plan_criteria(items: Sequence[Item], criteria: list[list[Criterion]], params
                 reference, source = with_named_reference(reference, source)
                 check_rule_input(criterion.fn, response, reference, source, i)
             plan.rule_keys.append(key)
-            plan.rule_calls.append(RuleCall(criterion.fn, response, reference, source, variables if pooled else None))
+            if is_custom(criterion.fn):  # the operator's own function: the prompt and metadata too
+                call = RuleCall(
+                    criterion.fn,
+                    response,
+                    reference,
+                    source,
+                    variables if pooled else None,
+                    path=served_directory(criterion.fn),
+                    prompt=prompt_text(item),
+                    metadata=item.metadata,
+                )
+            else:
+                call = RuleCall(criterion.fn, response, reference, source, variables if pooled else None)
+            plan.rule_calls.append(call)
     return plan
 
 

@@ -140,11 +140,25 @@ def _load_rules() -> None:
 
 
 def get_rule(name: str) -> Rule:
+    """A registered rule; for a ``module:function`` (the operator's own, custom.py) a
+    rule of the light pool whose calls the worker makes itself."""
     _load_rules()
     try:
         return _RULES[name]
     except KeyError:
+        from rewardserve.models.rules.custom import is_custom
+
+        if is_custom(name):
+            return _custom_rule(name)
         raise KeyError(f"unknown rule {name!r}; known rules: {', '.join(sorted(_RULES))}") from None
+
+
+@functools.lru_cache(maxsize=1024)
+def _custom_rule(name: str) -> Rule:
+    def only_in_a_worker(response: str, reference: Any, **args: Any) -> float:
+        raise RuleError(f"{name} is called by a rule worker, with the item's prompt and columns")
+
+    return Rule(name, only_in_a_worker)
 
 
 def rule_names() -> list[str]:

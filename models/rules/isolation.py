@@ -59,6 +59,11 @@ class RuleCall:
     args: dict[str, Any]
     variables: dict[str, Any] | None = None
     timeout_s: float | None = None  # the pool's own limit when None
+    # A ``module:function`` rule (custom.py): the directory it is imported from, the
+    # item's prompt text and its metadata (passed as columns).
+    path: str | None = None
+    prompt: str | None = None
+    metadata: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -200,6 +205,11 @@ def _run_one(call: RuleCall | RenderCall) -> Any:
                 problem = rule.check(call.response, reference, args)
                 if problem is not None:
                     return CallFailure("limit", f"{problem[0]}: {problem[1]} ({call.rule})")
+            if call.path is not None:  # the operator's own function, TRL's signature
+                from rewardserve.models.rules.custom import call_reward, worker_function
+
+                fn = worker_function(call.rule, call.path)
+                return call_reward(fn, call.rule, call.prompt, call.response, reference, call.metadata, args)
             value = rule.fn(call.response, reference, **args)
             return value if isinstance(value, Scored) else float(value)  # a Scored keeps its reason
     except MemoryError:

@@ -150,3 +150,21 @@ def test_compile_off_reaches_every_kind_that_compiles(qwen3_rm):
     assert asked.options.compile_layers is True  # a model's own options win
     assert build_checked(ModelSpec(name="m", kind="rule", source="math_equiv"), off).kind == "rule"
     assert build_checked(ModelSpec(name="rm", source=str(qwen3_rm)), ModelContext()).options.compile_layers is True
+
+
+def test_a_config_s_own_reward_function_is_imported_from_the_config_s_directory(tmp_path, monkeypatch):
+    from rewardserve.models.kinds import build_checked
+    from rewardserve.service.settings import load_model_file
+
+    functions = tmp_path / "config"
+    functions.mkdir()
+    (functions / "cfg_rewards.py").write_text("def short(prompts, completions, **columns):\n    return [1.0]\n")
+    config = functions / "models.yaml"
+    config.write_text(
+        "models:\n  - {name: short, kind: rule, source: 'cfg_rewards:short'}\n"
+        "  - {name: elsewhere, kind: rule, source: 'cfg_rewards:short', options: {path: /nowhere}}\n"
+    )
+    monkeypatch.chdir(tmp_path)  # not where the function is
+    short, elsewhere = load_model_file(config)
+    assert short.options["path"] == str(functions.resolve()) and elsewhere.options["path"] == "/nowhere"
+    build_checked(short)  # imports from the config's directory

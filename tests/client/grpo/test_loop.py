@@ -23,7 +23,6 @@ MARGIN = 0.3  # on a 0..1 reward: mean of the last 10 steps over the first 10
 def test_grpo_learns_to_say_yes_and_resumes(tmp_path):
     """Toy task: the reward is the fuzzy similarity of the completion to "yes" (served by
     a `fuzzy` rule model). A random tiny policy starts near 0.15."""
-    started = time.monotonic()
     policy = build_causal_lm(tmp_path / "policy", seed=0)
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text(
@@ -89,7 +88,6 @@ def test_grpo_learns_to_say_yes_and_resumes(tmp_path):
     # Five panels, two a line: mix, fuzzy, KL, length, flat groups.
     assert Image.open(tmp_path / "out" / "metrics.png").size == (840, 660)
     assert (tmp_path / "out" / "checkpoint-40" / "optimizer.pt").exists()
-    assert time.monotonic() - started < 180
 
 
 def test_a_policy_the_hub_cannot_give_fails_at_once_in_one_line(tmp_path):
