@@ -1,7 +1,7 @@
 """Soak: a bounded steady load at 80% of measured capacity, watching errors, latency and
 memory; with ``--hostile``, the same soak again with attacks mixed in.
 
-    .venv/bin/python bench/soak.py [--minutes 10] [--load 0.8] [--hostile [--hostile-share 0.1]]
+    .venv/bin/python bench/soak.py [--minutes 10] [--load 0.8] [--hostile [--hostile-share 0.1] [--tenants]]
 
 Serves a small Qwen3 reward model and the math rule in one process (API keys on),
 measures capacity with 16 closed-loop callers, warms up for a minute, then sends requests
@@ -10,7 +10,9 @@ sender) for ``--minutes``, and prints requests, errors, p50 / p99 latency and th
 server's RSS at start and end (each the mean of a minute of 5-second samples: RSS swings
 with the work in flight). ``--hostile`` then runs a second phase of the same length in
 which ``--hostile-share`` of the requests are attacks (bench/hostile.py) and reports the
-legitimate requests' p99 against the clean phase's, every 5xx, and the RSS trend.
+legitimate requests' p99 against the clean phase's, every 5xx, and the RSS trend. With
+``--tenants`` the trainer and the attacker are two tenants of equal weight, each its own
+key (what a shared fleet does); without, both use the one key.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 KEY = "soak-key"
 AUTH = {"authorization": f"Bearer {KEY}"}
+ATTACKER_KEY = "soak-attacker-key"  # with --tenants: the attacker's own tenant
 
 
 def rss_mb(pid: int) -> float:
@@ -165,7 +168,7 @@ async def open_loop(url: str, rate: float, seconds: float, pid: int, *, seed: in
     return phase
 
 
-async def attack_loop(url: str, rate: float, seconds: float, seed: int, only: str = "") -> dict:
+async def attack_loop(url: str, rate: float, seconds: float, seed: int, only: str = "", key: str = KEY) -> dict:
     """Attacks at ``rate`` per second (bench/hostile.py); what each was answered."""
     import httpx
 
@@ -183,7 +186,8 @@ async def attack_loop(url: str, rate: float, seconds: float, seed: int, only: st
             await chosen(host, port)
             outcome: int | str = "connection held"
         else:
-            headers = {"content-type": "application/json", **(AUTH if chosen.auth else {})}
+            auth = {"authorization": f"Bearer {key}"}
+            headers = {"content-type": "application/json", **(auth if chosen.auth else {})}
             try:
                 response = await http.post(
                     url + chosen.path, content=chosen.body, headers=headers, timeout=chosen.client_timeout_s or 120
@@ -208,22 +212,22 @@ async def attack_loop(url: str, rate: float, seconds: float, seed: int, only: st
     return outcomes
 
 
-def _attacker(url: str, rate: float, seconds: float, seed: int, only: str, results) -> None:
+def _attacker(url: str, rate: float, seconds: float, seed: int, only: str, key: str, results) -> None:
     """The attacks from a process of their own, at the lowest priority: what the
     attacker's own CPU costs (building and uploading 32 MiB bodies) is not the server's,
     and on one machine it must not slow the legitimate client either."""
     os.nice(19)
-    results.put(asyncio.run(attack_loop(url, rate, seconds, seed, only)))
+    results.put(asyncio.run(attack_loop(url, rate, seconds, seed, only, key)))
 
 
 def hostile_phase(
-    url: str, rate: float, seconds: float, pid: int, share: float, only: str = "", seed: int = 3
+    url: str, rate: float, seconds: float, pid: int, share: float, only: str = "", seed: int = 3, key: str = KEY
 ) -> Phase:
     import multiprocessing
 
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
-    attacker = context.Process(target=_attacker, args=(url, share * rate, seconds, seed, only, results))
+    attacker = context.Process(target=_attacker, args=(url, share * rate, seconds, seed, only, key, results))
     attacker.start()
     phase = asyncio.run(open_loop(url, (1 - share) * rate, seconds, pid, seed=seed))
     phase.hostile = results.get(timeout=600)
@@ -265,6 +269,7 @@ def main() -> None:
     )
     parser.add_argument("--hostile-share", type=float, default=0.1)
     parser.add_argument("--attacks", default="", help="only attacks whose names hold one of these (comma-separated)")
+    parser.add_argument("--tenants", action="store_true", help="the attacker as a tenant of its own")
     args = parser.parse_args()
 
     from tests.builders import build_sequence_classifier
@@ -275,6 +280,15 @@ def main() -> None:
         model = build_sequence_classifier(Path(tmp) / "rm", "qwen3", hidden=256, layers=4, heads=4, head_dim=64)
         port = free_port()
         env = {**os.environ, "REWARDSERVE_LOG_LEVEL": "warning", "REWARDSERVE_API_KEYS": KEY}
+        attacker_key = KEY
+        if args.tenants:
+            tenants = Path(tmp) / "tenants.yaml"
+            tenants.write_text(
+                f"tenants:\n  - {{name: trainer, keys: [{KEY}]}}\n  - {{name: attacker, keys: [{ATTACKER_KEY}]}}\n"
+            )
+            env = {k: v for k, v in env.items() if k != "REWARDSERVE_API_KEYS"}  # the tenants' keys only
+            env["REWARDSERVE_TENANTS_FILE"] = str(tenants)
+            attacker_key = ATTACKER_KEY
         proc = subprocess.Popen(
             [sys.executable, "-m", "rewardserve.cli", "serve", "--port", str(port), "--model", f"rm={model}"],
             env=env,
@@ -298,7 +312,8 @@ def main() -> None:
             # moves by tens of percent over minutes) weighs on both alike.
             print(
                 f"alternating clean and hostile minutes ({args.hostile_share:.0%} of the hostile ones' "
-                f"requests are attacks), {args.minutes:g} min of each",
+                f"requests are attacks{', from a tenant of its own' if args.tenants else ''}), "
+                f"{args.minutes:g} min of each",
                 flush=True,
             )
             clean, hostile = Phase(), Phase()
@@ -307,7 +322,16 @@ def main() -> None:
                 seconds = args.minutes * 60 / blocks
                 clean.merge(asyncio.run(open_loop(url, rate, seconds, proc.pid, seed=10 + block)))
                 hostile.merge(
-                    hostile_phase(url, rate, seconds, proc.pid, args.hostile_share, args.attacks, seed=100 + block)
+                    hostile_phase(
+                        url,
+                        rate,
+                        seconds,
+                        proc.pid,
+                        args.hostile_share,
+                        args.attacks,
+                        seed=100 + block,
+                        key=attacker_key,
+                    )
                 )
                 print(
                     f"  block {block + 1}/{blocks}: legitimate p99 clean {clean.pct(0.99):.0f} ms, "
