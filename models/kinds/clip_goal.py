@@ -143,15 +143,20 @@ class CLIPGoalModel(RewardModel):
 
     @torch.inference_mode()  # type: ignore[untyped-decorator]  # torch is untyped
     def _text_embeddings(self, texts: tuple[str, ...]) -> np.ndarray:
-        missing = [t for t in dict.fromkeys(texts) if self.text_cache.get(t) is None]
+        vectors: dict[str, np.ndarray] = {}
+        for text in dict.fromkeys(texts):
+            cached = self.text_cache.get(text)
+            if cached is not None:
+                vectors[text] = cached
+        missing = [t for t in dict.fromkeys(texts) if t not in vectors]
         if missing:
             batch = self.tokenizer(missing, padding=True, truncation=True, return_tensors="pt")
             out = self.model.get_text_features(**{k: v.to(self.device) for k, v in batch.items()})
             out = out if isinstance(out, torch.Tensor) else out.pooler_output
             for text, vector in zip(missing, _unit(out.double().cpu().numpy())):
-                self.text_cache.put(text, vector)
-        # Each text's vector is cached, the missing ones just above.
-        return np.stack([cast(np.ndarray, self.text_cache.get(t)) for t in texts])
+                vectors[text] = vector
+                self.text_cache.put(text, vector)  # kept for later calls (a cache of 0 keeps none)
+        return np.stack([vectors[t] for t in texts])
 
     def _prompt_vector(self, texts: tuple[str, ...]) -> np.ndarray:
         return _unit(self._text_embeddings(texts).mean(0))

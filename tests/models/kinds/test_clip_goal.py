@@ -77,6 +77,20 @@ def test_alpha_zero_is_cosine_and_score_is_the_last_frame(clip, clip_model):
     assert result.score == pytest.approx(expected[-1], abs=1e-6)
 
 
+@pytest.mark.parametrize("cache_size", [0, 1])
+def test_a_text_cache_smaller_than_the_prompts_scores_the_same(clip_model, cache_size):
+    """No cache (0), or one too small for the goal and baseline texts: each text's
+    vector is used as computed, none read back from a cache that could not keep it."""
+    model = build_model(
+        ModelSpec(name="clip", kind="clip_goal", source=str(clip_model), options={"text_cache_size": cache_size})
+    )
+    model.load()
+    images = frames(3)
+    options = StepOptions(goal=GOAL, baseline=BASELINE, alpha=0.7)
+    (result,) = run_jobs(model, model.prepare([item_of(images)], options))
+    assert result.step_scores == pytest.approx(by_hand(clip_model, images, GOAL, BASELINE, 0.7).tolist(), abs=1e-6)
+
+
 def test_goal_is_required_and_an_image_too(clip):
     with pytest.raises(RequestError) as err:
         clip.prepare([item_of(frames(1))], ScoreOptions())
