@@ -36,7 +36,9 @@ from rewardserve.service.tenants import label, named
 if TYPE_CHECKING:
     from rewardserve.service.app import ServiceState
 
-OPEN_PATHS = frozenset({"/health", "/ready", "/metrics", "/"})
+# /version is open as in vLLM (a probe may read it with no key); /metrics shows a keyless caller no
+# tenant's work (service/routes.py).
+OPEN_PATHS = frozenset({"/health", "/ready", "/metrics", "/version", "/"})
 DEADLINE_HEADER = "x-deadline-ms"
 
 

@@ -99,7 +99,7 @@ async def models(request: Request) -> Response:
     return json_response(ModelList(data=application.model_cards(RequestContext.of(request))))
 
 
-@scoring_routes.get("/version", response_model=VersionInfo)
+@open_routes.get("/version", response_model=VersionInfo)
 async def version() -> Response:
     """The service's version, in vLLM's shape."""
     return json_response(VersionInfo(version=application.version()))

@@ -207,3 +207,12 @@ async def test_tokenize_is_capped_in_size(service):
     # The model named by default: the one served with a tokenizer (the rules have none).
     response = await http.post("/tokenize", json={"prompt": "a " * 100})
     assert response.status_code == 200 and response.json()["count"] > 0
+
+
+async def test_version_is_open_and_info_keyed_when_keys_are_set():
+    """As vLLM with --api-key: /version answers without a key; /info names the served
+    models and sources, so it takes a key as /v1/models does."""
+    async with serve_in_process(Settings(api_keys=["k-1"])) as (_, http):
+        assert (await http.get("/version")).status_code == 200
+        assert (await http.get("/info")).status_code == 401
+        assert (await http.get("/info", headers={"authorization": "Bearer k-1"})).status_code == 200
