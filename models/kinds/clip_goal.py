@@ -16,7 +16,6 @@ averaged over a trailing ``window``. Text embeddings are cached.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import cast
 
 import numpy as np
 import torch
