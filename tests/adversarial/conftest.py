@@ -37,6 +37,7 @@ BODY_TIMEOUT_S = 3.0
 REQUESTS_PER_TENANT = 40
 RULE_QUEUE_MAX = 3000
 PROBE_P99_S = 1.0
+NOISE_S = 0.025  # slack on the 2x-of-alone median
 RSS_BOUND_MB = 600  # above the server's RSS before the attack
 
 
@@ -187,7 +188,9 @@ class Watch:
         assert self.p99 < PROBE_P99_S, f"probe p99 {self.p99:.2f}s over {len(self.latencies)} probes"
         if self.alone_p50 is not None:
             beside = statistics.median(self.latencies)
-            assert beside <= 2 * self.alone_p50, (
+            # Twice alone, plus a scheduler quantum or two: the probes are 15-20 ms forwards
+            # on two shared cores, where a few ms move between runs.
+            assert beside <= 2 * self.alone_p50 + NOISE_S, (
                 f"probe median {beside:.3f}s beside the attack, {self.alone_p50:.3f}s alone"
             )
         grown = self.rss_peak - self.rss_start
