@@ -222,8 +222,10 @@ def load_model_file(path: Path) -> list[ModelSpec]:
 def with_function_directory(spec: ModelSpec, directory: Path) -> ModelSpec:
     """A rule model whose source is the operator's ``module:function``: imported from its
     config file's directory unless it names one (options.path)."""
+    from rewardserve.models.rules.custom import is_custom
+
     function = spec.options.get("fn") or spec.source
-    if spec.kind != "rule" or ":" not in str(function) or "path" in spec.options:
+    if spec.kind != "rule" or not is_custom(str(function)) or "path" in spec.options:
         return spec
     return spec.model_copy(update={"options": {**spec.options, "path": str(directory.resolve())}})
 
