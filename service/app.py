@@ -83,7 +83,7 @@ def create_app(settings: Settings | None = None, url: str | None = None) -> Fast
     specs = settings.model_specs()
     metrics = Metrics()
     tenants = Tenants(settings.tenant_specs(), metrics, batch_ms=settings.tenant_batch_ms)
-    rule_runner = RuleRunner(settings.rule_limits(), weight=tenants.weight, on_charge=tenants.charge_rule_seconds)
+    rule_runner = RuleRunner(settings.rule_limits(), scheduler=tenants.scheduler)
     context = ModelContext(image_policy=settings.image_policy(), rules=rule_runner, compile=settings.compile)
     state = ServiceState(
         settings=settings,

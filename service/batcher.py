@@ -14,7 +14,8 @@ burst never turns into unbounded memory or latency. Work whose request has gone 
 (client disconnected, deadline passed) leaves the queue as its future settles.
 
 With tenants (service/tenants.py), the oldest item is taken from the tenant furthest
-behind its weighted share (``VirtualTimes``); room left in the batch goes to others'
+behind its weighted share (its ``forward`` turns in the service's one
+``FairScheduler``, models/fairness.py); room left in the batch goes to others'
 work, and a tenant over its queued-token limit gets 429 while the others are still taken.
 While several tenants use a model whose policy allows it (``short_when_shared``: a CPU),
 a batch holds one tenant's work and about ``Tenants.batch_ms`` of compute, and where the
@@ -75,7 +76,7 @@ class Batcher:
         here); by default a pool of ``policy.concurrency`` threads of this batcher's own."""
         self.name = name
         self._tenants = tenants if tenants is not None and tenants.enabled else None
-        self._shares = TenantShares(self._tenants)
+        self._shares = TenantShares(self._tenants, name)
         self._after_batch = after_batch  # runs on the worker thread (memory trimming)
         self.policy = policy
         self._run = run

@@ -26,7 +26,7 @@ from pathlib import Path
 from prometheus_client import Counter, Histogram
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from rewardserve.models.fairness import VirtualTimes
+from rewardserve.models.fairness import FairScheduler, VirtualTimes
 from rewardserve.models.yaml_files import load_yaml
 from rewardserve.service.errors import TenantQueueFull
 from rewardserve.service.metrics import Metrics
@@ -166,6 +166,14 @@ class Tenants:
         self.rule_seconds = Counter(
             "rewardserve_tenant_rule_seconds", "Rule-pool worker time its calls took", ["tenant"], registry=r
         )
+        # What the one fair scheduler gave it, per resource, each in its own unit.
+        self.scheduled = Counter(
+            "rewardserve_tenant_scheduled_work",
+            "Work the fair scheduler gave it: gate steps, forward tokens, rule-pool worker seconds",
+            ["tenant", "resource"],
+            registry=r,
+        )
+        self.scheduler = FairScheduler(self.weight, served=self._served)
         self.rejected = Counter("rewardserve_tenant_rejections", "Requests refused", ["tenant", "reason"], registry=r)
 
     @property
@@ -191,9 +199,12 @@ class Tenants:
         spec = self.specs.get(tenant or "")
         return spec.weight if spec is not None else 1.0
 
-    def charge_rule_seconds(self, tenant: str | None, seconds: float) -> None:
-        if self.enabled:
-            self.rule_seconds.labels(label(tenant)).inc(seconds)
+    def _served(self, resource: str, tenant: str | None, work: float) -> None:
+        if not self.enabled:
+            return
+        self.scheduled.labels(label(tenant), resource).inc(work)
+        if resource == "rules":
+            self.rule_seconds.labels(label(tenant)).inc(work)
 
     def queued_limit(self, tenant: str | None) -> int | None:
         spec = self.specs.get(tenant or "")
@@ -233,7 +244,7 @@ class FairGate:
         self.tenants = tenants
         self._free = slots
         self._waiting: dict[str | None, deque[asyncio.Future[None]]] = {}
-        self._turns = VirtualTimes(tenants.weight)
+        self._turns = tenants.scheduler.turns("gate")
 
     @asynccontextmanager
     async def slot(self, tenant: str | None) -> AsyncIterator[None]:
@@ -275,9 +286,9 @@ class TenantShares:
     """One model's tenants (batcher.py): the tokens each has queued there, when each last
     sent work, and whose turn it is (``turns``). Without tenants it only counts tokens."""
 
-    def __init__(self, tenants: Tenants | None) -> None:
+    def __init__(self, tenants: Tenants | None, model: str) -> None:
         self.tenants = tenants
-        self.turns = VirtualTimes(tenants.weight if tenants is not None else lambda _: 1.0)
+        self.turns = tenants.scheduler.turns("forward", model) if tenants is not None else VirtualTimes(lambda _: 1.0)
         self._queued: dict[str | None, int] = {}
         self._last_seen: dict[str | None, float] = {}  # time.monotonic() of its last work
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable
 from concurrent.futures import CancelledError, Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
@@ -35,7 +34,7 @@ from typing import Any
 
 from pebble import ProcessExpired, ProcessPool
 
-from rewardserve.models.fairness import VirtualTimes
+from rewardserve.models.fairness import FairScheduler
 from rewardserve.models.request_scope import RequestScope
 from rewardserve.models.rules.isolation import CallFailure, init_worker, ready, run_calls, worker_context
 
@@ -86,8 +85,9 @@ class _TenantQueue:
 class RulePool:
     """A tenant-fair, cancellable process pool for rule calls. ``run`` is thread-safe.
 
-    ``weight(tenant)``: a tenant's share (1 by default); ``on_charge(tenant, seconds)``:
-    told the worker time each chunk took, for the tenant's bill."""
+    ``scheduler``: the service's fair scheduler, whose weights are the tenants' shares
+    (1 each by default) and whose ``rules`` books, this pool's ``name`` part of them,
+    are charged the worker time each chunk took."""
 
     def __init__(
         self,
@@ -99,16 +99,16 @@ class RulePool:
         max_busy: int | None = None,
         warm: tuple[str, ...] = (),
         max_tasks: int = 2000,
-        weight: Callable[[Tenant], float] | None = None,
-        on_charge: Callable[[Tenant, float], None] | None = None,
+        scheduler: FairScheduler | None = None,
+        name: str = "rules",
     ):
         self.workers = workers
         self.timeout_s = timeout_s
         self.max_queued = max_queued
         # Workers running calls at once (a CPU share: idle workers beyond it wait).
         self.max_busy = workers if max_busy is None else max(1, min(workers, max_busy))
-        self._weight = weight or (lambda _tenant: 1.0)
-        self._on_charge = on_charge
+        scheduler = scheduler or FairScheduler()
+        self._weight = scheduler.weight
         context = worker_context()
         self._workers = [
             ProcessPool(
@@ -120,7 +120,7 @@ class RulePool:
         # Reentrant: a cancelled pebble future runs its callbacks in the cancelling thread.
         self._lock = threading.RLock()
         self._tenants: dict[Tenant, _TenantQueue] = {}
-        self._turns = VirtualTimes(self._weight)  # worker seconds served / weight
+        self._turns = scheduler.turns("rules", name)  # worker seconds served / weight
         self._running: dict[int, set[Any]] = {}  # scope id -> pebble futures
         self._scopes: dict[int, Any] = {}  # scope id -> unregister its cancel callback
         self._queued_calls = 0
@@ -277,8 +277,6 @@ class RulePool:
         self._tenants[tenant].running -= 1
         self._turns.account(tenant, seconds)
         self._idle.append(worker)
-        if self._on_charge is not None:
-            self._on_charge(tenant, seconds)
 
     def _up(self, worker: int) -> None:
         with self._lock:

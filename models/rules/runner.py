@@ -11,11 +11,12 @@ from __future__ import annotations
 import functools
 import os
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
+from rewardserve.models.fairness import FairScheduler
 from rewardserve.models.request_scope import RequestScope
 from rewardserve.models.rules import get_rule
 from rewardserve.models.rules.isolation import RenderCall, RuleCall
@@ -44,19 +45,13 @@ class RuleLimits:
 
 
 class RuleRunner:
-    """``weight`` and ``on_charge``: the tenants' shares of the pools and their bill
-    (pool.py)."""
+    """``scheduler``: the service's one fair scheduler, whose weights share the pools'
+    workers between tenants and whose books each pool charges (pool.py); a scheduler
+    of its own (every tenant weight 1) by default."""
 
-    def __init__(
-        self,
-        limits: RuleLimits | None = None,
-        *,
-        weight: Callable[[str | None], float] | None = None,
-        on_charge: Callable[[str | None, float], None] | None = None,
-    ):
+    def __init__(self, limits: RuleLimits | None = None, *, scheduler: FairScheduler | None = None):
         self.limits = limits or RuleLimits()
-        self._weight = weight
-        self._on_charge = on_charge
+        self._scheduler = scheduler or FairScheduler()
         self._pools: dict[str, RulePool] = {}
         self._lock = threading.Lock()
 
@@ -84,8 +79,8 @@ class RuleRunner:
                     max_queued=limits.max_queued,
                     max_busy=limits.busy_cap(),
                     warm=warm,
-                    weight=self._weight,
-                    on_charge=self._on_charge,
+                    scheduler=self._scheduler,
+                    name=name,
                 )
             return self._pools[name]
 

@@ -360,6 +360,16 @@ async def test_each_tenant_is_charged_its_tokens_share_of_the_model_s_time(servi
     assert sum(charged.values()) == pytest.approx(metric(text, "rewardserve_forward_duration_seconds_sum"))
     # A rule model's items are rule-pool calls: their worker time is charged too.
     assert all(metric(text, "rewardserve_tenant_rule_seconds_total", tenant=t) > 0 for t in ("team-a", "team-b"))
+    # One scheduler gave each its turns at the gate, at the model and at the rule pool,
+    # charged in each resource's unit: the tokens queued, the rule seconds billed.
+    for t in ("team-a", "team-b"):
+        scheduled = {
+            r: metric(text, "rewardserve_tenant_scheduled_work_total", tenant=t, resource=r)
+            for r in ("gate", "forward", "rules")
+        }
+        assert scheduled["gate"] >= 2, scheduled  # two requests' parse and plan steps at least
+        assert scheduled["forward"] == metric(text, "rewardserve_tenant_tokens_total", tenant=t)
+        assert scheduled["rules"] == pytest.approx(metric(text, "rewardserve_tenant_rule_seconds_total", tenant=t))
 
 
 async def test_a_tenant_sees_its_own_metrics_only(service):

@@ -11,6 +11,7 @@ from collections import defaultdict
 
 import pytest
 
+from rewardserve.models.fairness import FairScheduler
 from rewardserve.models.request_scope import RequestScope
 from rewardserve.models.rules.isolation import RuleCall
 from rewardserve.models.rules.pool import PoolBusy, RulePool
@@ -37,7 +38,9 @@ def test_a_tenant_whose_calls_are_killed_leaves_a_worker_up_for_the_other():
         timeout_s=1.0,
         memory_mb=256,
         max_queued=1000,
-        on_charge=lambda tenant, seconds: charged.__setitem__(tenant, charged[tenant] + seconds),
+        scheduler=FairScheduler(
+            served=lambda _rules, tenant, seconds: charged.__setitem__(tenant, charged[tenant] + seconds)
+        ),
     )
     try:
         pool.run([QUICK], RequestScope(tenant="b")).result(timeout=60)  # workers up
