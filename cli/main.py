@@ -1,7 +1,7 @@
 """``rewardserve serve [--config models.yaml] [--model NAME=SOURCE[:KIND] ...] [--host H] [--port P]``
 ``rewardserve score --model NAME IN.jsonl -o OUT.jsonl [--url URL | --config models.yaml]``
 ``rewardserve eval --model NAME PAIRS.jsonl -o DIR [--url URL | --config models.yaml]``
-``rewardserve models [--config models.yaml]``, ``rewardserve paths``
+``rewardserve models [--config models.yaml]``, ``rewardserve paths``, ``rewardserve demo-models DIR``
 ``rewardserve grpo --config grpo.yaml [--policy ...] [--steps N] [--no-resume]``"""
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from rewardserve.client import RewardServeError, __version__
 
 if TYPE_CHECKING:
+    from rewardserve.models.spec import ModelSpec
     from rewardserve.service.settings import Settings
 
 SERVE_EXTRA = "pip install 'rewardserve[serve]'"
@@ -34,12 +35,20 @@ def _parser() -> argparse.ArgumentParser:
         "--model",
         action="append",
         default=[],
-        metavar="NAME=SOURCE[:KIND]",
-        help="serve SOURCE (a local path or hub id) as NAME, of KIND when given; repeatable",
+        metavar="[NAME=]SOURCE[:KIND]",
+        help="serve SOURCE (a local path or hub id) as NAME (by default the hub id, or the "
+        "directory's name), of KIND when given; repeatable",
     )
-    serve.add_argument("--kind", help="the kind of the --model sources that name none")
-    serve.add_argument("--host", help="bind address (default 127.0.0.1)")
+    add_model_flags(serve)
+    serve.add_argument("--host", help="bind address (default 127.0.0.1; 0.0.0.0 for trainers on other hosts)")
     serve.add_argument("--port", type=int, help="port (default 8000)")
+    serve.add_argument(
+        "--api-key",
+        action="append",
+        dest="api_keys",
+        metavar="KEY",
+        help="require this bearer key (repeatable); REWARDSERVE_API_KEYS keeps keys out of `ps`",
+    )
     serve.add_argument("--no-builtin-rules", action="store_true", help="do not serve math / exact_match")
     serve.add_argument(
         "--keep-going",
@@ -67,6 +76,10 @@ def _parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--model", dest="name", required=True, help="the served reward model")
     add_service_args(evaluate)
     commands.add_parser("paths", help="the files to point verl and OpenRLHF at")
+    demo = commands.add_parser(
+        "demo-models", help="build small local stand-ins for the README's models, and a config serving them"
+    )
+    demo.add_argument("directory", help="where the models and models-demo.yaml go")
     grpo = commands.add_parser("grpo", help="train a causal LM with GRPO on the service's rewards")
     grpo.add_argument("--config", help="YAML with the GRPO settings (client/grpo/config.py)")
     grpo.add_argument("--policy", help="the policy: a local path or hub id")
@@ -84,11 +97,31 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
         "--model",
         action="append",
         default=[],
-        metavar="NAME=SOURCE[:KIND]",
+        metavar="[NAME=]SOURCE[:KIND]",
         help="a model as serve takes it; repeatable",
     )
-    parser.add_argument("--kind", help="the kind of the --model sources that name none")
+    add_model_flags(parser)
     parser.add_argument("--no-builtin-rules", action="store_true", help="without math / exact_match")
+
+
+# ModelSpec fields the command line sets for every --model source (models/spec.py).
+MODEL_FLAGS = ("dtype", "device", "max_tokens", "backend")
+
+
+def add_model_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--kind", help="the kind of the --model sources that name none")
+    parser.add_argument("--dtype", help="of the --model sources: auto (default), float32, bfloat16, float16")
+    parser.add_argument("--device", help="of the --model sources: auto (default), cpu, cuda, cuda:N")
+    parser.add_argument("--max-tokens", type=int, help="of the --model sources: the longest item, in tokens")
+    parser.add_argument("--backend", help="of the --model sources: auto (default), transformers, vllm")
+
+
+def command_line_models(args: argparse.Namespace, given: list[str]) -> list[ModelSpec]:
+    """The ``--model`` arguments as specs, with the model flags applied to each."""
+    from rewardserve.service.settings import parse_model_arg
+
+    fields = {f: getattr(args, f) for f in MODEL_FLAGS if getattr(args, f, None) is not None}
+    return [parse_model_arg(a, getattr(args, "kind", None), **fields) for a in given]
 
 
 def add_service_args(parser: argparse.ArgumentParser) -> None:
@@ -107,11 +140,11 @@ def add_service_args(parser: argparse.ArgumentParser) -> None:
 
 
 def settings_from(args: argparse.Namespace, models: list[str], **overrides: object) -> Settings:
-    from rewardserve.service.settings import Settings, parse_model_arg
+    from rewardserve.service.settings import Settings
 
     given = {"config": args.config, **overrides}
     settings = Settings(**{k: v for k, v in given.items() if v is not None})
-    settings.models = settings.models + [parse_model_arg(a, getattr(args, "kind", None)) for a in models]
+    settings.models = settings.models + command_line_models(args, models)
     return settings
 
 
@@ -180,6 +213,16 @@ def models(args: argparse.Namespace) -> None:
             rows.append((spec.name, spec.kind or "?", spec.preset or "-", spec.source, str(exc)))
     print("\nthis configuration would serve:")
     print(table(rows))
+
+
+def demo_models(args: argparse.Namespace) -> None:
+    need("torch", "transformers", "tokenizers", "yaml", extra=SERVE_EXTRA, why="demo-models")
+    from pathlib import Path
+
+    from rewardserve.models.demo import write_demo_models
+
+    config = write_demo_models(Path(args.directory), log=print)
+    print(f"written {config}; serve them with: rewardserve serve --config {config}")
 
 
 def paths(_: argparse.Namespace) -> None:
@@ -261,7 +304,7 @@ def serve(args: argparse.Namespace) -> None:
     # torch work on one thread (service/served_models.py); bench/results/design-measurements.md.
     need_serve()
     from rewardserve.service.server import run
-    from rewardserve.service.settings import Settings, parse_model_arg
+    from rewardserve.service.settings import Settings
 
     overrides = {
         key: value
@@ -278,10 +321,12 @@ def serve(args: argparse.Namespace) -> None:
         overrides["builtin_rules"] = False
     if args.keep_going:
         overrides["keep_going"] = True
+    if args.api_keys:
+        overrides["api_keys"] = args.api_keys
     settings = Settings(**overrides)
     configure_logging(settings.log_level, settings.log_format)
     if args.model:
-        settings.models = settings.models + [parse_model_arg(a, args.kind) for a in args.model]
+        settings.models = settings.models + command_line_models(args, args.model)
     raise SystemExit(run(settings))
 
 
@@ -337,7 +382,15 @@ def one_line(exc: Exception) -> str:
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
-COMMANDS = {"serve": serve, "grpo": grpo, "models": models, "score": score, "eval": evaluate, "paths": paths}
+COMMANDS = {
+    "serve": serve,
+    "grpo": grpo,
+    "models": models,
+    "score": score,
+    "eval": evaluate,
+    "paths": paths,
+    "demo-models": demo_models,
+}
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ import os
 import re
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 # owner/name, as the hub spells repository ids.
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
@@ -27,10 +28,10 @@ def hub_offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
 
 
-def in_hub_cache(repo_id: str) -> bool:
+def in_hub_cache(repo_id: str, revision: str | None = None) -> bool:
     from huggingface_hub import try_to_load_from_cache
 
-    return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
+    return isinstance(try_to_load_from_cache(repo_id, "config.json", revision=revision), str)
 
 
 @lru_cache(maxsize=1)
@@ -46,10 +47,13 @@ def hub_unreachable() -> str | None:
     return None
 
 
-def checkpoint_problem(source: str) -> str | None:
-    """None when ``source`` can be loaded from here; else what is wrong and what to do."""
+def checkpoint_problem(source: str, revision: str | None = None) -> str | None:
+    """None when ``source`` (at ``revision``, a hub id's branch, tag or commit) can be
+    loaded from here; else what is wrong and what to do."""
     path = Path(source).expanduser()
     if path.is_dir():
+        if revision is not None:
+            return f"{source} is a local directory, which has no revisions: drop 'revision', or give a hub id"
         if not (path / "config.json").is_file():
             return f"{source} has no config.json: give the directory that holds the checkpoint"
         return None
@@ -57,17 +61,19 @@ def checkpoint_problem(source: str) -> str | None:
         return f"{source} is a file: give the checkpoint's directory"
     if looks_like_path(source) or not HUB_ID.fullmatch(source):
         return f"no such directory: {source} (a local checkpoint directory or a hub id owner/name)"
-    if in_hub_cache(source):
+    if in_hub_cache(source, revision):
         return None
+    at = f" at revision {revision}" if revision is not None else ""
     if hub_offline():
+        download = f"huggingface-cli download {source}" + (f" --revision {revision}" if revision else "")
         return (
-            f"{source} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set: "
-            f"download it first (huggingface-cli download {source}) or give a local directory"
+            f"{source}{at} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set: "
+            f"download it first ({download}) or give a local directory"
         )
     unreachable = hub_unreachable()
     if unreachable is not None:
         return (
-            f"{source} is not in the local Hugging Face cache and {unreachable}: download it "
+            f"{source}{at} is not in the local Hugging Face cache and {unreachable}: download it "
             f"where there is a network, or give a local directory"
         )
     return None
@@ -103,3 +109,36 @@ def checkpoint_context(source: str) -> int | None:
             if isinstance(part.get(key), int):
                 return int(part[key])
     return None
+
+
+def pinned_source(source: str, revision: str | None) -> str:
+    """The local directory of hub id ``source`` at ``revision`` (downloaded into the hub
+    cache when it is not there yet): every file a kind reads then comes from that one
+    snapshot. ``source`` itself without a revision."""
+    if revision is None or is_local(source):
+        return source
+    from huggingface_hub import snapshot_download
+
+    return str(snapshot_download(source, revision=revision))
+
+
+def load_tokenizer(
+    source: str, *, tokenizer: str | None = None, chat_template: str | None = None, trust_remote_code: bool = False
+) -> Any:
+    """The model's tokenizer (from ``tokenizer`` where the config names another), with
+    ``chat_template`` put in place of the one it carries: a Jinja template, or the path
+    of a file holding one."""
+    from transformers import AutoTokenizer
+
+    loaded = AutoTokenizer.from_pretrained(tokenizer or source, trust_remote_code=trust_remote_code)
+    if chat_template is not None:
+        loaded.chat_template = read_chat_template(chat_template)
+    return loaded
+
+
+def read_chat_template(template: str) -> str:
+    """A template given inline, or read from a file (``.jinja`` or any file that exists)."""
+    path = Path(template).expanduser()
+    if "{" not in template and path.is_file():
+        return path.read_text(encoding="utf-8")
+    return template

@@ -64,6 +64,13 @@ class BackendOptions(BaseModel):
         description="vllm: tokens per KV-cache block, the unit its prefix cache shares (a prompt's tail "
         "past the last full block is computed again for every completion); unset: 32 on a CPU, vLLM's own on a GPU.",
     )
+    quantization: str | None = Field(
+        None,
+        description="vllm: the engine's weight quantization (awq, gptq, fp8, ...), as vLLM's --quantization; GPU-side.",
+    )
+    tensor_parallel_size: int = Field(
+        1, gt=0, description="vllm: GPUs the engine splits the model over, as vLLM's --tensor-parallel-size."
+    )
 
 
 class WeightedKindOptions(KindOptions, BackendOptions):

@@ -18,6 +18,7 @@ Most kinds implement three smaller steps and let ``plan_items`` assemble the pla
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 import time
 from abc import ABC, abstractmethod
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
     from rewardserve.models.images import ImagePolicy
     from rewardserve.models.rules.runner import RuleRunner
 
+log = logging.getLogger(__name__)
 OptionsT = TypeVar("OptionsT", bound=KindOptions)
 R = TypeVar("R", bound=ItemResult)
 
@@ -181,6 +183,7 @@ class RewardModel(ABC):
 
         self.spec = spec
         self.name = spec.name
+        self.source = spec.source  # as the config names it (``spec.source`` once pinned: the snapshot)
         self.created = int(time.time())
         self.context = context or ModelContext()
         self.image_policy: ImagePolicy = self.context.image_policy or ImagePolicy()
@@ -188,6 +191,17 @@ class RewardModel(ABC):
         merged = {**(preset or {}).get("options", {}), **spec.options}
         self.options = validate_options(spec.name, self.kind, self.Options, merged)
         self.preset_name: str | None = (preset or {}).get("name")
+
+    def pin_revision(self) -> None:
+        """Before ``load``: a hub id at a ``revision`` becomes that snapshot's local
+        directory, so every file the kind reads (weights, tokenizer, heads stored beside
+        them) comes from the one revision."""
+        from rewardserve.models.checkpoints import pinned_source
+
+        if self.spec.trust_remote_code:
+            log.warning("model %s: trust_remote_code is on: the checkpoint's own code runs here", self.name)
+        if self.spec.revision is not None and self.runs_torch:
+            self.spec = self.spec.model_copy(update={"source": pinned_source(self.spec.source, self.spec.revision)})
 
     # ---- the contract
 
@@ -474,7 +488,8 @@ class RewardModel(ABC):
             name=self.name,
             kind=self.kind,
             backend=self.backend_name,
-            source=self.spec.source,
+            source=self.source,
+            revision=self.spec.revision,
             preset=self.preset_name,
             max_tokens=self.max_tokens,
             ready=ready,

@@ -40,6 +40,15 @@ class ModelSpec(BaseModel):
     max_queue_tokens: int | None = Field(default=None, gt=0)
     # Close a batch before padding passes this share of it (the CPU default is 0.05).
     max_padding_ratio: float | None = Field(default=None, ge=0, le=1)
+    # A hub id's branch, tag or commit: its files all come from that snapshot, and
+    # /v1/models says which (vLLM's --revision).
+    revision: str | None = Field(default=None, min_length=1, max_length=200)
+    # Run the checkpoint's own Python (its auto_map classes); off unless asked, logged when on.
+    trust_remote_code: bool = False
+    # The tokenizer from another directory or hub id, and a chat template (inline Jinja
+    # or a file) in place of the one the tokenizer carries.
+    tokenizer: str | None = None
+    chat_template: str | None = None
     options: dict[str, Any] = Field(default_factory=dict)
     shadow: ShadowSpec | None = None
 

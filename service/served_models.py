@@ -198,6 +198,7 @@ class ModelRegistry:
                     await self._call(model, import_torch)
             startup_log.info("model %s: %s", model.name, await self._call(model, model.describe))
             with timed_phase(model.name, "load"):
+                await self._call(model, model.pin_revision)
                 await self._call(model, model.load)
             with timed_phase(model.name, "probe"):
                 await self._call(model, model.probe)

@@ -230,14 +230,19 @@ def with_function_directory(spec: ModelSpec, directory: Path) -> ModelSpec:
     return spec.model_copy(update={"options": {**spec.options, "path": str(directory.resolve())}})
 
 
-def parse_model_arg(arg: str, kind: str | None = None) -> ModelSpec:
-    """``NAME=SOURCE`` or ``NAME=SOURCE:KIND`` from the command line; ``kind`` (``--kind``)
-    for the ones that name none. A suffix that is not a kind stays part of the source."""
+def parse_model_arg(arg: str, kind: str | None = None, **fields: Any) -> ModelSpec:
+    """``[NAME=]SOURCE[:KIND]`` from the command line; ``kind`` (``--kind``) for the ones
+    that name none, ``fields`` (``--dtype``, ``--max-tokens``, ...) for every one. A
+    suffix that is not a kind stays part of the source. Without ``NAME=`` the model is
+    called what vLLM would call it: a hub id or rule as given, a local directory by its
+    folder's name."""
     from rewardserve.models.kinds import known_kinds
 
     name, sep, source = arg.partition("=")
-    if not sep or not name or not source:
-        raise ValueError(f"--model takes NAME=SOURCE or NAME=SOURCE:KIND, got {arg!r}")
+    if not sep:
+        name, source = "", arg
+    if (sep and not name) or not source:
+        raise ValueError(f"--model takes SOURCE, NAME=SOURCE or NAME=SOURCE:KIND, got {arg!r}")
     head, colon, tail = source.rpartition(":")
     if colon and head and tail in known_kinds():
         source, kind = head, tail
@@ -250,7 +255,10 @@ def parse_model_arg(arg: str, kind: str | None = None) -> ModelSpec:
             f"--model {arg}: unknown kind {tail!r}; {hint}kinds: {', '.join(kinds)} "
             f"(a local path with ':' in it must exist)"
         )
+    if not name:
+        local = source.startswith(("/", ".", "~")) or Path(source).expanduser().exists()
+        name = Path(source).expanduser().name if local else source
     try:
-        return ModelSpec(name=name, source=source, kind=kind)
+        return ModelSpec(name=name, source=source, kind=kind, **fields)
     except ValidationError as exc:
         raise ValueError(f"--model {arg}: {describe_spec_error({'name': name}, '--model', exc)}") from None

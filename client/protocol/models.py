@@ -26,6 +26,7 @@ class ModelCard(_Response):
     kind: str
     backend: str
     source: str
+    revision: str | None = None  # the hub revision it was pinned to, when the config names one
     preset: str | None = None
     max_tokens: int | None = None
     ready: bool = False

@@ -18,6 +18,7 @@ from rewardserve.models.backends.backend import TASKS, Backend, TokenSequence, a
 from rewardserve.models.backends.layer_boundaries import mark_layers
 from rewardserve.models.backends.packing import Unit
 from rewardserve.models.backends.readouts import unwrap_last_layer, wrap_last_layer
+from rewardserve.models.checkpoints import load_tokenizer
 from rewardserve.models.options import BackendOptions
 from rewardserve.models.phases import timed_phase
 from rewardserve.models.spec import ModelSpec
@@ -65,8 +66,6 @@ class TransformersBackend(Backend):
     name = "transformers"
 
     def __init__(self, spec: ModelSpec, task: str, options: BackendOptions | None = None):
-        from transformers import AutoTokenizer
-
         if task not in TASKS:
             raise ValueError(f"transformers backend: unknown task {task!r}")
         self.options = options or BackendOptions.model_validate(spec.options)
@@ -74,7 +73,13 @@ class TransformersBackend(Backend):
         self.device = pick_device(spec.device)
         self.dtype = pick_dtype(spec.dtype, self.device)
         with timed_phase(spec.name, "weights", f"{self.dtype}, {self.device}".replace("torch.", "")):
-            self.tokenizer = AutoTokenizer.from_pretrained(spec.source)
+            self.tokenizer = load_tokenizer(
+                spec.source,
+                tokenizer=spec.tokenizer,
+                chat_template=spec.chat_template,
+                trust_remote_code=spec.trust_remote_code,
+            )
+            self._remote_code = spec.trust_remote_code
             self.base, self.head, config, self._whole = self._load(spec.source, task)
         # Packed rows are rounded up to a multiple of this many tokens (packing.pack).
         self._pack_multiple = 1
@@ -131,7 +136,7 @@ class TransformersBackend(Backend):
         Backbone and head are None where the whole model is returned."""
         from transformers import AutoModel, AutoModelForCausalLM, AutoModelForSequenceClassification
 
-        kw = {"dtype": self.dtype}
+        kw = {"dtype": self.dtype, "trust_remote_code": self._remote_code}
         if task == "classify":
             model = AutoModelForSequenceClassification.from_pretrained(source, **kw)
             model = model.to(self.device).eval()

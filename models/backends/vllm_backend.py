@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from rewardserve.models.backends.backend import Backend, TokenSequence
+from rewardserve.models.checkpoints import load_tokenizer
 from rewardserve.models.options import BackendOptions
 from rewardserve.models.spec import ModelSpec
 
@@ -72,12 +73,16 @@ class VllmBackend(Backend):
                 f"model {spec.name!r}: the vllm backend serves {', '.join(VLLM_TASKS)} models, "
                 f"not {task!r}; use backend: transformers"
             )
-        from transformers import AutoTokenizer
 
         self.options = options or BackendOptions.model_validate(spec.options)
         self.task = task
         self.spec = spec
-        self.tokenizer = AutoTokenizer.from_pretrained(spec.source)
+        self.tokenizer = load_tokenizer(
+            spec.source,
+            tokenizer=spec.tokenizer,
+            chat_template=spec.chat_template,
+            trust_remote_code=spec.trust_remote_code,
+        )
         self._ids = itertools.count()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name=f"vllm-{spec.name}", daemon=True)
@@ -116,6 +121,10 @@ class VllmBackend(Backend):
             # Skips graph capture / compilation: starts in seconds, runs slower (tests).
             enforce_eager=options.enforce_eager,
             block_size=block_size,
+            quantization=options.quantization,
+            tensor_parallel_size=options.tensor_parallel_size,
+            trust_remote_code=self.spec.trust_remote_code,
+            tokenizer=self.spec.tokenizer,
         )
         return AsyncLLM.from_engine_args(args)
 

@@ -23,6 +23,7 @@ from pydantic import Field
 
 from rewardserve.client.protocol import Item, ItemResult, ScoreOptions, StepOptions, StepsResult
 from rewardserve.models.cache import LRUCache
+from rewardserve.models.checkpoints import load_tokenizer
 from rewardserve.models.images import load_item_images
 from rewardserve.models.kinds import register_kind
 from rewardserve.models.options import KindOptions
@@ -88,14 +89,15 @@ class CLIPGoalModel(RewardModel):
     endpoints = frozenset({"score", "steps"})
 
     def load(self) -> None:
-        from transformers import AutoImageProcessor, AutoTokenizer, CLIPModel
+        from transformers import AutoImageProcessor, CLIPModel
 
         from rewardserve.models.backends.transformers_backend import pick_device
 
         self.device = pick_device(self.spec.device)
-        self.model = CLIPModel.from_pretrained(self.spec.source, dtype=torch.float32).to(self.device).eval()
-        self.image_processor = AutoImageProcessor.from_pretrained(self.spec.source)
-        self.tokenizer = AutoTokenizer.from_pretrained(self.spec.source)
+        spec = self.spec
+        self.model = CLIPModel.from_pretrained(spec.source, dtype=torch.float32).to(self.device).eval()
+        self.image_processor = AutoImageProcessor.from_pretrained(spec.source)
+        self.tokenizer = load_tokenizer(spec.source, tokenizer=spec.tokenizer, trust_remote_code=spec.trust_remote_code)
         self.text_cache = LRUCache(self.options.text_cache_size)
 
     @property

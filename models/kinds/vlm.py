@@ -24,6 +24,7 @@ from torch import nn
 
 from rewardserve.client.protocol import ImagePart, ImageURLPart, Item, ItemResult, ScoreOptions
 from rewardserve.models.backends.transformers_backend import context_limit
+from rewardserve.models.checkpoints import load_tokenizer
 from rewardserve.models.images import load_item_images
 from rewardserve.models.kinds import register_kind
 from rewardserve.models.options import KindOptions
@@ -62,16 +63,20 @@ class VLMModel(RewardModel):
     endpoints = frozenset({"score", "compare"})
 
     def load(self) -> None:
-        from transformers import AutoImageProcessor, AutoModelForImageTextToText, AutoTokenizer
+        from transformers import AutoImageProcessor, AutoModelForImageTextToText
 
         from rewardserve.models.backends.transformers_backend import pick_device, pick_dtype
 
         source = self.spec.source
         self.device = pick_device(self.spec.device)
         self.dtype = pick_dtype(self.spec.dtype, self.device)
-        self.tokenizer = AutoTokenizer.from_pretrained(source)
-        self.image_processor = AutoImageProcessor.from_pretrained(source)
-        model = AutoModelForImageTextToText.from_pretrained(source, dtype=self.dtype)
+        spec = self.spec
+        remote = spec.trust_remote_code
+        self.tokenizer = load_tokenizer(
+            source, tokenizer=spec.tokenizer, chat_template=spec.chat_template, trust_remote_code=remote
+        )
+        self.image_processor = AutoImageProcessor.from_pretrained(source, trust_remote_code=remote)
+        model = AutoModelForImageTextToText.from_pretrained(source, dtype=self.dtype, trust_remote_code=remote)
         model = model.to(self.device).eval()
         self.backbone = model.model
         config = model.config

@@ -152,6 +152,39 @@ def test_the_command_line_names_a_kind():
     assert parse_model_arg("rm=/data/run:3").source == "/data/run:3"
 
 
+def test_a_model_without_a_name_is_called_what_vllm_would_call_it(tmp_path):
+    hub = parse_model_arg("Skywork/Skywork-Reward-V2-Qwen3-0.6B")
+    assert hub.name == hub.source == "Skywork/Skywork-Reward-V2-Qwen3-0.6B"
+    (tmp_path / "my-rm").mkdir()
+    assert parse_model_arg(str(tmp_path / "my-rm")).name == "my-rm"
+    rule = parse_model_arg("exact_match:rule")
+    assert (rule.name, rule.source, rule.kind) == ("exact_match", "exact_match", "rule")
+    flagged = parse_model_arg("rm=acme/rm", dtype="bfloat16", max_tokens=128, device="cpu", backend="transformers")
+    assert (flagged.dtype, flagged.max_tokens, flagged.device, flagged.backend) == (
+        "bfloat16",
+        128,
+        "cpu",
+        "transformers",
+    )
+    with pytest.raises(ValueError, match="--model rm=acme/rm: .*dtype"):
+        parse_model_arg("rm=acme/rm", dtype="fp8")
+
+
+def test_serve_a_source_with_per_model_flags_and_an_api_key(qwen3_rm):
+    from tests.harness import serve_subprocess
+
+    flags = ("--model", str(qwen3_rm), "--dtype", "float32", "--max-tokens", "100", "--api-key", "k1")
+    with serve_subprocess(*flags, "--device", "cpu", "--backend", "transformers", "--no-builtin-rules") as url:
+        assert httpx.get(f"{url}/v1/models", timeout=10).status_code == 401
+        keyed = {"authorization": "Bearer k1"}
+        (card,) = httpx.get(f"{url}/v1/models", headers=keyed, timeout=10).json()["data"]
+        assert card["id"] == qwen3_rm.name and card["max_tokens"] == 100 and card["backend"] == "transformers"
+        (info,) = httpx.get(f"{url}/info", headers=keyed, timeout=10).json()["models"]
+        assert (info["dtype"], info["device"]) == ("float32", "cpu")
+        body = {"model": qwen3_rm.name, "items": [{"response": "word " * 150}]}
+        assert httpx.post(f"{url}/v1/score", json=body, headers=keyed, timeout=30).status_code == 413
+
+
 def broken_checkpoint(tmp_path):
     broken = tmp_path / "broken"
     broken.mkdir()

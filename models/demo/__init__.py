@@ -1,0 +1,56 @@
+"""``rewardserve demo-models DIR``: one small local stand-in per kind of the README's
+config, built by ``tiny.py`` and saved as a hub checkpoint is, and ``models-demo.yaml``
+serving them under the README's model names. Everything the README shows then runs
+offline on a CPU in seconds; the scores are a random model's, the shapes real."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+DEMO_CONFIG = "models-demo.yaml"
+
+
+def _demo_models() -> list[tuple[dict[str, Any], Callable[[Path], Path], str]]:
+    """(config entry without its source, builder, what the real checkpoint would be)."""
+    from rewardserve.models.demo import tiny
+
+    return [
+        (
+            {"name": "skywork", "kind": "outcome"},
+            lambda out: tiny.build_sequence_classifier(out, "qwen3"),
+            "Skywork/Skywork-Reward-V2-Qwen3-0.6B",
+        ),
+        ({"name": "prm"}, tiny.build_qwen2_prm, "Qwen/Qwen2.5-Math-PRM-7B (kind and readout from its preset)"),
+        ({"name": "judge", "kind": "verifier"}, tiny.build_qwen3_lm, "Qwen/Qwen3-1.7B"),
+        (
+            {"name": "vl-rm", "kind": "vlm", "preset": "skywork-vl-reward"},
+            tiny.build_qwen2_vl,
+            "Skywork/Skywork-VL-Reward-7B",
+        ),
+        ({"name": "clip", "kind": "clip_goal"}, tiny.build_clip, "openai/clip-vit-base-patch32"),
+    ]
+
+
+def write_demo_models(directory: Path, log: Callable[[str], None] = lambda _line: None) -> Path:
+    """Build every demo model under ``directory`` (one folder each, by model name) and
+    write the config that serves them; returns the config's path. Building again
+    replaces the models."""
+    import yaml
+
+    directory = directory.resolve()
+    directory.mkdir(parents=True, exist_ok=True)
+    entries = []
+    for entry, build, real in _demo_models():
+        source = build(directory / entry["name"])
+        log(f"{entry['name']}: {source} (stands in for {real})")
+        entries.append({**entry, "source": str(source)})
+    config = directory / DEMO_CONFIG
+    header = (
+        "# Written by `rewardserve demo-models`: tiny random models with the real ones'\n"
+        "# architectures, tokenizers and heads. Serve them with\n"
+        f"#   rewardserve serve --config {config}\n"
+    )
+    config.write_text(header + yaml.safe_dump({"models": entries}, sort_keys=False))
+    return config

@@ -1,0 +1,66 @@
+"""``rewardserve demo-models DIR``: the stand-ins it builds load through the real loading
+code under the README's names, each kind answers its route, and the outcome stand-in
+scores as the reference recipe computes on the saved model."""
+
+from __future__ import annotations
+
+import base64
+import io
+
+import pytest
+from PIL import Image
+
+from rewardserve.cli.main import main
+from rewardserve.service.settings import Settings
+from tests.builders import reference_outcome_scores
+from tests.harness import serve_in_process
+
+
+def _png() -> str:
+    buffer = io.BytesIO()
+    Image.new("RGB", (32, 24), (30, 120, 200)).save(buffer, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
+@pytest.mark.long(60)
+async def test_the_demo_models_are_served_under_the_readme_s_names(tmp_path, capsys):
+    main(["demo-models", str(tmp_path / "demo")])
+    config = (tmp_path / "demo" / "models-demo.yaml").resolve()
+    printed = capsys.readouterr().out
+    assert f"serve them with: rewardserve serve --config {config}" in printed
+    assert "skywork: " in printed and "(stands in for Skywork/Skywork-Reward-V2-Qwen3-0.6B)" in printed
+
+    settings = Settings(config=config, builtin_rules=False, compile=False)
+    assert [spec.name for spec in settings.model_specs()] == ["skywork", "prm", "judge", "vl-rm", "clip"]
+    image = {"type": "image_url", "image_url": {"url": _png()}}
+    async with serve_in_process(settings) as (_app, http):
+        listed = (await http.get("/v1/models")).json()
+        assert sorted(m["id"] for m in listed["data"]) == ["clip", "judge", "prm", "skywork", "vl-rm"]
+
+        item = {"prompt": "What is 2+2?", "response": "4"}
+        scored = (await http.post("/v1/score", json={"model": "skywork", "items": [item]})).json()
+        conversation = [{"role": "user", "content": item["prompt"]}, {"role": "assistant", "content": "4"}]
+        (expected,) = reference_outcome_scores(config.parent / "skywork", [conversation])
+        assert scored["results"][0]["score"] == pytest.approx(expected[0], abs=1e-4)
+
+        steps = {"prompt": "What is 2+3*4?", "steps": ["3*4 = 12.", "2 + 12 = 14.", "The answer is 14."]}
+        read = (await http.post("/v1/score/steps", json={"model": "prm", "items": [steps]})).json()
+        assert len(read["results"][0]["step_scores"]) == 3, read
+
+        verdict = {"prompt": "What is 2+2?", "response": "4", "reference": "4"}
+        judged = (await http.post("/v1/verify", json={"model": "judge", "items": [verdict]})).json()
+        assert judged["results"][0]["valid"] and 0 <= judged["results"][0]["score"] <= 1, judged
+
+        shown = {
+            "messages": [
+                {"role": "user", "content": [{"type": "text", "text": "What is shown?"}, image]},
+                {"role": "assistant", "content": "A login form."},
+            ]
+        }
+        seen = (await http.post("/v1/score", json={"model": "vl-rm", "items": [shown]})).json()
+        assert seen["results"][0]["valid"], seen
+
+        frames = {"messages": [{"role": "user", "content": [image, image]}]}
+        body = {"model": "clip", "items": [frames], "options": {"goal": "the drawer is open"}}
+        goal = (await http.post("/v1/score/steps", json=body)).json()
+        assert len(goal["results"][0]["step_scores"]) == 2, goal

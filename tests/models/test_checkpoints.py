@@ -1,0 +1,94 @@
+"""Where weights come from: a hub id pinned to a revision loads that snapshot from a real
+Hugging Face cache layout (offline), and a config's tokenizer and chat template replace
+the checkpoint's own; scores checked against the reference recipe on the same files."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from rewardserve.models.checkpoints import checkpoint_problem, pinned_source
+from rewardserve.models.spec import ModelSpec
+from rewardserve.service.settings import Settings
+from tests.builders import build_sequence_classifier, reference_outcome_scores
+from tests.harness import serve_in_process
+
+PLAIN_TEMPLATE = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+
+
+def hub_cache(root: Path, repo: str, snapshots: dict[str, Path], refs: dict[str, str]) -> Path:
+    """``root`` laid out as huggingface_hub lays out its cache: a snapshot folder per
+    commit, and refs naming commits."""
+    repo_dir = root / ("models--" + repo.replace("/", "--"))
+    for commit, files in snapshots.items():
+        shutil.copytree(files, repo_dir / "snapshots" / commit)
+    (repo_dir / "refs").mkdir(parents=True)
+    for ref, commit in refs.items():
+        (repo_dir / "refs" / ref).write_text(commit)
+    return root
+
+
+@pytest.fixture
+def cached_hub(tmp_path, monkeypatch):
+    """acme/rm in an offline hub cache: main at one commit, tag v2 at another, each a
+    different random model."""
+    from huggingface_hub import constants
+
+    first = build_sequence_classifier(tmp_path / "first", "qwen3", seed=0)
+    second = build_sequence_classifier(tmp_path / "second", "qwen3", seed=5)
+    commits = {"a" * 40: first, "b" * 40: second}
+    cache = hub_cache(tmp_path / "cache", "acme/rm", commits, {"main": "a" * 40, "v2": "b" * 40})
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    return first, second
+
+
+def test_a_revision_names_one_snapshot_of_the_cache(cached_hub, tmp_path):
+    assert checkpoint_problem("acme/rm", "v2") is None
+    assert Path(pinned_source("acme/rm", "v2")).name == "b" * 40
+    assert Path(pinned_source("acme/rm", "a" * 40)).name == "a" * 40
+    assert pinned_source("acme/rm", None) == "acme/rm"
+    missing = checkpoint_problem("acme/rm", "v3")
+    assert missing is not None and "at revision v3" in missing and "--revision v3" in missing
+    local = checkpoint_problem(str(tmp_path / "first"), "v2")
+    assert local is not None and "has no revisions" in local
+
+
+async def test_the_pinned_revision_with_another_chat_template_scores_as_the_reference(cached_hub, tmp_path):
+    _first, second = cached_hub
+    # The reference: the v2 snapshot's files with the plain template in the tokenizer.
+    reference_dir = tmp_path / "reference"
+    shutil.copytree(second, reference_dir)
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(reference_dir)
+    tokenizer.chat_template = PLAIN_TEMPLATE
+    tokenizer.save_pretrained(reference_dir)
+    template_file = tmp_path / "plain.jinja"
+    template_file.write_text(PLAIN_TEMPLATE)
+
+    conversation = [{"role": "user", "content": "What is 2+2?"}, {"role": "assistant", "content": "4"}]
+    (expected,) = reference_outcome_scores(reference_dir, [conversation])
+    (checkpoint_own,) = reference_outcome_scores(second, [conversation])
+    assert abs(expected[0] - checkpoint_own[0]) > 1e-3  # the template changes the score
+
+    specs = [
+        ModelSpec(name="pinned", source="acme/rm", kind="outcome", revision="v2", chat_template=str(template_file)),
+        ModelSpec(name="tokenizer", source=str(second), kind="outcome", tokenizer=str(reference_dir)),
+        ModelSpec(name="latest", source="acme/rm", kind="outcome"),
+    ]
+    settings = Settings(models=specs, builtin_rules=False, compile=False)
+    item = {"prompt": "What is 2+2?", "response": "4"}
+    async with serve_in_process(settings) as (_app, http):
+        cards = {card["id"]: card for card in (await http.get("/v1/models")).json()["data"]}
+        assert (cards["pinned"]["source"], cards["pinned"]["revision"]) == ("acme/rm", "v2")
+        assert cards["latest"]["revision"] is None
+        for name in ("pinned", "tokenizer"):
+            scored = (await http.post("/v1/score", json={"model": name, "items": [item]})).json()
+            assert scored["results"][0]["score"] == pytest.approx(expected[0], abs=1e-4), name
+        latest = (await http.post("/v1/score", json={"model": "latest", "items": [item]})).json()
+        (main_score,) = reference_outcome_scores(_first, [conversation])
+        assert latest["results"][0]["score"] == pytest.approx(main_score[0], abs=1e-4)
