@@ -49,6 +49,9 @@ class ModelSpec(BaseModel):
     # or a file) in place of the one the tokenizer carries.
     tokenizer: str | None = None
     chat_template: str | None = None
+    # A LoRA adapter (peft's save_pretrained directory or hub id) merged into the weights
+    # at load: outcome, process and verifier models on the transformers backend.
+    adapter: str | None = None
     options: dict[str, Any] = Field(default_factory=dict)
     shadow: ShadowSpec | None = None
 

@@ -17,8 +17,13 @@ def make_backend(spec: ModelSpec, task: str, options: BackendOptions | None = No
         options = BackendOptions.model_validate(spec.options)
     choice = spec.backend
     if choice == "auto":
-        choice = "vllm" if _vllm_fits(spec, task) else "transformers"
+        choice = "transformers" if spec.adapter is not None else "vllm" if _vllm_fits(spec, task) else "transformers"
     if choice == "vllm":
+        if spec.adapter is not None:
+            raise ValueError(
+                f"model {spec.name!r}: 'adapter' is merged by the transformers backend only; "
+                "use backend: transformers, or serve the merged checkpoint on vllm"
+            )
         from rewardserve.models.backends.vllm_backend import VllmBackend, vllm_available
 
         if not vllm_available():

@@ -80,6 +80,7 @@ class TransformersBackend(Backend):
                 trust_remote_code=spec.trust_remote_code,
             )
             self._remote_code = spec.trust_remote_code
+            self._adapter = spec.adapter
             self.base, self.head, config, self._whole = self._load(spec.source, task)
         # Packed rows are rounded up to a multiple of this many tokens (packing.pack).
         self._pack_multiple = 1
@@ -139,7 +140,7 @@ class TransformersBackend(Backend):
         kw = {"dtype": self.dtype, "trust_remote_code": self._remote_code}
         if task == "classify":
             model = AutoModelForSequenceClassification.from_pretrained(source, **kw)
-            model = model.to(self.device).eval()
+            model = self._merged(model).to(self.device).eval()
             base = getattr(model, model.base_model_prefix, None)
             head = getattr(model, "score", None)
             # Decoder reward models (Llama, Qwen, Gemma, ...) are a base model plus a
@@ -151,16 +152,16 @@ class TransformersBackend(Backend):
         if task == "prm_head":
             from rewardserve.models.backends.architectures import Qwen2ForProcessRewardModel
 
-            model = Qwen2ForProcessRewardModel.from_pretrained(source, **kw).to(self.device).eval()
+            model = self._merged(Qwen2ForProcessRewardModel.from_pretrained(source, **kw)).to(self.device).eval()
             return model.model, model.score, model.config, None
         if task == "value_head":
             from rewardserve.models.backends.architectures import load_value_head
 
-            base = AutoModel.from_pretrained(source, **kw).to(self.device).eval()
+            base = self._merged(AutoModel.from_pretrained(source, **kw)).to(self.device).eval()
             config = base.config.get_text_config()
             head = load_value_head(source, config.hidden_size, self.dtype).to(self.device)
             return base, head, config, None
-        model = AutoModelForCausalLM.from_pretrained(source, **kw).to(self.device).eval()
+        model = self._merged(AutoModelForCausalLM.from_pretrained(source, **kw)).to(self.device).eval()
         self.causal_lm = model  # for generate()
         return model.get_decoder(), model.get_output_embeddings(), model.config.get_text_config(), None
 
@@ -256,6 +257,15 @@ class TransformersBackend(Backend):
         log.info("packing off: a packed read differs from plain reads on this model")
         self.base.set_attn_implementation("sdpa")
         return False
+
+    def _merged(self, model: Any) -> Any:
+        """``model`` with the spec's LoRA adapter merged into its weights (peft): one set
+        of weights, so packing, the oneDNN linears and compiling see a plain model."""
+        if self._adapter is None:
+            return model
+        from peft import PeftModel
+
+        return PeftModel.from_pretrained(model, self._adapter).merge_and_unload()
 
     def _compile(self, options: BackendOptions) -> None:
         """Decoder layers compiled whole for packed forwards (compiled_layers.py), then in

@@ -89,6 +89,8 @@ class CLIPGoalModel(RewardModel):
     endpoints = frozenset({"score", "steps"})
 
     def load(self) -> None:
+        if self.spec.adapter is not None:
+            raise ValueError(f"model {self.name!r}: 'adapter' is for outcome, process and verifier models")
         from transformers import AutoImageProcessor, CLIPModel
 
         from rewardserve.models.backends.transformers_backend import pick_device

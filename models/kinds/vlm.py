@@ -63,6 +63,8 @@ class VLMModel(RewardModel):
     endpoints = frozenset({"score", "compare"})
 
     def load(self) -> None:
+        if self.spec.adapter is not None:
+            raise ValueError(f"model {self.name!r}: 'adapter' is for outcome, process and verifier models")
         from transformers import AutoImageProcessor, AutoModelForImageTextToText
 
         from rewardserve.models.backends.transformers_backend import pick_device, pick_dtype

@@ -1,0 +1,72 @@
+"""A model's LoRA ``adapter`` (peft 0.21's ``save_pretrained`` layout): merged into the
+weights at load, its scores equal peft's own unmerged forward on the same files; kinds
+and backends that cannot merge one refuse it by name."""
+
+from __future__ import annotations
+
+import pytest
+
+from rewardserve.models.spec import ModelSpec
+from rewardserve.service.settings import Settings
+from tests.builders import reference_outcome_scores
+from tests.harness import serve_in_process
+
+CONVERSATION = [{"role": "user", "content": "What is 2+2?"}, {"role": "assistant", "content": "4"}]
+
+
+def save_adapter(model_dir, out_dir):
+    """A LoRA on q_proj / v_proj with random (not zero) B, plus the score head peft's
+    SEQ_CLS task trains beside it: an adapter that changes the scores."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForSequenceClassification
+
+    torch.manual_seed(7)
+    model = AutoModelForSequenceClassification.from_pretrained(model_dir, dtype=torch.float32)
+    config = LoraConfig(
+        task_type="SEQ_CLS", r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False
+    )
+    get_peft_model(model, config).save_pretrained(out_dir)
+    return out_dir
+
+
+def peft_reference(model_dir, adapter_dir) -> float:
+    """The Skywork card's recipe on peft's PeftModel, adapter not merged."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    base = AutoModelForSequenceClassification.from_pretrained(model_dir, dtype=torch.float32)
+    model = PeftModel.from_pretrained(base, adapter_dir).eval()
+    text = tokenizer.apply_chat_template(CONVERSATION, tokenize=False)
+    if tokenizer.bos_token is not None and text.startswith(tokenizer.bos_token):
+        text = text[len(tokenizer.bos_token) :]
+    with torch.inference_mode():
+        return float(model(**tokenizer(text, return_tensors="pt")).logits[0, 0])
+
+
+async def test_a_merged_adapter_scores_as_peft_computes_it(qwen3_rm, tmp_path):
+    adapter = save_adapter(qwen3_rm, tmp_path / "adapter")
+    expected = peft_reference(qwen3_rm, adapter)
+    (without,) = reference_outcome_scores(qwen3_rm, [CONVERSATION])
+    assert abs(expected - without[0]) > 1e-3  # the adapter changes the score
+
+    specs = [
+        ModelSpec(name="tuned", source=str(qwen3_rm), kind="outcome", adapter=str(adapter)),
+        ModelSpec(name="base", source=str(qwen3_rm), kind="outcome"),
+    ]
+    item = {"prompt": "What is 2+2?", "response": "4"}
+    async with serve_in_process(Settings(models=specs, builtin_rules=False, compile=False)) as (_app, http):
+        tuned = (await http.post("/v1/score", json={"model": "tuned", "items": [item]})).json()
+        base = (await http.post("/v1/score", json={"model": "base", "items": [item]})).json()
+    assert tuned["results"][0]["score"] == pytest.approx(expected, abs=1e-4)
+    assert base["results"][0]["score"] == pytest.approx(without[0], abs=1e-4)
+
+
+def test_an_adapter_on_the_vllm_backend_is_refused_by_name(qwen3_rm):
+    from rewardserve.models.backends import make_backend
+
+    spec = ModelSpec(name="rm", source=str(qwen3_rm), backend="vllm", adapter="/adapters/x")
+    with pytest.raises(ValueError, match="'adapter' is merged by the transformers backend only"):
+        make_backend(spec, "classify")
