@@ -47,6 +47,7 @@ class Executed(Generic[R]):
     queue_s: float = 0.0
     inference_s: float = 0.0
     warnings: list[str] = field(default_factory=list)
+    revision: str | None = None  # the served model's pinned hub revision
 
     def timing_headers(self) -> dict[str, str]:
         # Milliseconds, as TEI reports them.
@@ -62,7 +63,9 @@ async def run_plan(
     """``planner(*args)`` off the event loop (it tokenizes), then the plan executed."""
     async with ctx.svc.gate.slot(ctx.tenant):
         plan = await run_in_threadpool(planner, *args)
-    return await execute(ctx, served, plan, n_items)
+    done = await execute(ctx, served, plan, n_items)
+    done.revision = served.model.spec.revision if served is not None else None
+    return done
 
 
 async def execute(ctx: RequestContext, served: Served | None, plan: Plan[R], n_items: int) -> Executed[R]:

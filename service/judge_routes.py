@@ -25,7 +25,9 @@ router = APIRouter(route_class=BoundedRoute, responses=ERROR_RESPONSES)
 async def verify(body: VerifyRequest, request: Request) -> Response:
     """A generative verifier's judgement per item (logprob or generate mode)."""
     done = await application.verify(RequestContext.of(request), body.model, body.items, body.options)
-    return answer(VerifyResponse(model=body.model, results=done.results, usage=done.usage), done)
+    return answer(
+        VerifyResponse(model=body.model, revision=done.revision, results=done.results, usage=done.usage), done
+    )
 
 
 @router.post("/v1/rubric", response_model=RubricResponse)
@@ -42,4 +44,6 @@ async def rubric(body: RubricRequest, request: Request) -> Response:
 async def compare(body: CompareRequest, request: Request) -> Response:
     """Pairwise / listwise preference between each item's responses."""
     done = await application.compare(RequestContext.of(request), body.model, body.items, body.options)
-    return answer(CompareResponse(model=body.model, results=done.results, usage=done.usage), done)
+    return answer(
+        CompareResponse(model=body.model, revision=done.revision, results=done.results, usage=done.usage), done
+    )

@@ -60,14 +60,23 @@ def answer(body: BaseModel, done: Executed[Any]) -> Response:
 async def score(body: ScoreRequest, request: Request) -> Response:
     """Outcome reward per item, in request order (for a PRM, its trajectory aggregate)."""
     done = await application.score(RequestContext.of(request), body.model, body.items, body.options)
-    return answer(ScoreResponse(model=body.model, results=done.results, usage=done.usage, warnings=done.warnings), done)
+    return answer(
+        ScoreResponse(
+            model=body.model,
+            revision=done.revision,
+            results=done.results,
+            usage=done.usage,
+            warnings=done.warnings,
+        ),
+        done,
+    )
 
 
 @scoring_routes.post("/v1/score/steps", response_model=StepsResponse)
 async def score_steps(body: StepsRequest, request: Request) -> Response:
     """Process reward per step, every step of a trajectory from one forward pass."""
     done = await application.score_steps(RequestContext.of(request), body.model, body.items, body.options)
-    return answer(StepsResponse(model=body.model, results=done.results, usage=done.usage), done)
+    return answer(StepsResponse(model=body.model, revision=done.revision, results=done.results, usage=done.usage), done)
 
 
 @scoring_routes.post("/pooling", response_model=PoolingResponse)

@@ -140,5 +140,8 @@ def live_service(tmp_path_factory, qwen3_rm, qwen2_prm):
         f"  - name: lazy\n    source: {qwen3_rm}\n    max_wait_ms: 2000\n    max_batch_tokens: 100000\n"
         f"  - name: prm\n    source: {qwen2_prm}\n"
     )
-    with serve_subprocess("--config", str(config), log_path=root / "server.log") as url:
+    # Rule calls' limit well above their time on a loaded machine (a second test run
+    # beside this one): a timed-out math call would be an invalid item, not a flake.
+    env = {"REWARDSERVE_RULE_TIMEOUT_S": "30"}
+    with serve_subprocess("--config", str(config), env=env, log_path=root / "server.log") as url:
         yield url

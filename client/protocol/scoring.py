@@ -37,6 +37,8 @@ def components_by_name(results: list[ItemResult]) -> dict[str, list[float | None
 
 class ScoreResponse(_Response):
     model: str
+    # The hub revision the model was pinned to (its config's `revision`), when it has one.
+    revision: str | None = None
     results: list[ItemResult]
     usage: Usage = Field(default_factory=Usage)
     # What the service noticed about the request that changes what the scores mean
@@ -106,6 +108,8 @@ class StepsRequest(_Request):
 
 class StepsResponse(_Response):
     model: str
+    # The hub revision the model was pinned to (its config's `revision`), when it has one.
+    revision: str | None = None
     results: list[StepsResult]
     usage: Usage = Field(default_factory=Usage)
 
@@ -154,6 +158,8 @@ class VerifyRequest(_Request):
 
 class VerifyResponse(_Response):
     model: str
+    # The hub revision the model was pinned to (its config's `revision`), when it has one.
+    revision: str | None = None
     results: list[VerifyResult]
     usage: Usage = Field(default_factory=Usage)
 
@@ -312,5 +318,7 @@ class CompareResult(_Response):
 
 class CompareResponse(_Response):
     model: str
+    # The hub revision the model was pinned to (its config's `revision`), when it has one.
+    revision: str | None = None
     results: list[CompareResult]
     usage: Usage = Field(default_factory=Usage)

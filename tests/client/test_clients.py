@@ -126,7 +126,7 @@ def test_sync_client_against_uvicorn(server):
             "math",
             [{"response": r"\boxed{\frac{1}{3}}", "reference": "1/3"}, {"response": r"\boxed{2}", "reference": "1/3"}],
         )
-        assert [r.score for r in math.results] == [1.0, 0.0]
+        assert [r.score for r in math.results] == [1.0, 0.0], [r.error for r in math.results]
         assert client.ready() and client.health().status == "ok"
 
 

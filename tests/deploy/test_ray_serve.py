@@ -45,13 +45,15 @@ ray.shutdown()
 
 
 def replica_pids(driver: subprocess.Popen) -> list[int]:
-    """The Ray worker processes that hold our replicas (their title names the deployment)."""
+    """The Ray worker processes that hold our replicas (their title names the deployment),
+    in the driver's session only: a second test run on the machine has replicas too."""
     pids = []
     for proc in psutil.process_iter(["pid", "cmdline"]):
         try:
             if "ServeReplica:rewardserve:rewardserve" in " ".join(proc.info["cmdline"] or []):
-                pids.append(proc.info["pid"])
-        except psutil.Error:
+                if os.getsid(proc.info["pid"]) == driver.pid:
+                    pids.append(proc.info["pid"])
+        except (psutil.Error, ProcessLookupError):
             continue
     return pids
 

@@ -89,6 +89,7 @@ async def test_the_pinned_revision_with_another_chat_template_scores_as_the_refe
         for name in ("pinned", "tokenizer"):
             scored = (await http.post("/v1/score", json={"model": name, "items": [item]})).json()
             assert scored["results"][0]["score"] == pytest.approx(expected[0], abs=1e-4), name
+            assert scored["revision"] == ("v2" if name == "pinned" else None)
         latest = (await http.post("/v1/score", json={"model": "latest", "items": [item]})).json()
         (main_score,) = reference_outcome_scores(_first, [conversation])
         assert latest["results"][0]["score"] == pytest.approx(main_score[0], abs=1e-4)

@@ -123,8 +123,8 @@ def test_model_arg_and_presets():
     model = build_model(spec)  # picked by name, no download needed to know the recipe
     assert model.kind == "outcome" and model.preset_name == "skywork-reward-v2"
     assert model.options.strip_bos is True
-    with pytest.raises(ValueError):
-        parse_model_arg("no-equals-sign")
+    with pytest.raises(ValueError, match="--model takes SOURCE, NAME=SOURCE"):
+        parse_model_arg("=no-name")
     with pytest.raises(ValueError, match="no such directory"):
         build_model(ModelSpec(name="x", source="/nonexistent/dir"))
 
@@ -136,7 +136,9 @@ def test_cli_rejects_a_bad_model_flag():
         text=True,
         timeout=60,
     )
-    assert proc.returncode == 2 and "NAME=SOURCE" in proc.stderr
+    # A bare source is a model named after it: one that is neither a directory nor a hub id.
+    assert proc.returncode == 2
+    assert "model 'oops': no such directory: oops (a local checkpoint directory or a hub id" in proc.stderr
 
 
 def test_compile_off_reaches_every_kind_that_compiles(qwen3_rm):
