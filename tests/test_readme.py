@@ -88,7 +88,10 @@ def sources(tmp_path_factory, qwen3_rm, qwen2_prm, judge_lm, vl_value, clip_mode
     }
 
 
+# Every README block, each bounded (300 s); a second test run beside it doubles the
+# total, past the suite's default timeout.
 @pytest.mark.long(80)
+@pytest.mark.timeout(900)
 def test_every_readme_example_runs(tmp_path, sources):
     port = free_port()
     env = {
