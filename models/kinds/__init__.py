@@ -62,7 +62,7 @@ def build_model(spec: ModelSpec, context: ModelContext | None = None) -> RewardM
     if kind is None:
         from rewardserve.models.checkpoints import checkpoint_problem
 
-        problem = checkpoint_problem(spec.source)
+        problem = checkpoint_problem(spec.source, spec.revision)
         if problem is not None:
             raise ValueError(f"model {spec.name!r}: {problem}")
         raise ValueError(
@@ -92,7 +92,7 @@ def build_checked(spec: ModelSpec, context: ModelContext | None = None) -> Rewar
         has_weights = spec.kind is None or kind_class(spec.kind).runs_torch
     except ValueError:
         has_weights = False  # build_model names the unknown kind
-    problem = checkpoint_problem(spec.source) if has_weights else None
+    problem = checkpoint_problem(spec.source, spec.revision) if has_weights else None
     if problem is not None:
         raise ValueError(f"model {spec.name!r}: {problem}")
     return build_model(spec, context)

@@ -55,6 +55,13 @@ def test_a_revision_names_one_snapshot_of_the_cache(cached_hub, tmp_path):
     assert missing is not None and "at revision v3" in missing and "--revision v3" in missing
     local = checkpoint_problem(str(tmp_path / "first"), "v2")
     assert local is not None and "has no revisions" in local
+    # At start-up too, before anything loads.
+    from rewardserve.models.kinds import build_checked
+
+    with pytest.raises(ValueError, match="model 'rm': .* has no revisions"):
+        build_checked(ModelSpec(name="rm", source=str(tmp_path / "first"), kind="outcome", revision="v2"))
+    with pytest.raises(ValueError, match="model 'rm': acme/rm at revision v3 is not in the local"):
+        build_checked(ModelSpec(name="rm", source="acme/rm", kind="outcome", revision="v3"))
 
 
 async def test_the_pinned_revision_with_another_chat_template_scores_as_the_reference(cached_hub, tmp_path):
