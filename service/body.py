@@ -4,10 +4,11 @@ A 32 MiB body can hold two million tiny items or ten million empty lists; buildi
 those as Python objects (and then as pydantic models) costs seconds and gigabytes. So a
 body is checked before it is parsed, and parsed and validated in a worker thread:
 
-1. the number of JSON values, counted from its brackets, commas and quotes chunk by
-   chunk while the body arrives (string contents excluded, by a second look, when that
-   quick upper bound is over the limit): over ``max_json_values`` is a 413, as soon as
-   the strings alone pass the limit (the rest of the body is not read);
+1. the number of JSON values: over ``max_json_values`` is a 413. While the body
+   arrives only its quotes are counted (one pass per chunk on the event loop), and the
+   body is refused unread as soon as its strings alone pass the limit; the whole body's
+   brackets and commas are counted in the worker thread (string contents excluded, by a
+   second look, when that quick upper bound is over the limit);
 2. ``json.loads`` with integers of at most ``MAX_INT_DIGITS`` digits and no
    NaN / Infinity (422 naming the problem, not "not valid JSON");
 3. the top-level list (``items``, ``query``, ``input``) counted before any model is
@@ -42,23 +43,30 @@ LISTS = ("items", "query", "input")  # the list a request's limit counts, by rou
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 
 
-class ValueCount:
-    """Counts kept while a body arrives: an upper bound on its JSON values (commas and
-    opening brackets, wherever they are) and a lower bound (its strings)."""
+class QuoteCount:
+    """Kept while a body arrives, on the event loop: one pass over each chunk (its quotes),
+    so a big body costs the loop little. The escaped quotes are counted only once the
+    quotes say the strings may be over the limit."""
 
     def __init__(self) -> None:
-        self.structure = 1
         self.quotes = 0
-        self.escaped = 0
+        self._escaped = 0
+        self._looked = 0  # chunks whose escaped quotes are counted
 
     def add(self, chunk: bytes) -> None:
-        self.structure += chunk.count(b",") + chunk.count(b"{") + chunk.count(b"[")
         self.quotes += chunk.count(b'"')
-        self.escaped += chunk.count(b'\\"')
 
-    @property
-    def strings(self) -> int:
-        return (self.quotes - self.escaped) // 2
+    def may_be_over(self, limit: int) -> bool:
+        return self.quotes // 2 > limit
+
+    def strings(self, chunks: list[bytes]) -> int:
+        """Strings in ``chunks`` (all those added), at least: each quote pair not escaped."""
+        for i in range(self._looked, len(chunks)):
+            self._escaped += chunks[i].count(b'\\"')
+            if i and chunks[i - 1].endswith(b"\\") and chunks[i].startswith(b'"'):
+                self._escaped += 1  # an escape split across two chunks
+        self._looked = len(chunks)
+        return (self.quotes - self._escaped) // 2
 
 
 def structure_outside_strings(body: bytes) -> int:
@@ -73,16 +81,15 @@ def structure_outside_strings(body: bytes) -> int:
     return total
 
 
-def count_values(body: bytes, limit: int, counted: ValueCount | None = None) -> int:
+def count_values(body: bytes, limit: int) -> int:
     """How many JSON values (and object members) the body holds, at most: exact outside
     strings. Cheap when the quick bound is under ``limit``."""
-    if counted is None:
-        counted = ValueCount()
-        counted.add(body)
-    if counted.structure <= limit:
-        return counted.structure
-    if counted.strings > limit:  # each string is a value (or a key): no need to look closer
-        return counted.strings
+    structure = 1 + body.count(b",") + body.count(b"{") + body.count(b"[")
+    if structure <= limit:
+        return structure
+    strings = (body.count(b'"') - body.count(b'\\"')) // 2
+    if strings > limit:  # each string is a value (or a key): no need to look closer
+        return strings
     return structure_outside_strings(body)
 
 
@@ -125,9 +132,9 @@ def too_many_values(values: int, limit: int, unread: bool = False) -> BodyError:
     )
 
 
-def parse_body(body: bytes, *, max_values: int, max_items: int, counted: ValueCount | None = None) -> Any:
+def parse_body(body: bytes, *, max_values: int, max_items: int) -> Any:
     """The parsed JSON of a request body, or BodyError (413 / 422)."""
-    values = count_values(body, max_values, counted)
+    values = count_values(body, max_values)
     if values > max_values:
         raise too_many_values(values, max_values)
     try:
@@ -199,7 +206,7 @@ class _BoundedRequest(Request):
     def __init__(self, scope: Scope, receive: Receive, model: type[BaseModel]):
         super().__init__(scope, receive)
         self._model = model
-        self._counted = ValueCount()
+        self._counted = QuoteCount()
 
     async def body(self) -> bytes:
         """The body, counted chunk by chunk; refused as soon as its strings alone are
@@ -209,9 +216,9 @@ class _BoundedRequest(Request):
             chunks = []
             async for chunk in self.stream():
                 self._counted.add(chunk)
-                if self._counted.strings > limit:
-                    raise too_many_values(self._counted.strings, limit, unread=True)
                 chunks.append(chunk)
+                if self._counted.may_be_over(limit) and (strings := self._counted.strings(chunks)) > limit:
+                    raise too_many_values(strings, limit, unread=True)
             self._body = b"".join(chunks)
         return self._body
 
@@ -227,7 +234,7 @@ class _BoundedRequest(Request):
         return self._json
 
     def _parse(self, body: bytes, max_values: int, max_items: int) -> Any:
-        value = parse_body(body, max_values=max_values, max_items=max_items, counted=self._counted)
+        value = parse_body(body, max_values=max_values, max_items=max_items)
         try:
             return self._model.model_validate(value)
         except ValidationError as exc:

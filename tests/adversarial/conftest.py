@@ -37,7 +37,7 @@ BODY_TIMEOUT_S = 3.0
 REQUESTS_PER_TENANT = 40
 RULE_QUEUE_MAX = 3000
 PROBE_P99_S = 1.0
-NOISE_S = 0.025  # slack on the 2x-of-alone median
+NOISE_S = 0.025  # least slack on the 2x-of-alone median
 RSS_BOUND_MB = 600  # above the server's RSS before the attack
 
 
@@ -188,10 +188,16 @@ class Watch:
         assert self.p99 < PROBE_P99_S, f"probe p99 {self.p99:.2f}s over {len(self.latencies)} probes"
         if self.alone_p50 is not None:
             beside = statistics.median(self.latencies)
-            # Twice alone, plus a scheduler quantum or two: the probes are 15-20 ms forwards
-            # on two shared cores, where a few ms move between runs.
-            assert beside <= 2 * self.alone_p50 + NOISE_S, (
-                f"probe median {beside:.3f}s beside the attack, {self.alone_p50:.3f}s alone"
+            # Twice alone, plus the machine's own noise: the probes are 15-20 ms forwards on
+            # two shared cores, where a scheduler quantum or two moves between runs, and on
+            # a loaded machine alone probes swing between one quantum and several. The
+            # slack is the larger of a fixed floor and the alone probes' interquartile range.
+            q1, _, q3 = statistics.quantiles(self.alone[2:], n=4)
+            slack = max(NOISE_S, q3 - q1)
+            assert beside <= 2 * self.alone_p50 + slack, (
+                f"probe median {beside:.3f}s beside the attack, {self.alone_p50:.3f}s alone "
+                f"(slack {slack:.3f}s); beside {[round(s, 3) for s in self.latencies]}, "
+                f"alone {[round(s, 3) for s in self.alone]}"
             )
         grown = self.rss_peak - self.rss_start
         assert grown < RSS_BOUND_MB, f"server RSS grew {grown:.0f} MB during the attack"

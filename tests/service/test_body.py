@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from rewardserve.service.body import BodyError, count_values, parse_body
+from rewardserve.service.body import BodyError, QuoteCount, count_values, parse_body
 
 LIMITS = {"max_values": 1000, "max_items": 10}
 
@@ -23,6 +23,17 @@ def test_value_counts_ignore_what_strings_hold():
     assert count_values(prose, 100) < 10  # commas and brackets inside the string do not count
     assert count_values(b"[" + b",".join([b"[]"] * 5000) + b"]", 100) > 5000
     assert count_values(b'["a","b","c"]', 1000) <= 4
+
+
+def test_strings_counted_while_a_body_arrives_skip_escaped_quotes_even_split_across_chunks():
+    body = json.dumps(["a", 'say "hi"', "b"]).encode()  # 3 strings, 2 escaped quotes
+    cut = body.index(b'\\"') + 1  # between the backslash and its quote
+    counted, chunks = QuoteCount(), []
+    for chunk in (body[:cut], body[cut:]):
+        counted.add(chunk)
+        chunks.append(chunk)
+    assert counted.may_be_over(3) and not counted.may_be_over(4)  # 8 quotes: 4 strings at most
+    assert counted.strings(chunks) == 3
 
 
 def test_too_many_values_or_items_are_413s():
