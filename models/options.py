@@ -71,6 +71,20 @@ class BackendOptions(BaseModel):
     tensor_parallel_size: int = Field(
         1, gt=0, description="vllm: GPUs the engine splits the model over, as vLLM's --tensor-parallel-size."
     )
+    remote_model: str | None = Field(
+        None, description="remote: the model name the judge server serves (unset: this model's name)."
+    )
+    api_key_env: str | None = Field(
+        None, description="remote: the environment variable that holds the judge server's API key (sent as Bearer)."
+    )
+    max_concurrency: int = Field(16, gt=0, le=1024, description="remote: requests to the judge server at once.")
+    request_timeout_s: float = Field(120.0, gt=0, description="remote: the longest one request to the server may take.")
+    top_logprobs: int = Field(
+        20,
+        gt=0,
+        description="remote, on servers without vLLM's logprob_token_ids: the top log-probabilities asked for, "
+        "among which the verdict's choices are found (a choice outside them has no mass).",
+    )
 
 
 class WeightedKindOptions(KindOptions, BackendOptions):

@@ -200,7 +200,9 @@ class RewardModel(ABC):
 
         if self.spec.trust_remote_code:
             log.warning("model %s: trust_remote_code is on: the checkpoint's own code runs here", self.name)
-        if self.spec.revision is not None and self.runs_torch:
+        from rewardserve.models.backends.remote_backend import is_remote
+
+        if self.spec.revision is not None and self.runs_torch and not is_remote(self.spec.source):
             self.spec = self.spec.model_copy(update={"source": pinned_source(self.spec.source, self.spec.revision)})
 
     # ---- the contract

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-Backend = Literal["auto", "transformers", "vllm", "none"]
+Backend = Literal["auto", "transformers", "vllm", "remote", "none"]
 DType = Literal["auto", "float32", "bfloat16", "float16"]
 
 

@@ -15,7 +15,15 @@ def make_backend(spec: ModelSpec, task: str, options: BackendOptions | None = No
     backend options (by default, read from the spec's)."""
     if options is None:
         options = BackendOptions.model_validate(spec.options)
+    from rewardserve.models.backends.remote_backend import RemoteBackend, is_remote
+
     choice = spec.backend
+    if choice == "remote" or (choice == "auto" and is_remote(spec.source)):
+        if not is_remote(spec.source):
+            raise ValueError(f"model {spec.name!r}: backend remote takes an http(s) URL as its source")
+        if spec.adapter is not None:
+            raise ValueError(f"model {spec.name!r}: 'adapter' is merged in-process; a remote judge has none")
+        return RemoteBackend(spec, task, options)
     if choice == "auto":
         choice = "transformers" if spec.adapter is not None else "vllm" if _vllm_fits(spec, task) else "transformers"
     if choice == "vllm":

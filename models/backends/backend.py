@@ -53,6 +53,9 @@ class Backend(ABC):
     caches_prefixes: bool = False
     # True: ``read_packed`` serves this model (many units in one unpadded row).
     packs: bool = False
+    # False: ``read`` has nothing to give (a remote judge whose server returns no
+    # logprobs); a verifier then generates and parses.
+    reads_logits: bool = True
 
     @abstractmethod
     def read(self, seqs: list[TokenSequence], token_ids: list[int] | None = None) -> list[np.ndarray]:

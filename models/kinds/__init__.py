@@ -92,7 +92,9 @@ def build_checked(spec: ModelSpec, context: ModelContext | None = None) -> Rewar
         has_weights = spec.kind is None or kind_class(spec.kind).runs_torch
     except ValueError:
         has_weights = False  # build_model names the unknown kind
-    problem = checkpoint_problem(spec.source, spec.revision) if has_weights else None
+    from rewardserve.models.backends.remote_backend import is_remote
+
+    problem = checkpoint_problem(spec.source, spec.revision) if has_weights and not is_remote(spec.source) else None
     if problem is not None:
         raise ValueError(f"model {spec.name!r}: {problem}")
     return build_model(spec, context)

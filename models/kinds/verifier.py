@@ -10,6 +10,9 @@
 
 Options: ``template`` (default ``yes_no``), ``templates`` (your own, by name),
 ``cache_size`` (judge results kept per prompt, default 10,000).
+
+The judge may be served elsewhere: a ``source`` that is an OpenAI-compatible URL
+(backends/remote_backend.py) with the judge's ``tokenizer`` beside it.
 """
 
 from __future__ import annotations
@@ -136,6 +139,11 @@ class VerifierModel(RewardModel):
         return self.templates[name]
 
     def choices(self, names: list[str], spellings: list[list[str]], values: list[float]) -> Choices:
+        if not self.backend.reads_logits:
+            raise ItemError(
+                f"the judge server of model {self.name!r} returns no logprobs, and this reads each "
+                "choice's probability from them (/v1/verify with options.mode 'generate' parses instead)"
+            )
         key = (tuple(names), tuple(map(tuple, spellings)), tuple(values))
         known: Choices | None = self._choices.get(key)
         if known is None:
@@ -215,11 +223,13 @@ class VerifierModel(RewardModel):
 
     def prepare(self, items: list[Item], options: VerifyOptions) -> list[Job[_Payload] | ItemError]:
         template = self.template(options.template)
-        choices = self.template_choices(template) if options.mode == "logprob" else None
+        # A remote judge whose server returns no logprobs generates and parses instead.
+        mode = options.mode if self.backend.reads_logits else "generate"
+        choices = self.template_choices(template) if mode == "logprob" else None
         entries: list[Job[_Payload] | ItemError] = []
         for index, item in enumerate(items):
             try:
-                if options.mode == "logprob":
+                if mode == "logprob":
                     assert choices is not None  # made above for logprob mode
                     prefill = template.logprob_prefill if template.logprob_prefill is not None else template.prefill
                     ids = self._prompt_ids(item, index, template, options, prefill)
@@ -381,8 +391,11 @@ class VerifierModel(RewardModel):
         return results
 
     def _logprob_result(self, choices: Choices, row: np.ndarray) -> VerifyResult | ItemError:
-        if not np.all(np.isfinite(row)):
+        # -inf is a choice a remote judge's top logprobs left out: no mass, while another has some.
+        if np.any(np.isnan(row)) or np.any(row == np.inf):
             return ItemError("the model produced non-finite logits")
+        if not np.any(np.isfinite(row)):
+            return ItemError("none of the verdict's choices is among the judge's top logprobs")
         probs = choices.probabilities(row)
         best = int(np.argmax(probs))
         return VerifyResult(

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -62,6 +63,7 @@ class Stack:
             ["nginx", "-c", str(conf), "-p", str(workdir), "-g", "daemon off; user root;"],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
+            start_new_session=True,  # its workers in its group: stopped with it, never orphaned
         )
         self.url = f"http://127.0.0.1:{listen}"
         deadline = time.monotonic() + 30
@@ -73,10 +75,20 @@ class Stack:
                 time.sleep(0.1)
 
     def close(self) -> None:
-        for proc in [*self.replicas, self.nginx]:
+        for proc in self.replicas:
             if proc.poll() is None:
                 proc.kill()
             proc.wait(timeout=30)
+        # SIGTERM: nginx's master stops its workers (a SIGKILL to the master alone would
+        # leave them running, holding the port); the group's SIGKILL if it does not.
+        self.nginx.terminate()
+        try:
+            self.nginx.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.nginx.pid, signal.SIGKILL)
+        self.nginx.wait(timeout=30)
 
 
 @pytest.fixture
