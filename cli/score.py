@@ -204,11 +204,16 @@ async def score_file(
     stream = progress_stream or sys.stderr
     if resume:
         stream.write(f"{out}: resuming after {resume} results\n")
-    with open(out, "a" if resumable else "w", encoding="utf-8") as f:
+    # Opened with the first answer: a run whose first call fails (a closed port, an
+    # unknown model) leaves no empty output behind.
+    f: TextIO | None = None
+    try:
         progress = Progress(len(items), resume, stream, counted_from=resume)
         call = call_for(client, endpoint, model, options)
         for start, end in blocks(items, resume, BLOCK):
             response = await call(items[start:end])
+            if f is None:
+                f = open(out, "a" if resumable else "w", encoding="utf-8")  # noqa: SIM115 (closed below)
             for index, result in zip(range(start, end), response.results):
                 line = {"index": index, **result.model_dump(exclude_none=True)}
                 f.write(json.dumps(line) + "\n")
@@ -217,6 +222,10 @@ async def score_file(
             progress.update(end)
         if not items:
             progress.update(0)
+            out.touch()
+    finally:
+        if f is not None:
+            f.close()
     return written
 
 

@@ -136,6 +136,8 @@ def test_every_readme_example_runs(tmp_path, sources):
                     [sys.executable, "-c", body], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
                 )
                 assert done.returncode == 0, f"{body}\n{done.stderr[-3000:]}"
+                if "think_format" in body:  # the rubric example scores what its comment shows
+                    assert "('correct', 1.0), ('format', 1.0)" in done.stdout, done.stdout
                 ran["python"] += 1
             elif lang == "bash":
                 serves = [line for line in body.splitlines() if line.startswith("make ")]

@@ -10,7 +10,7 @@ import torch
 
 from rewardserve.client.errors import APIConnectionError, APIStatusError
 from rewardserve.client.grpo.config import RewardSource
-from rewardserve.client.items import make_item
+from rewardserve.client.items import make_item, prompt_group
 from rewardserve.client.protocol import Item, RubricResponse, ScoreResponse, StepsResponse, VerifyResponse
 from rewardserve.client.sync_client import RewardClient
 
@@ -100,7 +100,12 @@ class RewardMix:
     def score(self, rows: list[dict[str, Any]], texts: list[str]) -> Scored:
         """The completions' rewards. A completion is left out of training (not valid) when
         any source could not score it."""
-        items = [make_item(row["prompt"], text, row.get("reference"), row) for row, text in zip(rows, texts)]
+        # Each prompt's completions are one group, as the loop's own advantages take them:
+        # a source that normalises per group (normalize: group) sees the group whole.
+        items = [
+            make_item(row["prompt"], text, row.get("reference"), row, group_id=prompt_group(row["prompt"]))
+            for row, text in zip(rows, texts)
+        ]
         total = torch.zeros(len(items))
         valid = torch.ones(len(items), dtype=torch.bool)
         by_source: dict[str, list[float | None]] = {}

@@ -187,17 +187,28 @@ def _shared_calls(
     reference_column: str | None,
     prefix: str,
     group_column: str | None = None,
+    on_invalid: OnInvalid = "none",
 ) -> Callable[[str, str], Callable[..., Any]]:
     """A maker of reward functions that read one column each of ONE service call per
     batch (``call(client, items)``), made by whichever function TRL calls first (which
-    also logs the batch's first error, once)."""
+    also logs the batch's first error, once). An invalid item is ``on_invalid`` in every
+    column: None, a stand-in value, or every function raises."""
     last: dict[str, Any] = {}  # the batch's fingerprint and what its call gave
+    label = prefix or "rewardserve"
 
     def answered(response: Any) -> Any:
-        if not last.get("logged"):
+        if on_invalid == "raise":
+            rewards_of(response.results, "raise", label)
+        elif not last.get("logged"):
             last["logged"] = True
-            rewards_of(response.results, "none", prefix or "rewardserve")
+            rewards_of(response.results, "none", label)
         return response
+
+    def column_of(response: Any, column: str) -> list[float | None]:
+        values = _columns(response, names)[column]
+        if on_invalid in ("none", "raise"):
+            return values
+        return [v if r.valid else float(on_invalid) for r, v in zip(response.results, values)]
 
     def make(column: str, name: str) -> Callable[..., Any]:
         if isinstance(client, AsyncRewardClient):
@@ -207,7 +218,7 @@ def _shared_calls(
                 key = _fingerprint(prompts, completions, items)
                 if last.get("key") != key:
                     last.update(key=key, call=asyncio.ensure_future(call(client, items)), logged=False)
-                return _columns(answered(await last["call"]), names)[column]
+                return column_of(answered(await last["call"]), column)
 
             fn: Callable[..., Any] = reward_async
         else:
@@ -217,7 +228,7 @@ def _shared_calls(
                 key = _fingerprint(prompts, completions, items)
                 if last.get("key") != key:
                     last.update(key=key, call=call(client, items), logged=False)
-                return _columns(answered(last["call"]), names)[column]
+                return column_of(answered(last["call"]), column)
 
             fn = reward
         fn.__name__ = fn.__qualname__ = re.sub(r"\W", "_", prefix + name)
@@ -237,6 +248,7 @@ def rubric_reward_functions(
     reference_column: str | None = "reference",
     group_column: str | None = None,
     prefix: str = "",
+    on_invalid: OnInvalid = "none",
 ) -> RubricRewards:
     """One TRL reward function per criterion (named ``prefix + name``), sharing one
     ``/v1/rubric`` call per batch. With an ``AsyncRewardClient`` the functions are
@@ -251,7 +263,9 @@ def rubric_reward_functions(
     def call(on: Any, items: list[Item]) -> Any:
         return on.rubric(items, criteria=checked, judge=judge, aggregation=aggregation, escalate=escalate)
 
-    make = _shared_calls(client or RewardClient(base_url), call, names, reference_column, prefix, group_column)
+    make = _shared_calls(
+        client or RewardClient(base_url), call, names, reference_column, prefix, group_column, on_invalid
+    )
     components = [make(name, name) for name in names]
     if split:
         total = sum(c.weight for c in checked)
@@ -268,6 +282,7 @@ def ensemble_reward_functions(
     reference_column: str | None = "reference",
     group_column: str | None = None,
     prefix: str = "",
+    on_invalid: OnInvalid = "none",
 ) -> RubricRewards:
     """An ensemble's reward (named ``prefix + model``, weight 1) and each member's score
     beside it (weight 0: logged only), from ONE ``/v1/score`` call per batch."""
@@ -276,5 +291,7 @@ def ensemble_reward_functions(
     def call(on: Any, items: list[Item]) -> Any:
         return on.score(model, items)
 
-    make = _shared_calls(client or RewardClient(base_url), call, names, reference_column, prefix, group_column)
+    make = _shared_calls(
+        client or RewardClient(base_url), call, names, reference_column, prefix, group_column, on_invalid
+    )
     return RubricRewards([make("", model), *(make(name, name) for name in names)], [1.0] + [0.0] * len(names))

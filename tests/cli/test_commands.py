@@ -101,6 +101,21 @@ def test_score_against_a_running_service_equals_transformers(live_service, qwen3
     assert "invalid  1" in capsys.readouterr().out
 
 
+def test_score_against_a_closed_port_or_an_unknown_model_is_one_line_and_no_output(live_service, tmp_path, capsys):
+    from tests.harness import free_port
+
+    source = write_jsonl(tmp_path / "items.jsonl", [{"response": "x"}] * 3)
+    closed = f"http://127.0.0.1:{free_port()}"
+    for url, model, named in ((closed, "qwen", closed), (live_service, "no-such-model", "no-such-model")):
+        out = tmp_path / "out.jsonl"
+        with pytest.raises(SystemExit) as stopped:
+            main(["score", "--url", url, "--model", model, str(source), "-o", str(out)])
+        assert stopped.value.code != 0
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("rewardserve: error:") and named in err[0], err
+        assert not out.exists()  # nothing scored: no empty file left behind
+
+
 def test_eval_that_scores_nothing_fails(tmp_path, capsys):
     """A rule that needs a reference, on pairs that have none: every pair invalid, exit 1."""
     source = write_jsonl(tmp_path / "pairs.jsonl", [{"prompt": "2+2?", "chosen": "4", "rejected": "5"}] * 3)

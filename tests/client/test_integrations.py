@@ -437,3 +437,16 @@ def test_trl_groups_are_its_prompts_and_missing_rewards_say_why(service, caplog)
     assert stand_in(prompts, completions) == [0.0] * 8
     with pytest.raises(RewardServeError, match="no reward"):
         reward_function("fuzzy", client=client, reference_column="answer", on_invalid="raise")(prompts, completions)
+    # The same choice for a rubric's functions, which share one call: every function
+    # stands in or raises, not only the first TRL calls.
+    criteria = [{"name": "f", "model": "fuzzy"}, {"name": "fmt", "fn": "think_format"}]
+    for on_invalid in (-1.0, "raise"):
+        functions = rubric_reward_functions(
+            criteria=criteria, client=client, reference_column="answer", on_invalid=on_invalid
+        ).functions
+        for fn in functions:
+            if on_invalid == "raise":
+                with pytest.raises(RewardServeError, match="no reward"):
+                    fn(prompts, completions)
+            else:
+                assert fn(prompts, completions) == [-1.0] * 8
