@@ -296,8 +296,8 @@ def evaluate(args: argparse.Namespace) -> None:
 
 def serve(args: argparse.Namespace) -> None:
     # oneDNN caches a kernel per input shape. With a new sequence length in nearly every
-    # batch that cache alone held ~200 MB at 1,024 entries; packed rows now come in a few
-    # hundred shapes, built at load (cpu_linear.py), and must all fit. Read when torch loads.
+    # batch that cache alone grew to hundreds of MB; packed rows now come in a few hundred
+    # shapes, built at load (cpu_linear.py), and must all fit. Read when torch loads.
     os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "1024")
     # OMP_WAIT_POLICY stays OpenMP's default (spin briefly, then sleep). PASSIVE (sleep at
     # once) puts a futex wake-up in front of every parallel op, which is slower with all

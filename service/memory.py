@@ -33,10 +33,9 @@ def keep_activation_memory() -> bool:
 
     glibc maps each allocation above its mmap threshold fresh and unmaps it on free, and
     gives back heap tops over 128 KB; a forward pass allocates a new activation tensor
-    for nearly every op, so each one page-faults its memory in again. In the service
-    (Qwen3 1024x8 on 2 cores) that was ~580k page faults for 12.5k tokens and a fifth
-    of the CPU time in the kernel. The periodic ``malloc_trim`` below still hands back
-    what stays free."""
+    for nearly every op, so each one page-faults its memory in again, and a large share
+    of the CPU time goes to the kernel. The periodic ``malloc_trim`` below still hands
+    back what stays free."""
     libc = _glibc()
     if libc is None:
         return False

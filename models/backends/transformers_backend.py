@@ -28,9 +28,8 @@ log = logging.getLogger(__name__)
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # A position limit above this is a "no limit" sentinel some configs carry.
 _MAX_SANE_POSITIONS = 1 << 20
-# Measured here (Qwen3 1024x8, 2 cores, oneDNN linears): a CPU's matmuls are saturated by
-# one item of a few hundred tokens, so padding is pure loss; batches of ~1k tokens ran
-# fastest (best of 3: 13.3 s for 96 items at 1024, 14.3 s at 2048, 13.9 s at 512).
+# A CPU's matmuls are saturated by one item of a few hundred tokens, so padding is pure
+# loss, and batches of about 1k tokens run fastest (figures: bench/results).
 CPU_BATCH_PREFERENCES = {"max_batch_tokens": 1024, "max_padding_ratio": 0.05, "short_when_shared": True}
 # Packed rows have no padding: a batch costs the sum of its lengths.
 PACKED_BATCH_PREFERENCES = {"max_batch_tokens": 1024, "pads": False, "short_when_shared": True}

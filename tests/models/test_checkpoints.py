@@ -100,3 +100,17 @@ async def test_the_pinned_revision_with_another_chat_template_scores_as_the_refe
         latest = (await http.post("/v1/score", json={"model": "latest", "items": [item]})).json()
         (main_score,) = reference_outcome_scores(_first, [conversation])
         assert latest["results"][0]["score"] == pytest.approx(main_score[0], abs=1e-4)
+
+
+def test_trust_remote_code_is_off_unless_asked_and_logged_when_on(qwen3_rm, caplog):
+    import logging
+
+    from rewardserve.models.kinds import build_model
+
+    assert ModelSpec(name="m", source=str(qwen3_rm)).trust_remote_code is False
+    for trusted in (False, True):
+        model = build_model(ModelSpec(name="m", kind="outcome", source=str(qwen3_rm), trust_remote_code=trusted))
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            model.pin_revision()
+        assert ("trust_remote_code is on" in caplog.text) is trusted

@@ -56,6 +56,7 @@ class Proxy:
         self.completions = 0
         self.strip_logprobs = False
         self.refuse_vllm_extras = False
+        self.authorizations: set[str | None] = set()
         self._lock = threading.Lock()
         proxy = self
 
@@ -71,6 +72,7 @@ class Proxy:
 
             def _forward(self, body: bytes | None) -> None:
                 with proxy._lock:
+                    proxy.authorizations.add(self.headers.get("authorization"))
                     proxy.in_flight += 1
                     proxy.most_in_flight = max(proxy.most_in_flight, proxy.in_flight)
                     proxy.completions += self.path.endswith("/completions")
@@ -195,12 +197,19 @@ def remote_spec(proxy: Proxy, judge_dir: Path, name: str = "remote", **options) 
     )
 
 
+KEY_VARIABLE, KEY = "REWARDSERVE_TEST_JUDGE_KEY", "judge-server-key"
+
+
 @pytest_asyncio.fixture(scope="module")
 async def service(proxy, judge_dir):
     local = ModelSpec(name="local", kind="verifier", source=str(judge_dir), backend="transformers", dtype="float32")
-    settings = Settings(models=[local, remote_spec(proxy, judge_dir)], builtin_rules=True)
-    async with serve_in_process(settings) as (_, http):
-        yield http
+    remote = remote_spec(proxy, judge_dir, api_key_env=KEY_VARIABLE)
+    os.environ[KEY_VARIABLE] = KEY
+    try:
+        async with serve_in_process(Settings(models=[local, remote], builtin_rules=True)) as (_, http):
+            yield http
+    finally:
+        del os.environ[KEY_VARIABLE]
 
 
 def items(seed: int, n: int) -> list[dict]:
@@ -227,9 +236,11 @@ async def test_p_yes_from_the_server_equals_the_lm_in_process(service, proxy):
         assert b["score"] == pytest.approx(a["score"], abs=P_TOLERANCE)
         for choice, p in a["probabilities"].items():
             assert b["probabilities"][choice] == pytest.approx(p, abs=P_TOLERANCE)
-    # Twelve prompts, at most max_concurrency (3) at the server at once, and more than one.
+    # Twelve prompts, at most max_concurrency (3) at the server at once, and more than one,
+    # each with the key the environment variable named in api_key_env holds.
     assert proxy.completions == 12
     assert 2 <= proxy.most_in_flight <= 3
+    assert f"Bearer {KEY}" in proxy.authorizations
     listed = (await service.get("/v1/models")).json()["data"]
     assert {m["name"]: m["backend"] for m in listed}["remote"] == "remote"
 
@@ -311,6 +322,9 @@ def test_an_unreachable_server_or_a_missing_tokenizer_is_one_clear_error(judge_d
         RemoteBackend(spec.model_copy(update={"tokenizer": None}), "lm")
     with pytest.raises(ValueError, match="judges"):
         RemoteBackend(spec, "classify")
+    keyless = spec.model_copy(update={"options": {"api_key_env": "REWARDSERVE_TEST_NO_SUCH_VARIABLE"}})
+    with pytest.raises(ValueError, match="REWARDSERVE_TEST_NO_SUCH_VARIABLE.*holds no key"):
+        RemoteBackend(keyless, "lm")
 
 
 def test_the_readme_s_remote_judge_entry_is_a_model_this_service_takes():
