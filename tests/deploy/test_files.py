@@ -286,6 +286,25 @@ def test_nginx_follows_replicas_that_move_while_it_runs(tmp_path):
             server.server_close()
 
 
+def test_k8s_manifests_are_valid_against_kubernetes_own_schemas():
+    """kubernetes-validate: the OpenAPI schemas of the Kubernetes release it names as
+    latest, strict (an unknown field is an error, as kubectl --validate=strict has it)."""
+    import copy
+
+    import kubernetes_validate
+    from kubernetes_validate.utils import latest_version
+
+    version = latest_version()
+    docs = [d for f in sorted((ROOT / "deploy/k8s").glob("*.yaml")) for d in yaml.safe_load_all(f.read_text())]
+    assert len(docs) == 4
+    for doc in docs:
+        kubernetes_validate.validate(doc, version, strict=True)
+    typo = copy.deepcopy(next(d for d in docs if d["kind"] == "Deployment"))
+    typo["spec"]["replicass"] = typo["spec"].pop("replicas", 1)
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(typo, version, strict=True)
+
+
 def test_k8s_manifests():
     docs = {
         d["kind"]: d for f in sorted((ROOT / "deploy/k8s").glob("*.yaml")) for d in yaml.safe_load_all(f.read_text())
