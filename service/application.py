@@ -142,6 +142,8 @@ async def score_steps(
     served = serving(ctx, model, "steps")
     done = await run_plan(ctx, served, len(items), served.model.plan_steps, items, options, served.cache(ctx.tenant))
     observe(ctx, model, items, ScoreOptions(), done)
+    if options.shaping == "group":
+        warn(ctx, done, singleton_groups(items, "shaping: group"))
     return done
 
 

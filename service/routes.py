@@ -76,7 +76,12 @@ async def score(body: ScoreRequest, request: Request) -> Response:
 async def score_steps(body: StepsRequest, request: Request) -> Response:
     """Process reward per step, every step of a trajectory from one forward pass."""
     done = await application.score_steps(RequestContext.of(request), body.model, body.items, body.options)
-    return answer(StepsResponse(model=body.model, revision=done.revision, results=done.results, usage=done.usage), done)
+    return answer(
+        StepsResponse(
+            model=body.model, revision=done.revision, results=done.results, usage=done.usage, warnings=done.warnings
+        ),
+        done,
+    )
 
 
 @scoring_routes.post("/pooling", response_model=PoolingResponse)

@@ -112,6 +112,8 @@ class StepsResponse(_Response):
     revision: str | None = None
     results: list[StepsResult]
     usage: Usage = Field(default_factory=Usage)
+    # As ScoreResponse's: group normalization or shaping that saw no groups.
+    warnings: list[str] = Field(default_factory=list)
 
 
 # --------------------------------------------------------------------------- /v1/verify

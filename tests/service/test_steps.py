@@ -185,6 +185,16 @@ async def test_shaping_raw_delta_and_group_advantages(service):
             assert shaped["step_rewards"] == pytest.approx(expected, abs=1e-6)
 
 
+async def test_group_shaping_that_sees_no_group_says_so(service):
+    _, http = service
+    items = [{"prompt": q, "steps": steps} for q, steps in (trajectory(2 + k, seed=k) for k in range(3))]
+    alone = await post_steps(http, "qwen", items, shaping="group")
+    (warning,) = alone["warnings"]
+    assert warning.startswith("shaping: group: each of the 3 item(s) is a group of its own")
+    grouped = await post_steps(http, "qwen", [{**item, "group_id": "g"} for item in items], shaping="group")
+    assert grouped["warnings"] == []
+
+
 async def test_truncated_trajectory_reports_unscored_steps(service, qwen2_prm):
     _, http = service
     messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "q"}]
