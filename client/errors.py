@@ -83,6 +83,10 @@ class PayloadTooLargeError(APIStatusError):
     pass
 
 
+class BadRequestError(APIStatusError):
+    pass
+
+
 class UnprocessableEntityError(APIStatusError):
     pass
 
@@ -118,6 +122,7 @@ _BY_TYPE: dict[ErrorType, type[APIStatusError]] = {
     "authentication_error": AuthenticationError,
     "not_found": NotFoundError,
     "payload_too_large": PayloadTooLargeError,
+    "malformed_request": BadRequestError,
     "invalid_request": UnprocessableEntityError,
     "overloaded": RateLimitError,
     "not_ready": ServiceUnavailableError,

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from rewardserve.client.protocol import ErrorBody, ErrorDetail, ErrorType
+from rewardserve.client.protocol import ERROR_STATUS, ErrorBody, ErrorDetail, ErrorType
 from rewardserve.models.request_scope import RequestScope
 from rewardserve.service.auth import AuthError, bearer_token, check_bearer
 from rewardserve.service.tenants import label, named
@@ -58,14 +58,13 @@ def scope_of(request: Request) -> RequestScope:
 
 async def send_error(
     send: Send,
-    status: int,
     kind: ErrorType,
     message: str,
     param: str | None = None,
     headers: dict[str, str] | None = None,
 ) -> None:
-    """The one error body (client/protocol/errors.py), written straight to ASGI (before or
-    instead of the app)."""
+    """The one error body, with its type's status from the one table
+    (client/protocol/errors.py), written straight to ASGI (before or instead of the app)."""
     body = (
         ErrorBody(error=ErrorDetail(type=kind, message=message, param=param))
         .model_dump_json(exclude_none=True)
@@ -73,7 +72,7 @@ async def send_error(
     )
     raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     raw += [(k.encode(), v.encode()) for k, v in (headers or {}).items()]
-    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.start", "status": ERROR_STATUS[kind], "headers": raw})
     await send({"type": "http.response.body", "body": body})
 
 
@@ -126,8 +125,7 @@ class Admission:
             # server did (request smuggling). RFC 9112 section 6.1: refuse, then close.
             await send_error(
                 send,
-                400,
-                "invalid_request",
+                "malformed_request",
                 "the request has both Content-Length and Transfer-Encoding; send one of them",
                 headers={"connection": "close"},
             )
@@ -137,7 +135,7 @@ class Admission:
                 check_bearer(headers.get("authorization"), self.state.api_keys)
             except AuthError as exc:
                 await send_error(
-                    send, 401, "authentication_error", str(exc), headers={"www-authenticate": "Bearer", **unread}
+                    send, "authentication_error", str(exc), headers={"www-authenticate": "Bearer", **unread}
                 )
                 return
         tenant = (
@@ -154,7 +152,6 @@ class Admission:
             self.state.tenants.rejected.labels(who, "open_requests").inc()
             await send_error(
                 send,
-                429,
                 "overloaded",
                 f"{named(tenant)} has {open_now} requests open, its limit; retry after 1s",
                 headers={"retry-after": "1", **unread},
@@ -163,7 +160,6 @@ class Admission:
         if method == "POST" and self.state.draining:
             await send_error(
                 send,
-                503,
                 "not_ready",
                 "this replica is shutting down; send the request to another one",
                 headers={"retry-after": "1", **unread},
@@ -178,7 +174,6 @@ class Admission:
             if not math.isfinite(ms) or ms < 0:
                 await send_error(
                     send,
-                    422,
                     "invalid_request",
                     f"{DEADLINE_HEADER} must be a non-negative number of milliseconds",
                     param=DEADLINE_HEADER,
@@ -224,7 +219,6 @@ class Admission:
                 entry.started = True
                 await send_error(
                     send,
-                    503,
                     "not_ready",
                     "the replica shut down before this request finished; retry it",
                     headers={"retry-after": "1"},

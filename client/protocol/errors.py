@@ -13,6 +13,7 @@ ErrorType = Literal[
     "not_found",
     "method_not_allowed",
     "payload_too_large",
+    "malformed_request",
     "invalid_request",
     "overloaded",
     "internal_error",
@@ -26,6 +27,7 @@ ERROR_STATUS: dict[ErrorType, int] = {
     "not_found": 404,
     "method_not_allowed": 405,
     "payload_too_large": 413,
+    "malformed_request": 400,  # HTTP framing a server must refuse (RFC 9112), before any body
     "invalid_request": 422,
     "overloaded": 429,
     "internal_error": 500,

@@ -48,6 +48,7 @@ def test_a_request_framed_two_ways_is_refused_and_nothing_rides_behind_it(logged
     )
     received, closed = exchange(url, smuggled)
     assert received.startswith(b"HTTP/1.1 400"), received[:200]
+    assert b'"type":"malformed_request"' in received, received  # the one table's 400
     assert received.count(b"HTTP/1.1") == 1 and closed, received
 
 

@@ -159,3 +159,18 @@ def test_with_options_takes_the_constructor_s_keywords():
     assert client.with_options(deadline=9.0).config.deadline_s == 9.0
     with pytest.raises(TypeError, match="with_options"):
         client.with_options(timeout_s=1.0)  # type: ignore[call-arg]
+
+
+def test_each_error_type_of_the_one_table_is_its_own_client_error():
+    from rewardserve.client import BadRequestError
+    from rewardserve.client.errors import _BY_TYPE, status_error
+    from rewardserve.client.protocol import ERROR_STATUS
+
+    request = httpx.Request("POST", "http://127.0.0.1:1/v1/score")
+    for kind, status in ERROR_STATUS.items():
+        error = status_error(httpx.Response(status, json={"error": {"type": kind, "message": "m"}}, request=request))
+        assert (error.status_code, error.type) == (status, kind)
+        if kind in _BY_TYPE:
+            assert type(error) is _BY_TYPE[kind]
+    framed = httpx.Response(400, json={"error": {"type": "malformed_request", "message": "m"}}, request=request)
+    assert isinstance(status_error(framed), BadRequestError)
