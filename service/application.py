@@ -49,6 +49,7 @@ from rewardserve.client.protocol import (
 from rewardserve.models.plans.groups import singleton_groups
 from rewardserve.models.plans.rubric import asks_judge, plan_rubric, rubric_models, rubric_rule_calls, rubric_work
 from rewardserve.models.reward_model import Tokenized
+from rewardserve.service import observed
 from rewardserve.service.context import RequestContext
 from rewardserve.service.dispatch import Executed, refuse_over_limit, refuse_without_room, run_plan
 from rewardserve.service.errors import InvalidRequest, NotFound, Overloaded, PayloadTooLarge
@@ -97,13 +98,13 @@ def serving(ctx: RequestContext, model: str, endpoint: str) -> Served:
     return served
 
 
-def observe(ctx: RequestContext, model: str, items: list[Item], options: ScoreOptions, done: Executed[Any]) -> None:
+def observe(ctx: RequestContext, model: str, items: list[Item], options: ScoreOptions, results: list[Any]) -> None:
     """Reward health sees the model's scores; its shadow candidate (if any) scores the
     same items, charged to the same tenant. Not for the service's own work."""
     if ctx.detached:
         return
-    ctx.svc.health.observe(model, items, done.results)
-    ctx.svc.shadowing.maybe_shadow(ctx, model, items, options, done.results)
+    ctx.svc.health.observe(model, items, results)
+    ctx.svc.shadowing.maybe_shadow(ctx, model, items, options, results)
 
 
 async def score(
@@ -116,7 +117,7 @@ async def score(
     done = await run_plan(
         ctx, served, len(items), served.model.plan_score, items, options, served.cache(ctx.tenant), peers
     )
-    observe(ctx, model, items, options, done)
+    observe(ctx, model, items, options, done.results)
     if options.normalize == "group":
         warn(ctx, done, singleton_groups(items, "normalize: group"))
     return done
@@ -141,7 +142,7 @@ async def score_steps(
     admit(ctx, len(items))
     served = serving(ctx, model, "steps")
     done = await run_plan(ctx, served, len(items), served.model.plan_steps, items, options, served.cache(ctx.tenant))
-    observe(ctx, model, items, ScoreOptions(), done)
+    observe(ctx, model, items, ScoreOptions(), done.results)
     if options.shaping == "group":
         warn(ctx, done, singleton_groups(items, "shaping: group"))
     return done
@@ -179,6 +180,11 @@ async def rubric(ctx: RequestContext, body: RubricRequest) -> Executed[RubricRes
     criteria = [*(body.criteria or []), *(c for item in body.items for c in item.criteria or [])]
     if any(c.normalize == "group" for c in criteria):
         warn(ctx, done, singleton_groups(list(body.items), "a criterion's normalize: group"))
+    if not ctx.detached:
+        items: list[Item] = list(body.items)
+        ctx.svc.health.observe(observed.RUBRIC, items, done.results)
+        for name, scored in observed.criterion_scores(body, done.results).items():
+            observe(ctx, name, items, ScoreOptions(), scored)
     return done
 
 
@@ -189,9 +195,14 @@ async def compare(
     admit(ctx, sum(len(i.responses) for i in items))
     served = serving(ctx, model, "compare")
     peers = ctx.peers(served.model.depends_on)
-    return await run_plan(
+    done = await run_plan(
         ctx, served, len(items), served.model.plan_compare, items, options, served.cache(ctx.tenant), peers
     )
+    # A judge's comparison scores are win probabilities, not its scores: not observed.
+    if "judge" not in served.model.endpoints:
+        responses, scored = observed.response_items(items, done.results)
+        observe(ctx, model, responses, ScoreOptions(), scored)
+    return done
 
 
 async def pooling(
