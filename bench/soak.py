@@ -168,15 +168,24 @@ async def open_loop(url: str, rate: float, seconds: float, pid: int, *, seed: in
     return phase
 
 
-async def attack_loop(url: str, rate: float, seconds: float, seed: int, only: str = "", key: str = KEY) -> dict:
+def attack_menu(only: str, seed: int = 0) -> list:
+    from bench.hostile import attacks
+
+    wanted = [w for w in only.split(",") if w]
+    return [a for a in attacks(seed) if not wanted or any(w in a.name for w in wanted)]
+
+
+async def attack_loop(
+    url: str, rate: float, seconds: float, seed: int, only: str = "", key: str = KEY, menu: list | None = None
+) -> dict:
     """Attacks at ``rate`` per second (bench/hostile.py); what each was answered."""
     import httpx
 
-    from bench.hostile import attacks, pick
+    from bench.hostile import pick
 
     rng = random.Random(seed)
     wanted = [w for w in only.split(",") if w]
-    menu = [a for a in attacks(seed) if not wanted or any(w in a.name for w in wanted)]
+    menu = menu if menu is not None else attack_menu(only, seed)
     host, port = urlsplit(url).hostname, urlsplit(url).port
     outcomes: dict[str, dict] = {}
     tasks, sent = [], 0
@@ -212,26 +221,40 @@ async def attack_loop(url: str, rate: float, seconds: float, seed: int, only: st
     return outcomes
 
 
-def _attacker(url: str, rate: float, seconds: float, seed: int, only: str, key: str, results) -> None:
+def _attacker(url: str, only: str, key: str, commands, results) -> None:
     """The attacks from a process of their own, at the lowest priority: what the
     attacker's own CPU costs (building and uploading 32 MiB bodies) is not the server's,
-    and on one machine it must not slow the legitimate client either."""
+    and on one machine it must not slow the legitimate client either. Started once,
+    before anything is measured, its bodies built then: each hostile block only sends."""
     os.nice(19)
-    results.put(asyncio.run(attack_loop(url, rate, seconds, seed, only, key)))
+    menu = attack_menu(only)
+    results.put("ready")
+    while (command := commands.get()) is not None:
+        rate, seconds, seed = command
+        results.put(asyncio.run(attack_loop(url, rate, seconds, seed, only, key, menu)))
+
+
+class Attacker:
+    def __init__(self, url: str, only: str, key: str):
+        import multiprocessing
+
+        context = multiprocessing.get_context("spawn")
+        self.commands, self.results = context.Queue(), context.Queue()
+        self.process = context.Process(target=_attacker, args=(url, only, key, self.commands, self.results))
+        self.process.start()
+        assert self.results.get(timeout=600) == "ready"
+
+    def close(self) -> None:
+        self.commands.put(None)
+        self.process.join(timeout=60)
 
 
 def hostile_phase(
-    url: str, rate: float, seconds: float, pid: int, share: float, only: str = "", seed: int = 3, key: str = KEY
+    url: str, rate: float, seconds: float, pid: int, share: float, attacker: Attacker, seed: int = 3
 ) -> Phase:
-    import multiprocessing
-
-    context = multiprocessing.get_context("spawn")
-    results = context.Queue()
-    attacker = context.Process(target=_attacker, args=(url, share * rate, seconds, seed, only, key, results))
-    attacker.start()
+    attacker.commands.put((share * rate, seconds, seed))
     phase = asyncio.run(open_loop(url, (1 - share) * rate, seconds, pid, seed=seed))
-    phase.hostile = results.get(timeout=600)
-    attacker.join(timeout=60)
+    phase.hostile = attacker.results.get(timeout=600)
     phase.server_errors += sum(
         n for counts in phase.hostile.values() for code, n in counts.items() if isinstance(code, int) and code >= 500
     )
@@ -318,26 +341,19 @@ def main() -> None:
             )
             clean, hostile = Phase(), Phase()
             blocks = max(1, round(args.minutes))
+            attacker = Attacker(url, args.attacks, attacker_key)
             for block in range(blocks):
                 seconds = args.minutes * 60 / blocks
                 clean.merge(asyncio.run(open_loop(url, rate, seconds, proc.pid, seed=10 + block)))
                 hostile.merge(
-                    hostile_phase(
-                        url,
-                        rate,
-                        seconds,
-                        proc.pid,
-                        args.hostile_share,
-                        args.attacks,
-                        seed=100 + block,
-                        key=attacker_key,
-                    )
+                    hostile_phase(url, rate, seconds, proc.pid, args.hostile_share, attacker, seed=100 + block)
                 )
                 print(
                     f"  block {block + 1}/{blocks}: legitimate p99 clean {clean.pct(0.99):.0f} ms, "
                     f"hostile {hostile.pct(0.99):.0f} ms",
                     flush=True,
                 )
+            attacker.close()
             report("clean", clean)
             report("hostile", hostile)
             print(f"legitimate p99 hostile / clean: {hostile.pct(0.99) / clean.pct(0.99):.2f} (target <= 1.5)")
