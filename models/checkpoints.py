@@ -24,6 +24,11 @@ def is_local(source: str) -> bool:
     return Path(source).expanduser().is_dir()
 
 
+def is_remote(source: str) -> bool:
+    """A model served elsewhere (a judge behind an OpenAI-compatible URL): no weights here."""
+    return source.startswith(("http://", "https://"))
+
+
 def hub_offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
 
@@ -114,8 +119,8 @@ def checkpoint_context(source: str) -> int | None:
 def pinned_source(source: str, revision: str | None) -> str:
     """The local directory of hub id ``source`` at ``revision`` (downloaded into the hub
     cache when it is not there yet): every file a kind reads then comes from that one
-    snapshot. ``source`` itself without a revision."""
-    if revision is None or is_local(source):
+    snapshot. ``source`` itself without a revision, or when it is served elsewhere."""
+    if revision is None or is_local(source) or is_remote(source):
         return source
     from huggingface_hub import snapshot_download
 

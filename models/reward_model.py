@@ -200,9 +200,7 @@ class RewardModel(ABC):
 
         if self.spec.trust_remote_code:
             log.warning("model %s: trust_remote_code is on: the checkpoint's own code runs here", self.name)
-        from rewardserve.models.backends.remote_backend import is_remote
-
-        if self.spec.revision is not None and self.runs_torch and not is_remote(self.spec.source):
+        if self.spec.revision is not None and self.runs_torch:
             self.spec = self.spec.model_copy(update={"source": pinned_source(self.spec.source, self.spec.revision)})
 
     # ---- the contract

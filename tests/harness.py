@@ -91,13 +91,14 @@ def serve_process(
             log.close()
 
 
-def wait_ready(url: str, proc: subprocess.Popen, timeout: float) -> None:
+def wait_ready(url: str, proc: subprocess.Popen, timeout: float, path: str = "/ready") -> None:
+    """Until ``url + path`` answers 200; an error if ``proc`` exits or ``timeout`` passes."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"server exited with {proc.returncode} before it was ready")
         try:
-            if httpx.get(url + "/ready", timeout=2).status_code == 200:
+            if httpx.get(url + path, timeout=2).status_code == 200:
                 return
         except httpx.TransportError:
             pass

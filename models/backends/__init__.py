@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rewardserve.models.backends.backend import Backend, TokenSequence
+from rewardserve.models.checkpoints import is_remote
 from rewardserve.models.options import BackendOptions
 from rewardserve.models.spec import ModelSpec
 
@@ -15,10 +16,10 @@ def make_backend(spec: ModelSpec, task: str, options: BackendOptions | None = No
     backend options (by default, read from the spec's)."""
     if options is None:
         options = BackendOptions.model_validate(spec.options)
-    from rewardserve.models.backends.remote_backend import RemoteBackend, is_remote
-
     choice = spec.backend
     if choice == "remote" or (choice == "auto" and is_remote(spec.source)):
+        from rewardserve.models.backends.remote_backend import RemoteBackend
+
         if not is_remote(spec.source):
             raise ValueError(f"model {spec.name!r}: backend remote takes an http(s) URL as its source")
         if spec.adapter is not None:

@@ -41,10 +41,6 @@ FALLBACK_MAX_TOKENS = 4096
 VLLM_EXTRAS = ("logprob_token_ids", "return_tokens_as_token_ids")
 
 
-def is_remote(source: str) -> bool:
-    return source.startswith(("http://", "https://"))
-
-
 class RemoteJudgeError(RuntimeError):
     """The judge server failed a request: what it said, and where it is."""
 

@@ -86,14 +86,12 @@ def build_checked(spec: ModelSpec, context: ModelContext | None = None) -> Rewar
     """``build_model`` for a model about to be served: a kind with weights first has its
     checkpoint found (a local directory, or a hub id cached or reachable), so a missing
     path is named as such rather than as whatever reading it would break."""
-    from rewardserve.models.checkpoints import checkpoint_problem
+    from rewardserve.models.checkpoints import checkpoint_problem, is_remote
 
     try:
         has_weights = spec.kind is None or kind_class(spec.kind).runs_torch
     except ValueError:
         has_weights = False  # build_model names the unknown kind
-    from rewardserve.models.backends.remote_backend import is_remote
-
     problem = checkpoint_problem(spec.source, spec.revision) if has_weights and not is_remote(spec.source) else None
     if problem is not None:
         raise ValueError(f"model {spec.name!r}: {problem}")

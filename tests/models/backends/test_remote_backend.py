@@ -31,7 +31,7 @@ from rewardserve.models.backends.remote_backend import RemoteBackend
 from rewardserve.models.spec import ModelSpec
 from rewardserve.service.settings import Settings
 from tests.builders import build_qwen3_lm, random_text
-from tests.harness import free_port, serve_in_process
+from tests.harness import free_port, serve_in_process, wait_ready
 
 ROOT = Path(__file__).resolve().parents[3]
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
@@ -153,7 +153,10 @@ def judge_server(judge_dir, tmp_path_factory) -> Iterator[str]:
         proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}"
     try:
-        _wait_models(url, proc, log)
+        try:
+            wait_ready(url, proc, START_S, path="/v1/models")  # vLLM's server has no /ready
+        except (RuntimeError, TimeoutError) as exc:
+            raise RuntimeError(f"{exc}: {log.read_text()[-3000:]}") from None
         yield url
     finally:
         proc.terminate()
@@ -162,22 +165,6 @@ def judge_server(judge_dir, tmp_path_factory) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=30)
-
-
-def _wait_models(url: str, proc: subprocess.Popen, log: Path) -> None:
-    import time
-
-    deadline = time.monotonic() + START_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"the vLLM server exited with {proc.returncode}: {log.read_text()[-3000:]}")
-        try:
-            if httpx.get(url + "/v1/models", timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.5)
-    raise TimeoutError(f"the vLLM server at {url} was not up after {START_S} s: {log.read_text()[-3000:]}")
 
 
 @pytest.fixture(scope="module")
