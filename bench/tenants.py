@@ -27,7 +27,8 @@ import random
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -58,6 +59,7 @@ class Measured:
     light_share: float  # of the model's time B's work takes alone (its forwards' seconds a second)
     busy_beside: float  # of the time A and B share the model, the share it spends in forwards
     light_share_beside: float | None  # B's model seconds a second beside A (tenants' counts; None without)
+    retried: list[LoadResult] = field(default_factory=list)  # B's earlier windows beside A (``measure``'s again)
 
     @property
     def left_for_a(self) -> float:
@@ -89,12 +91,23 @@ async def served(http, url: str) -> tuple[float, float, float, float | None]:
     )
 
 
-async def measure(url: str, b_rate: float, seconds: float, a_items: int, rng: random.Random) -> Measured:
+async def measure(
+    url: str,
+    b_rate: float,
+    seconds: float,
+    a_items: int,
+    rng: random.Random,
+    again: Callable[[LoadResult, LoadResult], bool] | None = None,
+) -> Measured:
     """B alone; then A's flood alone, B beside it, and A alone again (A's capacity: the
     two windows alone, around the one beside B). A's flood never stops between its
     windows, and its items/s are read from the service's counts over each window, less
     B's: counting A's answers at the client would credit A with its backlog drained after
-    B stopped (at the whole machine's speed)."""
+    B stopped (at the whole machine's speed).
+
+    ``again(alone, beside)``: whether to measure B beside A once more, the flood still
+    running (one more window at most; the last one is returned, the earlier ones in
+    ``Measured.retried``)."""
     import httpx
 
     from rewardserve.service.tenants import ACTIVE_S
@@ -111,9 +124,14 @@ async def measure(url: str, b_rate: float, seconds: float, a_items: int, rng: ra
         await asyncio.sleep(ACTIVE_S + 1.0)  # B counts as idle (A alone gets whole batches); A's queue fills
         t0, before, _, _ = await served(http, url)
         await asyncio.sleep(seconds)
-        t1, middle, busy_middle, b_before = await served(http, url)
-        light = await open_loop(url, "/v1/score", body(rng, 1), b_rate, seconds, "key-b")
-        t2, after, busy_end, b_after = await served(http, url)
+        retried: list[LoadResult] = []
+        while True:
+            t1, middle, busy_middle, b_before = await served(http, url)
+            light = await open_loop(url, "/v1/score", body(rng, 1), b_rate, seconds, "key-b")
+            t2, after, busy_end, b_after = await served(http, url)
+            if retried or again is None or not again(alone, light):
+                break
+            retried.append(light)
         await asyncio.sleep(ACTIVE_S + 1.0)  # A alone again: the CPU's speed drifts by a few % over minutes
         t3, again, _, _ = await served(http, url)
         await asyncio.sleep(seconds)
@@ -129,6 +147,7 @@ async def measure(url: str, b_rate: float, seconds: float, a_items: int, rng: ra
         (busy_after - busy_before) / alone.elapsed,
         (busy_end - busy_middle) / (t2 - t1),
         b_share,
+        retried,
     )
 
 
