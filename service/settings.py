@@ -26,6 +26,9 @@ if TYPE_CHECKING:
 BUILTIN_RULES = (
     ModelSpec(name="math", kind="rule", source="math_equiv"),
     ModelSpec(name="exact_match", kind="rule", source="exact_match"),
+    # Each call runs a completion's tests in a sandbox (models/rules/code.py): its limit is
+    # the tests' own (6 s each by default) and not the pools' 5 s.
+    ModelSpec(name="code", kind="rule", source="code_tests", options={"timeout_s": 300.0}),
 )
 
 

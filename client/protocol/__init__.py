@@ -69,6 +69,9 @@ from rewardserve.client.protocol.common import (
     ScoreOptions as ScoreOptions,
 )
 from rewardserve.client.protocol.common import (
+    TestVerdict as TestVerdict,
+)
+from rewardserve.client.protocol.common import (
     TextPart as TextPart,
 )
 from rewardserve.client.protocol.common import (

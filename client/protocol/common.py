@@ -268,6 +268,18 @@ class Usage(_Response):
     cached_tokens: int = 0
 
 
+class TestVerdict(_Response):
+    """One test of a code item (the ``code`` model): AC, WA, TLE, MLE, RE, CE or OLE, with
+    the run's wall time, peak memory, and how it ended."""
+
+    verdict: str
+    time_s: float | None = None
+    memory_kb: int | None = None
+    exit_code: int | None = None
+    signal: int | None = None
+    detail: str | None = None
+
+
 class ItemResult(_Response):
     """The reward of one item. A result that could not be computed has ``valid: false``,
     an ``error`` and ``score: null``; it is never a silent 0."""
@@ -290,3 +302,5 @@ class ItemResult(_Response):
     uncertainty: float | None = None
     # Why the expensive model (``escalate.to``) scored this item; None: it did not.
     escalated: str | None = None
+    # Code items: each test's verdict, in the reference's order.
+    tests: list[TestVerdict] | None = None

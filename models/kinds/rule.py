@@ -168,7 +168,8 @@ class RuleModel(RewardModel):
     def call_result(self, value: Any) -> ItemResult | ItemError:
         if isinstance(value, CallFailure):
             return ItemError(failure_message(self.rule.name, value))
-        return ItemResult(score=float(value))
+        tests = getattr(value, "tests", None)  # a code rule's verdicts per test
+        return ItemResult(score=float(value), tests=tests)
 
     def probe(self) -> None:
         """One call through the pool proves it serves; the rule may find the probe item

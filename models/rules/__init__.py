@@ -31,6 +31,7 @@ _RULE_MODULES = (
     "rewardserve.models.rules.text",
     "rewardserve.models.rules.structure",
     "rewardserve.models.rules.similarity",
+    "rewardserve.models.rules.code",
 )
 
 

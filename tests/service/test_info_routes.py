@@ -93,7 +93,7 @@ async def test_info_names_models_and_limits(service):
         "max_json_values": settings.max_json_values,
     }
     models = {m["id"]: m for m in body["models"]}
-    assert set(models) == {"rm", "math", "exact_match"}
+    assert set(models) == {"rm", "math", "exact_match", "code"}
     cards = {c["id"]: c for c in (await http.get("/v1/models")).json()["data"]}
     rm = models["rm"]
     # What /v1/models says of it, and where it runs.

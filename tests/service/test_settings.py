@@ -31,7 +31,7 @@ def test_yaml_models_then_builtin_rules(tmp_path, qwen3_rm):
         "  - name: math\n    kind: rule\n    source: math_equiv\n    options: {timeout_s: 1}\n"
     )
     specs = Settings(config=config).model_specs()
-    assert [s.name for s in specs] == ["rm", "math", "exact_match"]  # yours replaces a built-in
+    assert [s.name for s in specs] == ["rm", "math", "exact_match", "code"]  # yours replaces a built-in
     assert specs[0].max_batch_tokens == 4096 and specs[1].options == {"timeout_s": 1}
     assert [s.name for s in Settings(config=config, builtin_rules=False).model_specs()] == ["rm", "math"]
 

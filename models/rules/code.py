@@ -1,0 +1,307 @@
+"""Code-execution rewards: the completion's code run against the item's tests in a
+sandbox (sandbox.py), one verdict per test.
+
+The code is the response's last fenced block for the language (```python, ```py), else
+its last untagged block, else the whole response. The reference is one of:
+- stdin/stdout tests, verl / APPS / TACO shape: ``{"inputs": [...], "outputs": [...]}``,
+  with ``fn_name`` for call-based problems (each input line a JSON argument; a function of
+  the module or a method of class ``Solution``); also as a JSON string, or under
+  ``input_output`` (LiveCodeBench, TACO);
+- human-eval: ``{"test": ..., "entry_point": ...}`` (``prompt`` is put before code that
+  does not define the entry point);
+- MBPP: ``{"test_list": [...], "test_setup_code": ...}``, one test per assert.
+
+Verdicts: AC, WA, TLE, MLE, RE, CE, OLE. The score is the fraction of tests passed, or
+with ``binary`` 1.0 when all pass (it stops at the first failure). Where the sandbox
+itself fails the item is invalid (RuleError), never a 0.
+
+Comparison of stdout (``compare``): ``tokens`` (the default) normalises line ends, drops
+trailing whitespace on each line and trailing empty lines, needs the same line count, and
+compares whitespace-separated tokens; integers match when equal, other numbers when
+within 1e-6 absolute or relative (NaN never matches). ``exact``: verl's SandboxFusion rule, equal after trailing
+newlines are stripped. Call-based results compare as JSON values, tuples as lists, floats
+by the same 1e-6 rule, recursively.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+from rewardserve.models.rules import RuleError, Scored, rule
+
+LANGUAGES = {"python": ("python", "py", "python3")}
+MAX_TESTS = 256
+MAX_TEST_CHARS = 8_000_000  # all of an item's test data
+TOLERANCE = 1e-6
+_INTEGER = re.compile(r"[+-]?\d+")
+_FENCE = re.compile(r"```([^\n`]*)\n(.*?)```", re.S)
+
+
+def extract_code(response: str, language: str = "python") -> str:
+    blocks = _FENCE.findall(response)
+    tags = LANGUAGES[language]
+    tagged = [body for tag, body in blocks if tag.strip().lower() in tags]
+    if tagged:
+        return str(tagged[-1])
+    untagged = [body for tag, body in blocks if not tag.strip()]
+    return str(untagged[-1]) if untagged else response
+
+
+def _as_object(reference: Any) -> dict[str, Any]:
+    if isinstance(reference, str):
+        try:
+            reference = json.loads(reference)
+        except ValueError:
+            raise RuleError("the code model's reference is a string that is not JSON tests") from None
+    if not isinstance(reference, dict):
+        raise RuleError(
+            "the code model needs a reference object: {inputs, outputs}, {test, entry_point} or {test_list}"
+        )
+    if "input_output" in reference:
+        return _as_object(reference["input_output"])
+    return reference
+
+
+def plan(code: str, reference: Any) -> tuple[str, list[dict[str, Any]], list[Any], str]:
+    """(code to run, sandbox tests, what each test's output must be, style): style is
+    ``stdio``, ``call`` (expected values: compared here) or ``asserts`` (a test passes by
+    running to its end)."""
+    ref = _as_object(reference)
+    if "inputs" in ref and "outputs" in ref:
+        inputs, outputs = ref["inputs"], ref["outputs"]
+        if not isinstance(inputs, list) or not isinstance(outputs, list) or len(inputs) != len(outputs):
+            raise RuleError("reference inputs and outputs must be lists of the same length")
+        fn = ref.get("fn_name")
+        if fn:
+            if not isinstance(fn, str) or not fn.isidentifier():
+                raise RuleError(f"fn_name {str(fn)[:40]!r} is not a Python name")
+            tests = [{"after": _call_harness(fn, _lines_of(i))} for i in inputs]
+            return code, tests, [_expected_value(o) for o in outputs], "call"
+        tests = [{"stdin": i if isinstance(i, str) else "\n".join(map(str, i))} for i in inputs]
+        return code, tests, [o if isinstance(o, str) else "\n".join(map(str, o)) for o in outputs], "stdio"
+    if "test" in ref and "entry_point" in ref:
+        entry = str(ref["entry_point"])
+        if not entry.isidentifier():
+            raise RuleError(f"entry_point {entry[:40]!r} is not a Python name")
+        prompt = ref.get("prompt")
+        if isinstance(prompt, str) and not re.search(rf"^\s*def\s+{re.escape(entry)}\s*\(", code, re.M):
+            code = prompt + code
+        return code, [{"after": f"{ref['test']}\ncheck({entry})\n"}], [None], "asserts"
+    if "test_list" in ref:
+        asserts = ref["test_list"]
+        if not isinstance(asserts, list) or not all(isinstance(a, str) for a in asserts):
+            raise RuleError("test_list must be a list of assert statements")
+        setup = ref.get("test_setup_code") or ""
+        return code, [{"before": setup, "after": a} for a in asserts], [None] * len(asserts), "asserts"
+    raise RuleError("the code model's reference has no tests: {inputs, outputs}, {test, entry_point} or {test_list}")
+
+
+def _lines_of(value: Any) -> list[Any]:
+    if isinstance(value, str):
+        try:
+            return [json.loads(line) for line in value.split("\n") if line.strip()]
+        except ValueError:
+            raise RuleError("a call-based input line is not JSON") from None
+    return list(value) if isinstance(value, list) else [value]
+
+
+def _expected_value(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def _call_harness(fn: str, args: list[Any]) -> str:
+    """Run after the program in its globals: the function (or Solution's method) on the
+    arguments, its result as one JSON line after a blank separator."""
+    return (
+        "import json as _rs_json\n"
+        f"_rs_fn = globals().get({fn!r}) or getattr(globals()['Solution'](), {fn!r})\n"
+        f"_rs_out = _rs_fn(*_rs_json.loads({json.dumps(json.dumps(args))}))\n"
+        "print()\nprint('\\x1erewardserve-result\\x1e' + _rs_json.dumps(_rs_out, default=repr))\n"
+    )
+
+
+def _call_result(stdout: str) -> Any:
+    marker = "\x1erewardserve-result\x1e"
+    at = stdout.rfind(marker)
+    if at < 0:
+        raise ValueError("no result")
+    return json.loads(stdout[at + len(marker) :].strip())
+
+
+def same_value(got: Any, want: Any) -> bool:
+    if isinstance(got, tuple):
+        got = list(got)
+    if isinstance(want, tuple):
+        want = list(want)
+    if isinstance(got, bool) or isinstance(want, bool):
+        return got is want if isinstance(got, bool) and isinstance(want, bool) else False
+    if isinstance(got, (int, float)) and isinstance(want, (int, float)):
+        return _close(float(got), float(want)) if isinstance(got, float) or isinstance(want, float) else got == want
+    if isinstance(got, list) and isinstance(want, list):
+        return len(got) == len(want) and all(same_value(g, w) for g, w in zip(got, want))
+    if isinstance(got, dict) and isinstance(want, dict):
+        return got.keys() == want.keys() and all(same_value(got[k], want[k]) for k in got)
+    return bool(got == want)
+
+
+def _close(a: float, b: float) -> bool:
+    if math.isnan(a) or math.isnan(b):
+        return False
+    if a == b:
+        return True
+    diff = abs(a - b)
+    return diff <= TOLERANCE or diff <= TOLERANCE * abs(b)
+
+
+def _integer(token: str) -> str:
+    """An integer token's canonical text (int() refuses over 4,300 digits)."""
+    digits = token.lstrip("+-").lstrip("0") or "0"
+    return ("-" if token.startswith("-") and digits != "0" else "") + digits
+
+
+def _number(token: str) -> float | None:
+    try:
+        value = float(token)
+    except ValueError:
+        return None
+    return value
+
+
+def same_tokens(got: str, want: str) -> bool:
+    """The default stdout comparison (see the module's docstring)."""
+    g, w = _normal_lines(got), _normal_lines(want)
+    if len(g) != len(w):
+        return False
+    for got_line, want_line in zip(g, w):
+        got_tokens, want_tokens = got_line.split(), want_line.split()
+        if len(got_tokens) != len(want_tokens):
+            return False
+        for a, b in zip(got_tokens, want_tokens):
+            if a == b and a.lower() != "nan":
+                continue
+            if _INTEGER.fullmatch(a) and _INTEGER.fullmatch(b):  # never a tolerance on integers
+                if _integer(a) != _integer(b):
+                    return False
+                continue
+            x, y = _number(a), _number(b)
+            if x is None or y is None or not _close(x, y):
+                return False
+    return True
+
+
+def _normal_lines(text: str) -> list[str]:
+    lines = [line.rstrip() for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n")]
+    while lines and not lines[-1]:
+        lines.pop()
+    return lines
+
+
+def same_exact(got: str, want: str) -> bool:
+    return got.rstrip("\n") == want.rstrip("\n")
+
+
+COMPARE = {"tokens": same_tokens, "exact": same_exact}
+
+
+def verdict(result: dict[str, Any], want: Any, style: str, compare: str) -> str:
+    if result.get("verdict"):
+        return str(result["verdict"])
+    if result.get("exit_code") == 137 and "MemoryError" in result.get("stderr", ""):
+        return "MLE"
+    if result.get("exit_code") != 0 or result.get("signal"):
+        return "RE"
+    if style == "asserts":
+        return "AC"
+    if style == "call":
+        try:
+            return "AC" if same_value(_call_result(result.get("stdout", "")), want) else "WA"
+        except ValueError:
+            return "RE"
+    return "AC" if COMPARE[compare](result.get("stdout", ""), want) else "WA"
+
+
+class CodeScore(Scored):
+    """The score, why, and each test's verdict with its time and memory."""
+
+    tests: list[dict[str, Any]]
+
+    def __new__(cls, value: float, reason: str, tests: list[dict[str, Any]]) -> CodeScore:
+        out = float.__new__(cls, value)
+        out.reason = reason
+        out.tests = tests
+        return out
+
+    def __reduce__(self) -> tuple[Any, ...]:  # back from a worker whole
+        return (CodeScore, (float(self), self.reason, self.tests))
+
+
+def _limits(response: str, reference: Any, args: dict[str, Any]) -> tuple[str, str] | None:
+    size = len(reference) if isinstance(reference, str) else len(json.dumps(reference, default=str))
+    if size > MAX_TEST_CHARS:
+        return "reference", f"{size} characters of tests, over the code model's limit of {MAX_TEST_CHARS}"
+    return None
+
+
+@rule("code_tests", limits=_limits)
+def code_tests(
+    response: str,
+    reference: Any,
+    *,
+    language: str = "python",
+    compare: str = "tokens",
+    binary: bool = False,
+    timeout_s: float = 6.0,
+    memory_mb: int = 1024,
+    **_: Any,
+) -> float:
+    """The share of the reference's tests the response's code passes (see the module)."""
+    from rewardserve.models.rules import sandbox
+
+    if language not in LANGUAGES:
+        raise RuleError(f"unsupported language {language!r}; supported: {', '.join(LANGUAGES)}")
+    if compare not in COMPARE:
+        raise RuleError(f"unknown compare {compare!r}; known: {', '.join(COMPARE)}")
+    code, tests, wanted, style = plan(extract_code(response, language), reference)
+    if not tests:
+        raise RuleError("the reference has no tests")
+    if len(tests) > MAX_TESTS:
+        raise RuleError(f"{len(tests)} tests, over the code model's limit of {MAX_TESTS}")
+    limits = sandbox.Limits(timeout_s=min(float(timeout_s), 30.0), memory_mb=min(int(memory_mb), 4096))
+    verdicts: list[str] = []
+
+    def judged(result: dict[str, Any]) -> bool:
+        verdicts.append(verdict(result, wanted[len(verdicts)], style, compare))
+        return binary and verdicts[-1] != "AC"
+
+    try:
+        outcome = sandbox.run(code, tests, limits, stop=judged, asserts=style == "asserts")
+    except sandbox.SandboxUnavailable as exc:
+        raise RuleError(f"the sandbox failed: {exc}") from None
+    except ValueError as exc:
+        raise RuleError(f"the reference's test code does not compile: {exc}") from None
+    if outcome.compile_error is not None:
+        return CodeScore(0.0, f"CE: {outcome.compile_error}", [{"verdict": "CE", "detail": outcome.compile_error}])
+    for result in outcome.results[len(verdicts) :]:  # tests the program's runner never reported
+        verdicts.append(str(result["verdict"]))
+    details: list[dict[str, Any]] = [
+        {
+            "verdict": v,
+            "time_s": r.get("time_s"),
+            "memory_kb": r.get("memory_kb"),
+            "exit_code": r.get("exit_code"),
+            "signal": r.get("signal"),
+        }
+        for v, r in zip(verdicts, outcome.results)
+    ]
+    passed = sum(v == "AC" for v in verdicts)
+    score = float(passed == len(tests)) if binary else passed / len(tests)
+    failed = next((f"test {i}: {v}" for i, v in enumerate(verdicts) if v != "AC"), "")
+    return CodeScore(score, f"{passed}/{len(tests)} passed" + (f"; first failure {failed}" if failed else ""), details)

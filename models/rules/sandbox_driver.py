@@ -1,0 +1,247 @@
+"""The program that runs inside the sandbox (sandbox.py): it reads one completion and its
+tests as JSON on stdin, compiles the code once, and runs each test in a child forked from
+itself, writing one JSON line per test on stdout.
+
+Standard library only: it runs under the system's Python in a root that holds nothing of
+the service. The code under test is hostile. It may kill this process (its tests then
+end as runtime errors, the sandbox's fault never), but it cannot write this process's
+results: the child keeps no descriptor of ours (0, 1 and 2 are its own pipes, the rest
+closed), /proc is not mounted (no way back to our descriptors), and this process is not
+dumpable (no ptrace, no process_vm_writev). After each test every other process in the
+sandbox's PID namespace is killed, so nothing a test started outlives it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import select
+import signal
+import sys
+import time
+from typing import Any, NoReturn
+
+# Imported once here, shared by every test's child (fork): the modules programs use most.
+for _name in ("math", "collections", "itertools", "heapq", "bisect", "functools", "re", "string", "random"):
+    __import__(_name)
+
+READ = 65536
+
+
+def limit(kind: int, value: int) -> None:
+    resource.setrlimit(kind, (value, value))
+
+
+def child(parts: list[Any], spec: dict[str, Any], stdin_r: int, out_w: int, err_w: int) -> None:
+    """In the forked child: its pipes as 0, 1 and 2, every other descriptor closed, the
+    test's limits, then the program."""
+    os.setsid()
+    os.dup2(stdin_r, 0)
+    os.dup2(out_w, 1)
+    os.dup2(err_w, 2)
+    os.closerange(3, 1 << 16)
+    limit(resource.RLIMIT_CPU, int(spec["cpu_s"]) + 1)
+    limit(resource.RLIMIT_AS, spec["memory_bytes"])
+    limit(resource.RLIMIT_FSIZE, spec["file_bytes"])
+    limit(resource.RLIMIT_NPROC, spec["processes"])
+    limit(resource.RLIMIT_NOFILE, 64)
+    limit(resource.RLIMIT_CORE, 0)
+    sys.stdin = open(0, encoding="utf-8", errors="replace", closefd=False)
+    sys.stdout = open(1, "w", encoding="utf-8", errors="replace", closefd=False)
+    sys.stderr = open(2, "w", encoding="utf-8", errors="replace", closefd=False)
+    status = 0
+    leave = os._exit
+    if spec.get("asserts"):
+        _no_early_exit()
+    scope = {"__name__": "__main__", "__builtins__": __builtins__}
+    try:
+        for part in parts:
+            exec(part, scope)
+    except SystemExit as exc:
+        status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        if spec.get("asserts"):  # an exit before the asserts ran is no pass
+            status = 3
+            _say("SystemExit before the tests finished")
+    except MemoryError:
+        scope.clear()  # what it held, so that the words below find memory
+        status = 137
+        _say("MemoryError")
+    except AssertionError:
+        status = 2
+        _say("AssertionError")
+    except BaseException as exc:  # noqa: BLE001 - the program's error is its verdict
+        status = 1
+        _say(f"{type(exc).__name__}: {exc}"[:2000])
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BaseException:  # noqa: BLE001 - it closed its own stdout
+        pass
+    leave(status & 0xFF)
+
+
+def _no_early_exit() -> None:
+    """Where a test passes by exiting 0 (asserts: human-eval, MBPP), a program that exits
+    0 before the asserts run would pass unseen. The ways out Python offers without the
+    asserts raise instead. A program that reaches libc itself can still leave early;
+    tests whose expected values stay outside the sandbox (stdin/stdout, call-based) are
+    safe from this whatever the program does."""
+    import posix
+
+    def refused(*_args: Any, **_kwargs: Any) -> NoReturn:
+        raise SystemExit(3)
+
+    for module in (os, posix):
+        for name in (
+            "_exit",
+            "abort",
+            "kill",
+            "killpg",
+            "execv",
+            "execve",
+            "execl",
+            "execle",
+            "execlp",
+            "execlpe",
+            "execvp",
+            "execvpe",
+            "posix_spawn",
+            "posix_spawnp",
+            "fork",
+            "forkpty",
+            "system",
+        ):
+            if hasattr(module, name):
+                setattr(module, name, refused)
+    signal.raise_signal = refused
+    for name in ("ctypes", "_ctypes", "ctypes.util", "_posixsubprocess", "subprocess", "multiprocessing"):
+        sys.modules[name] = None  # type: ignore[assignment]  # an import of it fails
+
+
+def _say(text: str) -> None:
+    try:
+        sys.stderr.write(text + "\n")
+    except BaseException:  # noqa: BLE001
+        pass
+
+
+def run_one(parts: list[Any], test: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
+    stdin_r, stdin_w = os.pipe()
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    start = time.monotonic()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(stdin_w)
+            os.close(out_r)
+            os.close(err_r)
+            child(parts, spec, stdin_r, out_w, err_w)
+        finally:
+            os._exit(120)
+    for fd in (stdin_r, out_w, err_w):
+        os.close(fd)
+    data = test.get("stdin", "").encode()
+    os.set_blocking(stdin_w, False)
+    outs = {out_r: bytearray(), err_r: bytearray()}
+    caps = {out_r: spec["output_bytes"], err_r: spec["stderr_bytes"]}
+    deadline = start + spec["timeout_s"]
+    verdict = None
+    writers = [stdin_w] if data else []
+    if not data:
+        os.close(stdin_w)
+    open_fds = [out_r, err_r]
+    status: int | None = None
+    usage: Any = None
+    while open_fds:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            verdict = "TLE"
+            break
+        readable, writable, _ = select.select(open_fds, writers, [], min(left, 0.05))
+        for fd in writable:
+            try:
+                sent = os.write(fd, data)
+                data = data[sent:]
+            except OSError:  # it closed its stdin: the rest is not read
+                data = b""
+            if not data:
+                writers.remove(fd)
+                os.close(fd)
+        for fd in readable:
+            chunk = os.read(fd, READ)
+            if not chunk:
+                open_fds.remove(fd)
+                continue
+            if len(outs[fd]) + len(chunk) > caps[fd]:
+                verdict = "OLE"
+                break
+            outs[fd] += chunk
+        if verdict:
+            break
+        if status is None:
+            done, status_now, usage_now = os.wait4(pid, os.WNOHANG)
+            if done:  # what it started and left holding its pipes goes now
+                status, usage = status_now, usage_now
+                _kill_others()
+    elapsed = time.monotonic() - start
+    _kill_others()
+    if status is None:
+        _, status, usage = os.wait4(pid, 0)
+    for fd in open_fds + writers:
+        os.close(fd)
+    for fd in (out_r, err_r):
+        if fd not in open_fds:
+            os.close(fd)
+    result = {
+        "verdict": verdict,
+        "time_s": round(elapsed, 6),
+        "cpu_s": round(usage.ru_utime + usage.ru_stime, 6),
+        "memory_kb": usage.ru_maxrss,
+        "exit_code": os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else None,
+        "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
+        "stdout": outs[out_r][: 1024 if verdict == "OLE" else None].decode("utf-8", "replace"),
+        "stderr": outs[err_r][-4096:].decode("utf-8", "replace"),
+    }
+    if result["signal"] == signal.SIGXCPU:
+        result["verdict"] = "TLE"
+    return result
+
+
+def _kill_others() -> None:
+    try:
+        os.kill(-1, signal.SIGKILL)  # every process here but this one (and the sandbox's init)
+    except ProcessLookupError:
+        pass
+
+
+def main() -> None:
+    import ctypes
+
+    ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0
+    del ctypes
+    spec = json.loads(sys.stdin.buffer.read())
+    os.close(0)
+    out = os.fdopen(1, "w")
+    try:
+        code = compile(spec["code"], "<completion>", "exec")
+    except (SyntaxError, ValueError) as exc:
+        out.write(json.dumps({"compile_error": f"{type(exc).__name__}: {exc}"[:2000]}) + "\n")
+        out.flush()
+        return
+    out.write(json.dumps({"ready": True}) + "\n")
+    out.flush()
+    for test in spec["tests"]:
+        try:  # the test's own code (the reference's, not the completion's)
+            before = [compile(test["before"], "<setup>", "exec")] if test.get("before") else []
+            after = [compile(test["after"], "<test>", "exec")] if test.get("after") else []
+        except (SyntaxError, ValueError) as exc:
+            out.write(json.dumps({"test_error": f"{type(exc).__name__}: {exc}"[:2000]}) + "\n")
+            out.flush()
+            return
+        out.write(json.dumps(run_one(before + [code] + after, test, spec)) + "\n")
+        out.flush()
+
+
+main()

@@ -1,0 +1,115 @@
+"""Hostile completions against the code model's sandbox (models/rules/sandbox.py): each
+attack gets its expected verdict, ends within its time limit, and sees nothing of the
+service (its files, its environment, its port, its processes)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from rewardserve.models.rules.code import code_tests
+
+ROOT = Path(__file__).resolve().parents[2]
+ONE = {"inputs": [""], "outputs": ["ok"]}
+
+
+def run(code: str, reference=ONE, **args):
+    start = time.monotonic()
+    # 256 MiB: a memory bomb reaches it well within its second (filling 1 GiB took ~1 s here).
+    result = code_tests(code, reference, timeout_s=1.0, memory_mb=256, **args)
+    return result, time.monotonic() - start
+
+
+@pytest.mark.parametrize(
+    ("name", "code", "verdict"),
+    [
+        ("fork bomb", "import os\nwhile True:\n    os.fork()", "RE"),
+        ("sleep", "import time\ntime.sleep(60)", "TLE"),
+        ("endless loop", "while True:\n    pass", "TLE"),
+        ("memory bomb", "x = []\nwhile True:\n    x.append(bytearray(1 << 26))", "MLE"),
+        ("disk fill", "f = open('/tmp/fill', 'wb')\nwhile True:\n    f.write(b'x' * (1 << 20))", "RE"),
+        ("1 GB of stdout", "import sys\nwhile True:\n    sys.stdout.write('x' * (1 << 20))", "OLE"),
+        ("1 GB of stderr", "import sys\nwhile True:\n    sys.stderr.write('x' * (1 << 20))", "OLE"),
+        ("blocks on stdin", "import sys\nsys.stdin.read()\nimport time\ntime.sleep(60)", "TLE"),
+        ("closes its stdout", "import os\nos.close(1)\nprint('ok')", "WA"),  # nothing came out
+        ("kills its parent", "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nprint('ok')", "RE"),
+        ("kills everything", "import os, signal\nos.kill(-1, signal.SIGKILL)\nprint('ok')", "RE"),
+        ("raises its rlimits", "import resource\nresource.setrlimit(resource.RLIMIT_AS, (-1, -1))", "RE"),
+        ("a child left running", "import os, time\nif os.fork() == 0:\n    time.sleep(60)\nprint('ok')", "AC"),
+    ],
+)
+def test_each_attack_gets_its_verdict_within_its_time(name, code, verdict):
+    result, took = run(code)
+    assert [t["verdict"] for t in result.tests] == [verdict], (name, result.tests)
+    assert took < 15, (name, took)
+
+
+def test_a_child_left_running_does_not_survive_into_the_next_test():
+    """The first test leaves a process writing a file; the second test, in the same
+    sandbox, finds the file unchanged since (the process was killed with the test)."""
+    code = (
+        "import os, sys, time\n"
+        "if sys.stdin.readline().strip() == 'first':\n"
+        "    if os.fork() == 0:\n"
+        "        while True:\n"
+        "            open('/tmp/beat', 'w').write(str(time.monotonic()))\n"
+        "            time.sleep(0.01)\n"
+        "    time.sleep(0.1)\n"
+        "    print('ok')\n"
+        "else:\n"
+        "    a = open('/tmp/beat').read(); time.sleep(0.2); b = open('/tmp/beat').read()\n"
+        "    print('ok' if a == b else 'alive')\n"
+    )
+    result, _ = run(code, {"inputs": ["first\n", "second\n"], "outputs": ["ok", "ok"]})
+    assert [t["verdict"] for t in result.tests] == ["AC", "AC"], result.tests
+
+
+def test_nothing_of_the_service_is_visible_from_the_sandbox(monkeypatch):
+    from rewardserve.models.rules import sandbox
+
+    monkeypatch.setenv("REWARDSERVE_API_KEYS", "secret-key-of-the-service")
+    paths = (str(ROOT), str(ROOT / "pyproject.toml"), "/root", "/proc/1/environ", "/proc/self/fd", os.sys.executable)
+    probe = (
+        "import os\n"
+        "print(sorted(os.listdir('/')))\n"
+        "print(sorted(os.environ))\n"
+        f"for path in {paths!r}:\n"
+        "    try:\n"
+        "        print(open(path).read()[:100])\n"
+        "    except OSError as exc:\n"
+        "        print(type(exc).__name__)\n"
+    )
+    outcome = sandbox.run(probe, [{"stdin": ""}], sandbox.Limits(timeout_s=5))
+    roots, names, *opened = outcome.results[0]["stdout"].splitlines()
+    assert eval(roots) == sorted(["bin", "dev", "lib", "lib64", "sbin", "tmp", "usr"]), roots
+    assert eval(names) == sorted(sandbox.ENV) + ["PWD"] or eval(names) == sorted([*sandbox.ENV, "PWD"]), names
+    assert opened == ["FileNotFoundError"] * len(paths), opened
+
+
+def test_the_service_s_port_and_the_outside_are_unreachable():
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        port = listener.getsockname()[1]
+        code = (
+            "import socket\n"
+            "out = []\n"
+            f"for host, port in (('127.0.0.1', {port}), ('1.1.1.1', 53), ('::1', {port})):\n"
+            "    try:\n"
+            "        socket.create_connection((host, port), timeout=0.5).close()\n"
+            "        out.append('open')\n"
+            "    except OSError as exc:\n"
+            "        out.append(type(exc).__name__)\n"
+            "print(out)\n"
+        )
+        from rewardserve.models.rules import sandbox
+
+        outcome = sandbox.run(code, [{"stdin": ""}], sandbox.Limits(timeout_s=5))
+        listener.settimeout(0.2)
+        with pytest.raises(TimeoutError):
+            listener.accept()
+    assert "open" not in outcome.results[0]["stdout"], outcome.results[0]

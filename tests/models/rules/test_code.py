@@ -1,0 +1,175 @@
+"""The ``code_tests`` rule (models/rules/code.py): the reference formats, the verdicts and
+the comparison, each run in the real sandbox (models/rules/sandbox.py); and the built-in
+``code`` model through /v1/score."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rewardserve.models.rules import RuleError
+from rewardserve.models.rules.code import code_tests, extract_code, same_tokens, same_value
+
+ADD = {"inputs": ["1 2\n", "3 4\n", "10 -3\n"], "outputs": ["3\n", "7\n", "7"]}
+ADD_CODE = "a, b = map(int, input().split())\nprint(a + b)\n"
+
+
+def verdicts(score):
+    return [t["verdict"] for t in score.tests]
+
+
+def test_the_code_is_the_last_block_for_the_language_else_an_untagged_one_else_the_response():
+    text = "```python\nprint(1)\n```\nthen\n```py\nprint(2)\n```\n```js\nx\n```"
+    assert extract_code(text) == "print(2)\n"
+    assert extract_code("```\nprint(3)\n```") == "print(3)\n"
+    assert extract_code("print(4)") == "print(4)"
+
+
+@pytest.mark.parametrize(
+    ("response", "score", "expected"),
+    [
+        (f"Here:\n```python\n{ADD_CODE}```", 1.0, ["AC"] * 3),
+        ("print(3)", 1 / 3, ["AC", "WA", "WA"]),
+        ("def f(:", 0.0, ["CE"]),
+        ("raise ValueError('no')", 0.0, ["RE"] * 3),
+        ("import sys\nprint(7)\nsys.exit(0)", 2 / 3, ["WA", "AC", "AC"]),
+        ("x = ' ' * (8 << 30)", 0.0, ["MLE"] * 3),
+        ("while True:\n    pass", 0.0, ["TLE"] * 3),
+        ("while True:\n    print('x' * 100000)", 0.0, ["OLE"] * 3),
+    ],
+)
+def test_stdin_stdout_tests_get_a_verdict_each(response, score, expected):
+    result = code_tests(response, ADD, timeout_s=1.0)
+    assert verdicts(result) == expected, result.tests
+    assert float(result) == pytest.approx(score)
+    assert all(t.get("time_s") is not None for t in result.tests if t["verdict"] != "CE")
+
+
+def test_a_binary_score_stops_at_the_first_failure():
+    result = code_tests("print(3)", ADD, binary=True)
+    assert float(result) == 0.0 and verdicts(result) == ["AC", "WA"]
+    assert float(code_tests(ADD_CODE, ADD, binary=True)) == 1.0
+
+
+def test_the_reference_may_be_json_text_or_under_input_output():
+    assert float(code_tests(ADD_CODE, json.dumps(ADD))) == 1.0
+    assert float(code_tests(ADD_CODE, {"input_output": json.dumps(ADD)})) == 1.0
+
+
+def test_call_based_tests_call_the_function_or_solution_s_method():
+    ref = {"fn_name": "push", "inputs": ["[1, 2]\n3", "[5]\n1"], "outputs": ["[1, 2, 3]", "[5, 1]"]}
+    assert float(code_tests("def push(a, x):\n    return a + [x]", ref)) == 1.0
+    assert float(code_tests("class Solution:\n    def push(self, a, x):\n        return tuple(a + [x])", ref)) == 1.0
+    # What it prints is not its result.
+    assert float(code_tests("def push(a, x):\n    print([1, 2, 3])\n    return []", ref)) == 0.0
+
+
+def test_human_eval_and_mbpp_tests_pass_by_running_their_asserts():
+    he = {
+        "test": "def check(candidate):\n    assert candidate(2, 3) == 5\n",
+        "entry_point": "add",
+        "prompt": "def add(a, b):\n",
+    }
+    assert float(code_tests("    return a + b\n", he)) == 1.0
+    assert verdicts(code_tests("    return a - b\n", he)) == ["RE"]
+    mbpp = {"test_list": ["assert sq(2) == 4", "assert sq(3) == 9"], "test_setup_code": "import math"}
+    assert float(code_tests("def sq(x):\n    return x * x", mbpp)) == 1.0
+    assert float(code_tests("def sq(x):\n    return 4", mbpp)) == 0.5
+
+
+@pytest.mark.parametrize(
+    "escape",
+    [
+        "import os\nos._exit(0)",
+        "import sys\nsys.exit(0)",
+        "raise SystemExit",
+        "import os, signal\nos.kill(os.getpid(), signal.SIGTERM)",
+        "import os\nos.execv('/usr/bin/true', ['true'])",
+        "import ctypes\nctypes.CDLL(None)._exit(0)",
+    ],
+)
+def test_an_assert_test_is_not_passed_by_leaving_before_the_asserts(escape):
+    """A policy's cheapest hack on human-eval-style tests: exit 0 before ``check`` runs."""
+    he = {"test": "def check(candidate):\n    assert candidate(2, 3) == 5\n", "entry_point": "add"}
+    result = code_tests(f"def add(a, b):\n    return 0\n{escape}\n", he)
+    assert float(result) == 0.0 and verdicts(result) == ["RE"], result.tests
+
+
+@pytest.mark.parametrize(
+    "reference",
+    [
+        None,
+        "not json",
+        {"inputs": ["1"]},
+        {"inputs": ["1"], "outputs": []},
+        {"fn_name": "1x", "inputs": [], "outputs": []},
+    ],
+)
+def test_a_reference_without_usable_tests_is_invalid_not_zero(reference):
+    with pytest.raises(RuleError):
+        code_tests(ADD_CODE, reference)
+
+
+def test_an_unknown_language_or_comparison_is_named():
+    with pytest.raises(RuleError, match="unsupported language 'cobol'"):
+        code_tests(ADD_CODE, ADD, language="cobol")
+    with pytest.raises(RuleError, match="unknown compare"):
+        code_tests(ADD_CODE, ADD, compare="fuzzy")
+
+
+@pytest.mark.parametrize(
+    ("got", "want", "same"),
+    [
+        ("3\n", "3", True),
+        ("3   \n\n\n", "3\n", True),
+        ("1 2\r\n3\r\n", "1 2\n3\n", True),
+        ("0.3333333", "0.33333333", True),
+        ("1e6", "1000000", True),
+        ("1000001", "1000000", False),
+        ("nan", "nan", False),
+        ("YES", "yes", False),
+        ("1 2", "1\n2", False),
+        ("", "", True),
+        ("", "0", False),
+        ("héllo wörld", "héllo  wörld", True),
+    ],
+)
+def test_the_default_comparison(got, want, same):
+    assert same_tokens(got, want) is same
+
+
+def test_call_results_compare_as_json_with_the_float_rule():
+    assert same_value((1, 2.0000000001), [1, 2])
+    assert not same_value([1, 2], [1, 2, 3])
+    assert not same_value(True, 1)
+    assert same_value({"a": [0.1]}, {"a": [0.10000000001]})
+    assert not same_value(float("nan"), float("nan"))
+
+
+def test_exact_comparison_is_verl_s_trailing_newline_rule():
+    assert float(code_tests("print('7 ')", {"inputs": [""], "outputs": ["7"]}, compare="exact")) == 0.0
+    assert float(code_tests("print('7 ')", {"inputs": [""], "outputs": ["7"]})) == 1.0
+
+
+async def test_the_built_in_code_model_scores_through_v1_score():
+    from rewardserve.service.settings import Settings
+    from tests.harness import serve_in_process
+
+    async with serve_in_process(Settings(models=[], builtin_rules=True)) as (_, client):
+        response = await client.post(
+            "/v1/score",
+            json={
+                "model": "code",
+                "items": [
+                    {"response": ADD_CODE, "reference": ADD},
+                    {"response": "print(3)", "reference": ADD},
+                    {"response": ADD_CODE},
+                ],
+            },
+        )
+    assert response.status_code == 200, response.text
+    results = response.json()["results"]
+    assert results[0]["score"] == 1.0 and [t["verdict"] for t in results[0]["tests"]] == ["AC"] * 3
+    assert results[1]["score"] == pytest.approx(1 / 3) and results[1]["tests"][1]["verdict"] == "WA"
+    assert results[2]["valid"] is False and results[2]["score"] is None and "reference" in results[2]["error"]
