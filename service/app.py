@@ -27,6 +27,7 @@ from rewardserve.models.reward_model import ModelContext
 from rewardserve.models.rules.runner import RuleRunner
 from rewardserve.models.spec import ModelSpec
 from rewardserve.service.admission import Admission, InFlightRequests
+from rewardserve.service.code_routes import router as code_routes
 from rewardserve.service.compat import router as compat_routes
 from rewardserve.service.dispatch import ClientGone
 from rewardserve.service.errors import install_error_handlers
@@ -156,6 +157,7 @@ def create_app(settings: Settings | None = None, url: str | None = None) -> Fast
     app.include_router(scoring_routes)
     app.include_router(judging_routes)
     app.include_router(compat_routes)
+    app.include_router(code_routes)
     # The last added runs outermost: the request log and metrics see every response
     # (CORS preflights included); keys are checked before the size limit's 413 and
     # before any byte of the body is read.

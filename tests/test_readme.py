@@ -161,6 +161,9 @@ def test_every_readme_example_runs(tmp_path, sources):
                 )
                 assert done.returncode == 0, f"{body}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
                 assert '"error":{' not in done.stdout.replace(" ", ""), f"{body}\n{done.stdout[-2000:]}"
+                if '"model": "code"' in body:  # the code example passes both its tests, as shown
+                    (result,) = json.loads(done.stdout)["results"]
+                    assert result["score"] == 1.0 and [t["verdict"] for t in result["tests"]] == ["AC", "AC"]
                 ran["bash"] += 1
     finally:
         server.stop()

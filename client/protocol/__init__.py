@@ -24,6 +24,9 @@ from rewardserve.client.protocol.common import (
     Activation as Activation,
 )
 from rewardserve.client.protocol.common import (
+    CodeOptions as CodeOptions,
+)
+from rewardserve.client.protocol.common import (
     ContentPart as ContentPart,
 )
 from rewardserve.client.protocol.common import (
@@ -96,6 +99,9 @@ from rewardserve.client.protocol.compat import (
     ClassifyResponse as ClassifyResponse,
 )
 from rewardserve.client.protocol.compat import (
+    CommandRunResult as CommandRunResult,
+)
+from rewardserve.client.protocol.compat import (
     EmbeddingData as EmbeddingData,
 )
 from rewardserve.client.protocol.compat import (
@@ -121,6 +127,12 @@ from rewardserve.client.protocol.compat import (
 )
 from rewardserve.client.protocol.compat import (
     PoolingUsage as PoolingUsage,
+)
+from rewardserve.client.protocol.compat import (
+    RunCodeRequest as RunCodeRequest,
+)
+from rewardserve.client.protocol.compat import (
+    RunCodeResponse as RunCodeResponse,
 )
 from rewardserve.client.protocol.compat import (
     TokenizeRequest as TokenizeRequest,

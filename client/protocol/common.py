@@ -243,6 +243,25 @@ class GoalOptions(_Request):
     alpha: float | None = Field(default=None, ge=0.0, le=1.0)
 
 
+class CodeOptions(_Request):
+    """For the ``code`` model (models/rules/code.py), this request's way of running and
+    judging each item's tests; unset fields keep the model's own."""
+
+    language: str | None = Field(default=None, max_length=32)
+    # "tokens": whitespace tokens, numbers within 1e-6; "exact": verl's rule (trailing
+    # newlines stripped, nothing else).
+    compare: Literal["tokens", "exact"] | None = None
+    # 1.0 when every test passes, else 0.0 (stopping at the first failure); else the
+    # fraction passed.
+    binary: bool | None = None
+    timeout_s: float | None = Field(default=None, gt=0, le=60, description="Wall clock per test.")
+    memory_mb: int | None = Field(default=None, ge=32, le=4096, description="Address space per test.")
+    # Each test's stdout and stderr in its result (the first MiB of each).
+    outputs: bool | None = None
+    # The response's last fenced block for the language (default), or the response as it is.
+    extract: bool | None = None
+
+
 class ScoreOptions(GoalOptions):
     activation: Activation = "none"
     # "group": add GRPO advantages per group_id, (r - mean) / (std + 1e-6), with the
@@ -257,6 +276,7 @@ class ScoreOptions(GoalOptions):
     # Pre-rendered items: keep at most this many tokens, cut from the end ``truncate``
     # names ("right" keeps the first ones, otherwise the last ones are kept).
     truncate_tokens: int | None = Field(default=None, ge=1)
+    code: CodeOptions | None = None
 
 
 # --------------------------------------------------------------------------- results
@@ -278,6 +298,8 @@ class TestVerdict(_Response):
     exit_code: int | None = None
     signal: int | None = None
     detail: str | None = None
+    stdout: str | None = None  # with ``options.code.outputs``
+    stderr: str | None = None
 
 
 class ItemResult(_Response):

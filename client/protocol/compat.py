@@ -183,3 +183,40 @@ class TokenizeResponse(_Response):
     tokens: list[int]
     # Each token's string (the tokenizer's convert_ids_to_tokens), only when asked.
     token_strs: list[str] | None = None
+
+
+# --------------------------------------------------------------------------- SandboxFusion /run_code
+
+
+class RunCodeRequest(_Request):
+    """SandboxFusion's ``POST /run_code`` body (sandbox/server/sandbox_api.py,
+    ``RunCodeRequest``), as verl 0.9.1's sandbox_fusion reward sends it."""
+
+    code: str = Field(max_length=1_000_000)
+    language: str = Field(max_length=32)
+    stdin: str | None = Field(default=None, max_length=8_000_000)
+    compile_timeout: float = Field(default=10.0, gt=0)
+    run_timeout: float = Field(default=10.0, gt=0, le=60)
+    memory_limit_MB: int = -1  # noqa: N815 - SandboxFusion's spelling; -1: the service's default
+    files: dict[str, str | None] = Field(default_factory=dict, max_length=64)
+    fetch_files: list[str] = Field(default_factory=list, max_length=64)
+
+
+class CommandRunResult(_Response):
+    status: Literal["Finished", "Error", "TimeLimitExceeded"]
+    execution_time: float | None = None
+    return_code: int | None = None
+    stdout: str | None = None
+    stderr: str | None = None
+
+
+class RunCodeResponse(_Response):
+    """SandboxFusion's answer, always with HTTP 200: ``Success`` (exit 0), ``Failed``
+    (another exit, a time limit) or ``SandboxError`` (the sandbox itself failed)."""
+
+    status: Literal["Success", "Failed", "SandboxError"]
+    message: str = ""
+    compile_result: CommandRunResult | None = None
+    run_result: CommandRunResult | None = None
+    executor_pod_name: str | None = None
+    files: dict[str, str] = Field(default_factory=dict)

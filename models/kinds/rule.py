@@ -67,6 +67,7 @@ class RuleModel(RewardModel):
     runs_torch = False
     pooled = True
     _own_runner: RuleRunner | None = None  # pools of its own, when built outside the service
+    runs_on: str | None = None  # what the rule runs on, where it says (the code rule's sandbox)
     # For ``run`` (scoring units directly, outside the service): a batch is whatever is
     # queued, many in flight, each waiting on the pool, which decides what runs next.
     default_policy = BatchPolicy(
@@ -103,6 +104,8 @@ class RuleModel(RewardModel):
 
     def load(self) -> None:
         self.rule = get_rule(self.options.fn or self.spec.source)
+        # What it runs on (the code rule's sandbox), checked before it serves.
+        self.runs_on = self.rule.startup() if self.rule.startup is not None else None
         self.args = dict(self.options.args)
         # The args are the model's, fixed at start: their part of every work key once.
         self._args_key = work_key([], self.rule.name, self.args)
@@ -114,21 +117,36 @@ class RuleModel(RewardModel):
 
     @property
     def backend_name(self) -> str:
-        return "rule"
+        return "rule" if self.runs_on is None else f"rule in {self.runs_on}"
+
+    def _request_args(self, options: ScoreOptions) -> tuple[dict[str, Any], Any]:
+        """The rule's arguments for this request, and their part of the work key: the
+        model's, with the request's own (``options.code``) over them for a rule that
+        takes them."""
+        if options.code is None:
+            return self.args, self._args_key
+        if self.rule.request_options != "code":
+            raise RequestError(
+                f"options.code is for the code model; model {self.name!r} runs rule {self.rule.name!r}",
+                param="options.code",
+            )
+        args = {**self.args, **options.code.model_dump(exclude_none=True)}
+        return args, work_key([], self.rule.name, args)
 
     def prepare(self, items: list[Item], options: ScoreOptions) -> list[Job[RuleCall] | ItemError]:
         entries: list[Job[RuleCall] | ItemError] = []
+        args, args_key = self._request_args(options)
         for index, item in enumerate(items):
             response = item.response_text()
-            problem = self.rule.check(response, item.reference, self.args)
+            problem = self.rule.check(response, item.reference, args)
             if problem is not None:
                 field, message = problem
                 raise RequestError(
                     f"items[{index}].{field}: {message}", param=f"items[{index}].{field}", type="payload_too_large"
                 )
             if self.fn_path is None:
-                call = RuleCall(self.rule.name, response, item.reference, self.args, timeout_s=self.timeout_s)
-                key = work_key([], self._args_key, response, item.reference)
+                call = RuleCall(self.rule.name, response, item.reference, args, timeout_s=self.timeout_s)
+                key = work_key([], args_key, response, item.reference)
             else:  # the function also sees the prompt and the metadata: both in its key
                 prompt = prompt_text(item)
                 call = RuleCall(

@@ -63,6 +63,11 @@ class Rule:
     pool: str = "light"
     # Loads what the rule needs once per worker, outside any call's time limit.
     warmer: Callable[[], None] | None = None
+    # Checked once where the model loads: what the rule runs on, in words (the code
+    # rule's sandbox); raises, naming what is missing, where the rule cannot run here.
+    startup: Callable[[], str] | None = None
+    # The ScoreOptions field whose values a request may pass over the model's args ("code").
+    request_options: str | None = None
 
     def check(self, response: str, reference: Any, args: dict[str, Any]) -> tuple[str, str] | None:
         """Every rule's caps (response size, number of references), then its own."""
@@ -82,10 +87,16 @@ _RULES: dict[str, Rule] = {}
 
 
 def rule(
-    name: str, *, limits: LimitsFn | None = None, pool: str = "light", warm: Callable[[], None] | None = None
+    name: str,
+    *,
+    limits: LimitsFn | None = None,
+    pool: str = "light",
+    warm: Callable[[], None] | None = None,
+    startup: Callable[[], str] | None = None,
+    request_options: str | None = None,
 ) -> Callable[[RuleFn], RuleFn]:
     def add(fn: RuleFn) -> RuleFn:
-        _RULES[name] = Rule(name, fn, limits, pool, warm)
+        _RULES[name] = Rule(name, fn, limits, pool, warm, startup, request_options)
         return fn
 
     return add

@@ -6,7 +6,8 @@ its last untagged block, else the whole response. The reference is one of:
 - stdin/stdout tests, verl / APPS / TACO shape: ``{"inputs": [...], "outputs": [...]}``,
   with ``fn_name`` for call-based problems (each input line a JSON argument; a function of
   the module or a method of class ``Solution``); also as a JSON string, or under
-  ``input_output`` (LiveCodeBench, TACO);
+  ``input_output`` (TACO); LiveCodeBench's ``public_test_cases`` (``testtype`` stdin or
+  functional, with ``metadata.func_name``);
 - human-eval: ``{"test": ..., "entry_point": ...}`` (``prompt`` is put before code that
   does not define the entry point);
 - MBPP: ``{"test_list": [...], "test_setup_code": ...}``, one test per assert.
@@ -36,6 +37,7 @@ LANGUAGES = {"python": ("python", "py", "python3")}
 MAX_TESTS = 256
 MAX_TEST_CHARS = 8_000_000  # all of an item's test data
 TOLERANCE = 1e-6
+SHOWN = 1 << 20  # of a test's stdout and stderr, where the request asks for them
 _INTEGER = re.compile(r"[+-]?\d+")
 _FENCE = re.compile(r"```([^\n`]*)\n(.*?)```", re.S)
 
@@ -62,7 +64,30 @@ def _as_object(reference: Any) -> dict[str, Any]:
         )
     if "input_output" in reference:
         return _as_object(reference["input_output"])
+    if "public_test_cases" in reference:
+        return _livecodebench(reference)
     return reference
+
+
+def _livecodebench(row: dict[str, Any]) -> dict[str, Any]:
+    """A LiveCodeBench row's tests (``public_test_cases``, JSON text or a list, each
+    ``{input, output, testtype}``) as inputs and outputs; ``functional`` tests call
+    ``metadata.func_name`` (JSON text or an object)."""
+    cases = row["public_test_cases"]
+    metadata = row.get("metadata") or {}
+    try:
+        cases = json.loads(cases) if isinstance(cases, str) else cases
+        metadata = json.loads(metadata) if isinstance(metadata, str) else metadata
+    except ValueError:
+        raise RuleError("public_test_cases or metadata is not JSON") from None
+    if not isinstance(cases, list) or not all(isinstance(c, dict) and "input" in c and "output" in c for c in cases):
+        raise RuleError("public_test_cases must be a list of {input, output, testtype}")
+    out: dict[str, Any] = {"inputs": [c["input"] for c in cases], "outputs": [c["output"] for c in cases]}
+    if any(c.get("testtype") == "functional" for c in cases):
+        if not isinstance(metadata, dict) or not metadata.get("func_name"):
+            raise RuleError("functional tests need metadata.func_name")
+        out["fn_name"] = metadata["func_name"]
+    return out
 
 
 def plan(code: str, reference: Any) -> tuple[str, list[dict[str, Any]], list[Any], str]:
@@ -81,7 +106,8 @@ def plan(code: str, reference: Any) -> tuple[str, list[dict[str, Any]], list[Any
             tests = [{"after": _call_harness(fn, _lines_of(i))} for i in inputs]
             return code, tests, [_expected_value(o) for o in outputs], "call"
         tests = [{"stdin": i if isinstance(i, str) else "\n".join(map(str, i))} for i in inputs]
-        return code, tests, [o if isinstance(o, str) else "\n".join(map(str, o)) for o in outputs], "stdio"
+        wanted = [o if o is None or isinstance(o, str) else "\n".join(map(str, o)) for o in outputs]
+        return code, tests, wanted, "stdio"
     if "test" in ref and "entry_point" in ref:
         entry = str(ref["entry_point"])
         if not entry.isidentifier():
@@ -218,7 +244,7 @@ def verdict(result: dict[str, Any], want: Any, style: str, compare: str) -> str:
         return "MLE"
     if result.get("exit_code") != 0 or result.get("signal"):
         return "RE"
-    if style == "asserts":
+    if style == "asserts" or want is None:  # no expected output: a clean exit passes (verl's rule)
         return "AC"
     if style == "call":
         try:
@@ -250,7 +276,13 @@ def _limits(response: str, reference: Any, args: dict[str, Any]) -> tuple[str, s
     return None
 
 
-@rule("code_tests", limits=_limits)
+def _sandbox() -> str:
+    from rewardserve.models.rules import sandbox
+
+    return sandbox.check()
+
+
+@rule("code_tests", limits=_limits, pool="code", startup=_sandbox, request_options="code")
 def code_tests(
     response: str,
     reference: Any,
@@ -260,6 +292,8 @@ def code_tests(
     binary: bool = False,
     timeout_s: float = 6.0,
     memory_mb: int = 1024,
+    outputs: bool = False,
+    extract: bool = True,
     **_: Any,
 ) -> float:
     """The share of the reference's tests the response's code passes (see the module)."""
@@ -269,7 +303,7 @@ def code_tests(
         raise RuleError(f"unsupported language {language!r}; supported: {', '.join(LANGUAGES)}")
     if compare not in COMPARE:
         raise RuleError(f"unknown compare {compare!r}; known: {', '.join(COMPARE)}")
-    code, tests, wanted, style = plan(extract_code(response, language), reference)
+    code, tests, wanted, style = plan(extract_code(response, language) if extract else response, reference)
     if not tests:
         raise RuleError("the reference has no tests")
     if len(tests) > MAX_TESTS:
@@ -298,6 +332,7 @@ def code_tests(
             "memory_kb": r.get("memory_kb"),
             "exit_code": r.get("exit_code"),
             "signal": r.get("signal"),
+            **({"stdout": r.get("stdout", "")[:SHOWN], "stderr": r.get("stderr", "")[:SHOWN]} if outputs else {}),
         }
         for v, r in zip(verdicts, outcome.results)
     ]

@@ -29,6 +29,12 @@ def default_workers() -> int:
     return max(3, min(8, 2 * (os.cpu_count() or 2)))
 
 
+def code_workers() -> int:
+    """The code pool's (models/rules/code.py): one per core, whose sandboxes keep it
+    busy, and one more, since one request holds at most all but one worker."""
+    return (os.cpu_count() or 1) + 1
+
+
 @dataclass(frozen=True)
 class RuleLimits:
     workers: int = 0  # 0: default_workers()
@@ -36,6 +42,7 @@ class RuleLimits:
     memory_mb: int = 1024
     max_queued: int = 200_000
     embedding_workers: int = 1
+    code_workers: int = 0  # 0: code_workers()
     cpu_share: float | None = None  # of the cores, kept busy at once per pool; None: no cap
 
     def busy_cap(self) -> int | None:
@@ -70,6 +77,8 @@ class RuleRunner:
                 warm: tuple[str, ...]
                 if name == "embedding":
                     workers, warm = limits.embedding_workers, ("similarity",)
+                elif name == "code":  # each call keeps a core busy in its sandbox
+                    workers, warm = limits.code_workers or code_workers(), ()
                 else:
                     workers, warm = limits.workers or default_workers(), ()
                 self._pools[name] = RulePool(

@@ -220,4 +220,4 @@ def check() -> str:
     outcome = run("print(input())", [{"stdin": "ok\n"}], Limits(timeout_s=10.0))
     if outcome.results[0].get("stdout") != "ok\n":
         raise SandboxUnavailable(f"the sandbox ran but did not echo: {outcome.results[0]}")
-    return "bubblewrap (user, pid, net, ipc, uts namespaces; read-only /usr; tmpfs /tmp; rlimits)"
+    return "a bubblewrap sandbox (user, pid, net, ipc, uts and mount namespaces; read-only /usr; tmpfs /tmp; rlimits)"

@@ -142,7 +142,7 @@ def run_one(parts: list[Any], test: dict[str, Any], spec: dict[str, Any]) -> dic
             os._exit(120)
     for fd in (stdin_r, out_w, err_w):
         os.close(fd)
-    data = test.get("stdin", "").encode()
+    data = test.get("stdin", "").encode("utf-8", "replace")
     os.set_blocking(stdin_w, False)
     outs = {out_r: bytearray(), err_r: bytearray()}
     caps = {out_r: spec["output_bytes"], err_r: spec["stderr_bytes"]}
@@ -202,7 +202,7 @@ def run_one(parts: list[Any], test: dict[str, Any], spec: dict[str, Any]) -> dic
         "exit_code": os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else None,
         "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
         "stdout": outs[out_r][: 1024 if verdict == "OLE" else None].decode("utf-8", "replace"),
-        "stderr": outs[err_r][-4096:].decode("utf-8", "replace"),
+        "stderr": outs[err_r][: 1 << 16].decode("utf-8", "replace"),
     }
     if result["signal"] == signal.SIGXCPU:
         result["verdict"] = "TLE"

@@ -113,3 +113,36 @@ def test_the_service_s_port_and_the_outside_are_unreachable():
         with pytest.raises(TimeoutError):
             listener.accept()
     assert "open" not in outcome.results[0]["stdout"], outcome.results[0]
+
+
+ATTACKS = {
+    "fork bomb": ("import os\nwhile True:\n    os.fork()", "RE"),
+    "endless loop": ("while True:\n    pass", "TLE"),
+    "sleep": ("import time\ntime.sleep(60)", "TLE"),
+    "memory bomb": ("x = []\nwhile True:\n    x.append(bytearray(1 << 26))", "MLE"),
+    "1 GB of stdout": ("import sys\nwhile True:\n    sys.stdout.write('x' * (1 << 20))", "OLE"),
+    "kills its runner": ("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)", "RE"),
+}
+
+
+def test_hostile_code_leaves_the_service_and_the_other_tenant_alone(attacked):
+    """Tenant a sends four requests of every attack at once to the built-in code model;
+    tenant b's probes keep their p99 under a second, the server's RSS stays bounded, the
+    service stays healthy, and each attack gets its verdict (scored 0, never invalid)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tests.adversarial.conftest import AS_A, AS_B
+
+    reference = {"inputs": ["1 2\n"] * 2, "outputs": ["3\n"] * 2}
+    body = {
+        "model": "code",
+        "items": [{"response": code, "reference": reference} for code, _ in ATTACKS.values()],
+        "options": {"code": {"timeout_s": 1.0, "memory_mb": 256}},
+    }
+    with attacked.watch(headers=AS_B), ThreadPoolExecutor(4) as pool:
+        responses = list(pool.map(lambda _: attacked.post("/v1/score", body, timeout=120, headers=AS_A), range(4)))
+    for response in responses:
+        assert response.status_code == 200, response.text
+        for (name, (_, verdict)), result in zip(ATTACKS.items(), response.json()["results"]):
+            assert result["valid"] and result["score"] == 0.0, (name, result)
+            assert {t["verdict"] for t in result["tests"]} == {verdict}, (name, result["tests"])

