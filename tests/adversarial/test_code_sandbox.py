@@ -146,3 +146,46 @@ def test_hostile_code_leaves_the_service_and_the_other_tenant_alone(attacked):
         for (name, (_, verdict)), result in zip(ATTACKS.items(), response.json()["results"]):
             assert result["valid"] and result["score"] == 0.0, (name, result)
             assert {t["verdict"] for t in result["tests"]} == {verdict}, (name, result["tests"])
+
+
+def test_nothing_of_one_completion_is_left_for_the_next():
+    """Completions run one after another in one sandbox (sandbox.py): the first leaves a
+    file, a file in /dev/shm, a listening socket held by a child it forked, and tries a
+    System V shared-memory segment; the next finds none of them."""
+    from rewardserve.models.rules import sandbox
+
+    leave = (
+        "import os, socket, time\n"
+        "open('/tmp/left', 'w').write('secret')\n"
+        "os.makedirs('/tmp/deep/er', exist_ok=True)\n"
+        "try:\n    open('/dev/shm/left', 'w').write('secret')\nexcept OSError:\n    pass\n"
+        "s = socket.socket(); s.bind(('127.0.0.1', 4242)); s.listen(1)\n"
+        "if os.fork() == 0:\n    time.sleep(60)\n"
+        "print('left')\n"
+    )
+    look = (
+        "import os, socket\n"
+        "print(os.listdir('/tmp'), os.path.exists('/dev/shm/left'))\n"
+        "try:\n    socket.create_connection(('127.0.0.1', 4242), timeout=0.5); print('open')\n"
+        "except OSError:\n    print('closed')\n"
+    )
+    limits = sandbox.Limits(timeout_s=5)
+    first = sandbox.run(leave, [{"stdin": ""}], limits).results[0]
+    assert first["stdout"] == "left\n", first
+    second = sandbox.run(look, [{"stdin": ""}], limits).results[0]
+    assert second["stdout"] == "[] False\nclosed\n", second
+
+
+def test_system_v_ipc_and_ptrace_are_refused():
+    """Objects that would outlive their processes (System V IPC), and reaching the test
+    runner's memory (ptrace, process_vm_writev), are refused by the sandbox's filter."""
+    from rewardserve.models.rules import sandbox
+
+    probe = (
+        "import ctypes, os\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "print(libc.shmget(0, 1 << 20, 0o1600), libc.semget(0, 1, 0o1600), libc.msgget(0, 0o1600))\n"
+        "print(libc.ptrace(16, os.getppid(), 0, 0), ctypes.get_errno())\n"
+    )
+    result = sandbox.run(probe, [{"stdin": ""}], sandbox.Limits(timeout_s=5)).results[0]
+    assert result["stdout"] == "-1 -1 -1\n-1 1\n", result
