@@ -8,7 +8,8 @@ built-in, or ``?model=NAME``): the same sandbox, tenant charge, limits and timin
 time limit, ``SandboxError`` where the sandbox itself failed or the language is not one
 this service runs. ``run_timeout`` is the per-test wall clock (at most 60 s);
 ``memory_limit_MB`` the address space (-1: the model's default). Python has no compile
-step here: a syntax error is a run that exits 1, as ``python file.py`` does.
+step here: a syntax error is a run that exits 1, as ``python file.py`` does. C++
+(``cpp``) is compiled once with the system's g++; a compile error is ``compile_result``.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ router = APIRouter(route_class=BoundedRoute, responses=ERROR_RESPONSES)
 
 MEMORY_MB = (32, 4096)  # what options.code.memory_mb takes
 # SandboxFusion's language names this service runs.
-LANGUAGES = {"python": "python"}
+LANGUAGES = {"python": "python", "cpp": "cpp"}
+COMPILED = {"cpp"}
 
 
 @router.get("/v1/ping", response_class=PlainTextResponse)
@@ -71,14 +73,17 @@ async def run_code(body: RunCodeRequest, request: Request, model: str = Query(de
     )
     item = Item(response=body.code, reference={"inputs": [body.stdin or ""], "outputs": [None]})
     done = await application.score(RequestContext.of(request), model, [item], ScoreOptions(code=options))
-    return answer(ran(done.results[0]), done)
+    return answer(ran(done.results[0], compiled=language in COMPILED), done)
 
 
-def ran(result: ItemResult) -> RunCodeResponse:
+def ran(result: ItemResult, compiled: bool = False) -> RunCodeResponse:
     """One code item's result in SandboxFusion's words."""
     if not result.valid or not result.tests:
         return RunCodeResponse(status="SandboxError", message=result.error or "the sandbox gave no result")
     test = result.tests[0]
+    if test.verdict == "CE" and compiled:  # the compiler's error; the program never ran
+        failed = CommandRunResult(status="Finished", execution_time=0.0, return_code=1, stdout="", stderr=test.detail)
+        return RunCodeResponse(status="Failed", compile_result=failed)
     if test.verdict == "CE":  # Python's own: the interpreter prints it and exits 1
         run = CommandRunResult(status="Finished", execution_time=0.0, return_code=1, stdout="", stderr=test.detail)
         return RunCodeResponse(status="Failed", run_result=run)

@@ -7,7 +7,8 @@ its last untagged block, else the whole response. The reference is one of:
   with ``fn_name`` for call-based problems (each input line a JSON argument; a function of
   the module or a method of class ``Solution``); also as a JSON string, or under
   ``input_output`` (TACO); LiveCodeBench's ``public_test_cases`` (``testtype`` stdin or
-  functional, with ``metadata.func_name``);
+  functional, with ``metadata.func_name``); open-r1's ``verification_info``
+  (``test_cases`` of type stdin_stdout);
 - human-eval: ``{"test": ..., "entry_point": ...}`` (``prompt`` is put before code that
   does not define the entry point);
 - MBPP: ``{"test_list": [...], "test_setup_code": ...}``, one test per assert.
@@ -28,12 +29,14 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from typing import Any
 
 from rewardserve.models.rules import RuleError, Scored, rule
 
-LANGUAGES = {"python": ("python", "py", "python3")}
+LANGUAGES = {"python": ("python", "py", "python3"), "cpp": ("cpp", "c++", "cc", "cxx")}
+COMPILERS = {"cpp": "/usr/bin/g++"}  # where the sandbox finds them (its /usr is the system's)
 MAX_TESTS = 256
 MAX_TEST_CHARS = 8_000_000  # all of an item's test data
 TOLERANCE = 1e-6
@@ -66,7 +69,24 @@ def _as_object(reference: Any) -> dict[str, Any]:
         return _as_object(reference["input_output"])
     if "public_test_cases" in reference:
         return _livecodebench(reference)
+    if "test_cases" in reference:
+        return _open_r1(reference)
     return reference
+
+
+def _open_r1(row: dict[str, Any]) -> dict[str, Any]:
+    """open-r1's ``verification_info`` (``{language, test_cases: [{input, output, type:
+    stdin_stdout}]}``) as inputs and outputs. Compared by this model's rule, not
+    open-r1's line ``zip``, which passes an output cut short."""
+    cases = row["test_cases"]
+    if not isinstance(cases, list) or not all(isinstance(c, dict) and "input" in c and "output" in c for c in cases):
+        raise RuleError("test_cases must be a list of {input, output, type}")
+    kinds = {c.get("type", "stdin_stdout") for c in cases}
+    if kinds != {"stdin_stdout"}:
+        raise RuleError(f"test_cases of type {sorted(kinds - {'stdin_stdout'})} are not run here; stdin_stdout is")
+    if row.get("language", "python") != "python":
+        raise RuleError(f"unsupported language {row.get('language')!r}; supported: {', '.join(LANGUAGES)}")
+    return {"inputs": [c["input"] for c in cases], "outputs": [c["output"] for c in cases]}
 
 
 def _livecodebench(row: dict[str, Any]) -> dict[str, Any]:
@@ -301,9 +321,13 @@ def code_tests(
 
     if language not in LANGUAGES:
         raise RuleError(f"unsupported language {language!r}; supported: {', '.join(LANGUAGES)}")
+    if language in COMPILERS and not os.path.exists(COMPILERS[language]):
+        raise RuleError(f"unsupported language {language!r} here: no {COMPILERS[language]}")
     if compare not in COMPARE:
         raise RuleError(f"unknown compare {compare!r}; known: {', '.join(COMPARE)}")
     code, tests, wanted, style = plan(extract_code(response, language) if extract else response, reference)
+    if language != "python" and style != "stdio":
+        raise RuleError(f"{language} runs stdin/stdout tests ({{inputs, outputs}}); these are {style} tests")
     if not tests:
         raise RuleError("the reference has no tests")
     if len(tests) > MAX_TESTS:
@@ -316,7 +340,7 @@ def code_tests(
         return binary and verdicts[-1] != "AC"
 
     try:
-        outcome = sandbox.run(code, tests, limits, stop=judged, asserts=style == "asserts")
+        outcome = sandbox.run(code, tests, limits, stop=judged, asserts=style == "asserts", language=language)
     except sandbox.SandboxUnavailable as exc:
         raise RuleError(f"the sandbox failed: {exc}") from None
     except ValueError as exc:

@@ -43,6 +43,7 @@ class SandboxUnavailable(RuntimeError):
 @dataclass(frozen=True)
 class Limits:
     timeout_s: float = 6.0  # wall clock per test
+    compile_timeout_s: float = 10.0  # a compiled language's compiler, once per completion
     memory_mb: int = 1024  # address space per test
     output_bytes: int = 16 << 20  # stdout per test (OLE past it)
     stderr_bytes: int = 1 << 20
@@ -165,15 +166,23 @@ class Outcome:
     results: list[dict[str, Any]]
 
 
-def run(code: str, tests: list[dict[str, Any]], limits: Limits, stop: Any = None, asserts: bool = False) -> Outcome:
+def run(
+    code: str,
+    tests: list[dict[str, Any]],
+    limits: Limits,
+    stop: Any = None,
+    asserts: bool = False,
+    language: str = "python",
+) -> Outcome:
     """Run ``code`` against ``tests`` ({stdin, before, after}) in a sandbox of this
     process's (started if none is idle), its tests one after the other.
     ``stop(result)``: whether to end after this result (a binary score's first failure).
     ``asserts``: a test passes by running to its end (exit 0), so exits before are refused.
+    ``language``: python, or cpp (compiled once with the system's g++, then run per test).
     Raises SandboxUnavailable where the sandbox itself failed."""
-    spec = _spec(code, tests, limits, asserts)
-    # Every test's time and some slack: past it the sandbox is killed.
-    deadline = time.monotonic() + len(tests) * (limits.timeout_s + 0.5) + 5.0
+    spec = _spec(code, tests, limits, asserts, language)
+    # Every test's time, the compiler's and some slack: past it the sandbox is killed.
+    deadline = time.monotonic() + len(tests) * (limits.timeout_s + 0.5) + limits.compile_timeout_s + 5.0
     sandbox = _idle.take(limits.workdir_bytes)
     try:
         return sandbox.run(spec, deadline, stop)
@@ -181,9 +190,13 @@ def run(code: str, tests: list[dict[str, Any]], limits: Limits, stop: Any = None
         _idle.give_back(sandbox)
 
 
-def _spec(code: str, tests: list[dict[str, Any]], limits: Limits, asserts: bool) -> dict[str, Any]:
+def _spec(
+    code: str, tests: list[dict[str, Any]], limits: Limits, asserts: bool, language: str = "python"
+) -> dict[str, Any]:
     """What the driver (sandbox_driver.py) reads for one completion."""
     return {
+        "language": language,
+        "compile_timeout_s": limits.compile_timeout_s,
         "asserts": asserts,
         "code": code,
         "tests": tests,

@@ -39,7 +39,7 @@ def limit(kind: int, value: int) -> None:
     resource.setrlimit(kind, (value, value))
 
 
-def child(parts: list[Any], spec: dict[str, Any], stdin_r: int, out_w: int, err_w: int) -> None:
+def child(parts: Any, spec: dict[str, Any], stdin_r: int, out_w: int, err_w: int) -> None:
     """In the forked child: its pipes as 0, 1 and 2, every other descriptor closed, the
     test's limits, then the program."""
     os.setsid()
@@ -53,6 +53,8 @@ def child(parts: list[Any], spec: dict[str, Any], stdin_r: int, out_w: int, err_
     limit(resource.RLIMIT_NPROC, spec["processes"])
     limit(resource.RLIMIT_NOFILE, 64)
     limit(resource.RLIMIT_CORE, 0)
+    if isinstance(parts, tuple):  # a program to execute: a compiler, a compiled completion
+        os.execv(parts[0], list(parts))
     sys.stdin = open(0, encoding="utf-8", errors="replace", closefd=False)
     sys.stdout = open(1, "w", encoding="utf-8", errors="replace", closefd=False)
     sys.stderr = open(2, "w", encoding="utf-8", errors="replace", closefd=False)
@@ -134,7 +136,7 @@ def _say(text: str) -> None:
         pass
 
 
-def run_one(parts: list[Any], test: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
+def run_one(parts: Any, test: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
     stdin_r, stdin_w = os.pipe()
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
@@ -252,14 +254,39 @@ def empty(path: str) -> None:
             os.unlink(entry.path)
 
 
+COMPILERS = {"cpp": ("/usr/bin/g++", "-O2", "-std=c++17", "-o", "/tmp/main", "/tmp/main.cpp")}
+
+
+def compiled(spec: dict[str, Any]) -> Any:
+    """The completion ready to run: Python's code object, or for a compiled language the
+    binary's argv (compiled once, for every test); a str where it does not compile."""
+    if spec.get("language", "python") == "python":
+        try:
+            return compile(spec["code"], "<completion>", "exec")
+        except (SyntaxError, ValueError) as exc:
+            return f"{type(exc).__name__}: {exc}"[:2000]
+    argv = COMPILERS[spec["language"]]
+    with open(argv[-1], "w", encoding="utf-8", errors="replace") as source:
+        source.write(spec["code"])
+    limits = {**spec, "timeout_s": spec["compile_timeout_s"], "cpu_s": spec["compile_timeout_s"]}
+    limits |= {"memory_bytes": max(spec["memory_bytes"], 2 << 30), "file_bytes": 1 << 28}
+    result = run_one(argv, {"stdin": ""}, limits)
+    if result["verdict"] or result["exit_code"] != 0:
+        why = "compile time limit" if result["verdict"] == "TLE" else result["stderr"][-2000:]
+        return f"compile error: {why}"
+    return ("/tmp/main",)
+
+
 def serve(spec: dict[str, Any], out: Any) -> None:
-    try:
-        code = compile(spec["code"], "<completion>", "exec")
-    except (SyntaxError, ValueError) as exc:
-        say(out, {"compile_error": f"{type(exc).__name__}: {exc}"[:2000]})
+    code = compiled(spec)
+    if isinstance(code, str):
+        say(out, {"compile_error": code})
         return
     say(out, {"compiled": True})
     for test in spec["tests"]:
+        if isinstance(code, tuple):
+            say(out, run_one(code, test, spec))
+            continue
         try:  # the test's own code (the reference's, not the completion's)
             before = [compile(test["before"], "<setup>", "exec")] if test.get("before") else []
             after = [compile(test["after"], "<test>", "exec")] if test.get("after") else []

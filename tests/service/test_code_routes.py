@@ -57,6 +57,17 @@ def test_verl_s_sandbox_fusion_client_gets_sandbox_fusion_s_result_codes(url, ge
     assert results == expected, metadata
 
 
+@pytest.mark.skipif(not Path("/usr/bin/g++").exists(), reason="no g++ here")
+def test_verl_s_client_on_cpp_gets_its_compile_error_code(url):
+    verl = verl_sandbox_fusion()
+    add = "#include <iostream>\nint main() { long a, b; std::cin >> a >> b; std::cout << a + b << std::endl; }\n"
+    in_outs = {"inputs": ["1 2\n", "5 5\n"], "outputs": ["3\n", "10\n"]}
+    results, _ = verl.check_correctness(url + "/run_code", in_outs, add, timeout=10, language="cpp")
+    assert results == [True, True]
+    results, metadata = verl.check_correctness(url + "/run_code", in_outs, "int main() {", timeout=10, language="cpp")
+    assert results == [-4, -4], metadata
+
+
 def test_run_code_answers_in_sandbox_fusion_s_shape(url):
     with httpx.Client(timeout=30) as http:
         ok = http.post(url + "/run_code", json={"code": "print(input())", "stdin": "hi", "language": "python"})
@@ -67,3 +78,29 @@ def test_run_code_answers_in_sandbox_fusion_s_shape(url):
     assert run["status"] == "Finished" and run["return_code"] == 0 and run["stdout"] == "hi\n" and run["stderr"] == ""
     assert other.status_code == 200 and other.json()["status"] == "SandboxError" and "cobol" in other.json()["message"]
     assert ping.text.strip('"') == "pong"
+
+
+@pytest.mark.parametrize(
+    ("code", "language", "summary"),
+    [
+        ("print(input())", "python", "Success"),
+        ("raise SystemExit(3)", "python", "RunFailed"),
+        ("import time\ntime.sleep(30)", "python", "RunTimeout"),
+        ("int main() {", "cpp", "CompileFailed"),
+    ],
+)
+def test_sandbox_fusion_s_own_client_reads_our_answers(url, code, language, summary):
+    """sandbox-fusion 0.3.7 (PyPI, the SandboxFusion client): its ``run_code`` sends its
+    own RunCodeRequest, parses our answer into its RunCodeResponse, and its
+    ``summary_run_code_result`` reads it as SandboxFusion's server would have it read."""
+    sandbox_fusion = pytest.importorskip("sandbox_fusion")  # the Makefile installs it --no-deps
+    if language == "cpp" and not Path("/usr/bin/g++").exists():
+        pytest.skip("no g++ here")
+    request = sandbox_fusion.RunCodeRequest(code=code, language=language, stdin="hi", run_timeout=2)
+    response = sandbox_fusion.run_code(request, endpoint=url, max_attempts=1, client_timeout=60)
+    mapping = sandbox_fusion.SummaryMapping(
+        CompileFailed="CompileFailed", RunFailed="RunFailed", RunTimeout="RunTimeout", CompileTimeout="CompileTimeout"
+    )
+    assert sandbox_fusion.summary_run_code_result(response, mapping) == summary, response
+    if summary == "Success":
+        assert response.run_result.stdout == "hi\n"

@@ -5,6 +5,7 @@ the comparison, each run in the real sandbox (models/rules/sandbox.py); and the 
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -235,3 +236,29 @@ async def test_options_code_are_the_request_s_and_only_for_the_code_model():
     assert outputs.json()["results"][0]["tests"][0]["stdout"] == "7 \n"
     assert on_math.status_code == 422 and "options.code" in on_math.text and "math_equiv" in on_math.text
     assert too_long.status_code == 422 and "timeout_s" in too_long.text
+
+
+CPP_ADD = '#include <cstdio>\nint main() { long a, b; std::scanf("%ld %ld", &a, &b); std::printf("%ld\\n", a + b); }\n'
+needs_gxx = pytest.mark.skipif(not os.path.exists("/usr/bin/g++"), reason="no g++ here")
+
+
+@needs_gxx
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [
+        (CPP_ADD, ["AC", "AC", "AC"]),
+        ("int main() { return 0 }", ["CE"]),
+        ("int main() { int *p = nullptr; return *p; }", ["RE"] * 3),
+        ("int main() { for (;;) {} }", ["TLE"] * 3),
+        ('#include <cstdio>\nint main() { std::puts("3"); }', ["AC", "WA", "WA"]),
+    ],
+)
+def test_cpp_is_compiled_once_and_run_per_test(code, expected):
+    result = code_tests(f"```cpp\n{code}\n```", ADD, language="cpp", timeout_s=1.0)
+    assert [t["verdict"] for t in result.tests] == expected, result.tests
+
+
+@needs_gxx
+def test_cpp_runs_stdin_tests_only():
+    with pytest.raises(RuleError, match="stdin/stdout"):
+        code_tests(CPP_ADD, {"test_list": ["assert f(1) == 1"]}, language="cpp")
