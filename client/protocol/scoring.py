@@ -187,6 +187,11 @@ class Criterion(_Request):
     args: CodeArgs = Field(default_factory=dict)
     text: str | None = Field(default=None, max_length=4000)
     model: str | None = Field(default=None, max_length=128)
+    # A grader written in the request, run in the code model's sandbox: Python source
+    # defining ``grade(sample, item) -> float`` (OpenAI's python grader), where sample is
+    # {"output_text": the response} and item {"reference": the item's reference}. Like
+    # any criterion's args, ``{{ }}`` in it reads the item.
+    python: str | None = Field(default=None, max_length=100_000)
     normalize: Scale = "none"
     choices: list[Annotated[str, Field(min_length=1, max_length=200)]] | None = Field(
         default=None, min_length=2, max_length=10
@@ -196,11 +201,13 @@ class Criterion(_Request):
 
     @model_validator(mode="after")
     def _one_source(self) -> Criterion:
-        if sum(x is not None for x in (self.fn, self.text, self.model)) != 1:
+        if sum(x is not None for x in (self.fn, self.text, self.model, self.python)) != 1:
             raise ValueError(
-                "a criterion has exactly one of 'fn' (a rule), 'text' (a judge question) "
-                "or 'model' (a served model's score)"
+                "a criterion has exactly one of 'fn' (a rule), 'text' (a judge question), "
+                "'model' (a served model's score) or 'python' (a grader run in a sandbox)"
             )
+        if self.python is not None:  # the python_grader rule (models/rules/code.py) runs it
+            self.fn, self.args, self.python = "python_grader", {**self.args, "source": self.python}, None
         if self.normalize == "running" and self.model is None:
             raise ValueError("normalize 'running' keeps statistics per served model: model criteria only")
         return self

@@ -364,3 +364,43 @@ def code_tests(
     score = float(passed == len(tests)) if binary else passed / len(tests)
     failed = next((f"test {i}: {v}" for i, v in enumerate(verdicts) if v != "AC"), "")
     return CodeScore(score, f"{passed}/{len(tests)} passed" + (f"; first failure {failed}" if failed else ""), details)
+
+
+GRADER = (
+    "import json as _rs_json, sys as _rs_sys\n"
+    "_rs_in = _rs_json.loads(_rs_sys.stdin.read())\n"
+    "_rs_out = float(grade(_rs_in['sample'], _rs_in['item']))\n"
+    "print('\\x1erewardserve-result\\x1e' + _rs_json.dumps(_rs_out))\n"
+)
+
+
+@rule("python_grader", pool="code", startup=_sandbox)
+def python_grader(
+    response: str, reference: Any, *, source: str = "", timeout_s: float = 2.0, memory_mb: int = 512, **_: Any
+) -> float:
+    """A rubric criterion's own grader (``python`` in the criterion): its source defines
+    ``grade(sample, item) -> float``, run in the code model's sandbox with the same limits
+    as completions; any failure of it marks its items' criterion invalid."""
+    from rewardserve.models.rules import sandbox
+
+    if not source.strip():
+        raise RuleError("the python criterion has no source")
+    payload = json.dumps({"sample": {"output_text": response}, "item": {"reference": reference}}, default=str)
+    limits = sandbox.Limits(timeout_s=min(float(timeout_s), 30.0), memory_mb=min(int(memory_mb), 4096))
+    try:
+        outcome = sandbox.run(source, [{"stdin": payload, "after": GRADER}], limits)
+    except sandbox.SandboxUnavailable as exc:
+        raise RuleError(f"the sandbox failed: {exc}") from None
+    if outcome.compile_error is not None:
+        raise RuleError(f"the grader does not compile: {outcome.compile_error}")
+    (result,) = outcome.results
+    if result.get("verdict") or result.get("exit_code") != 0 or result.get("signal"):
+        why = result.get("verdict") or (result.get("stderr") or "").strip()[-300:] or f"exit {result.get('exit_code')}"
+        raise RuleError(f"the grader failed: {why}")
+    try:
+        value = float(_call_result(result.get("stdout", "")))
+    except (ValueError, TypeError):
+        raise RuleError("the grader gave no number") from None
+    if not math.isfinite(value):
+        raise RuleError(f"the grader gave {value}")
+    return value

@@ -262,3 +262,30 @@ def test_cpp_is_compiled_once_and_run_per_test(code, expected):
 def test_cpp_runs_stdin_tests_only():
     with pytest.raises(RuleError, match="stdin/stdout"):
         code_tests(CPP_ADD, {"test_list": ["assert f(1) == 1"]}, language="cpp")
+
+
+async def test_a_rubric_criterion_may_be_a_python_grader_run_in_the_sandbox():
+    """OpenAI's python grader shape: the criterion's own ``grade(sample, item)``, run in
+    the code model's sandbox. A grader that fails (here: it looks for the service's
+    files, which the sandbox does not have) marks only its criterion invalid."""
+    from rewardserve.service.settings import Settings
+    from tests.harness import serve_in_process
+
+    mentions = "def grade(sample, item):\n    return float(item['reference'] in sample['output_text'])\n"
+    snoops = "import os\n\ndef grade(sample, item):\n    return float(len(os.listdir('/work')))\n"
+    body = {
+        "items": [{"response": "the answer is 42", "reference": "42"}, {"response": "no idea", "reference": "42"}],
+        "criteria": [{"name": "mentions", "python": mentions}, {"name": "snoops", "python": snoops, "weight": 0}],
+    }
+    async with serve_in_process(Settings(models=[], builtin_rules=True)) as (_, client):
+        response = await client.post("/v1/rubric", json=body)
+        neither = await client.post(
+            "/v1/rubric", json={**body, "criteria": [{"name": "x", "python": mentions, "fn": "exact_match"}]}
+        )
+    assert response.status_code == 200, response.text
+    first, second = response.json()["results"]
+    assert [c["raw"] for c in first["criteria"]][:1] == [1.0] and second["criteria"][0]["raw"] == 0.0
+    for result in (first, second):
+        snooped = result["criteria"][1]
+        assert snooped["valid"] is False and "FileNotFoundError" in snooped["error"], snooped
+    assert neither.status_code == 422 and "exactly one of" in neither.text
