@@ -104,3 +104,44 @@ def test_sandbox_fusion_s_own_client_reads_our_answers(url, code, language, summ
     assert sandbox_fusion.summary_run_code_result(response, mapping) == summary, response
     if summary == "Success":
         assert response.run_result.stdout == "hi\n"
+
+
+def _running(marker: str) -> int:
+    """Processes on this machine whose command line holds ``marker``."""
+    count = 0
+    for entry in Path("/proc").iterdir():
+        try:
+            count += marker in (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+    return count
+
+
+def test_a_client_that_goes_away_takes_its_running_code_with_it(url):
+    """A completion sleeps in a child process; once that process runs, its caller
+    disconnects: the service kills the call, and the sandbox with everything in it goes."""
+    import json
+    import socket
+    import time
+    from urllib.parse import urlsplit
+
+    marker = "47.25"
+    code = f"import subprocess\nsubprocess.run(['/usr/bin/sleep', '{marker}'])\nprint(3)"
+    body = {"model": "code", "items": [{"response": code, "reference": {"inputs": [""], "outputs": ["3"]}}]}
+    body["options"] = {"code": {"timeout_s": 50}}
+    data = json.dumps(body).encode()
+    parts = urlsplit(url)
+    head = (
+        f"POST /v1/score HTTP/1.1\r\nhost: {parts.hostname}\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(data)}\r\n\r\n"
+    ).encode()
+    with socket.create_connection((parts.hostname, parts.port), timeout=10) as caller:
+        caller.sendall(head + data)
+        deadline = time.monotonic() + 20
+        while not _running(f"sleep {marker}") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _running(f"sleep {marker}") == 1, "the completion's child never started"
+    deadline = time.monotonic() + 20
+    while _running(f"sleep {marker}") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _running(f"sleep {marker}") == 0
