@@ -171,6 +171,9 @@ class RewardModel(ABC):
     inputs: ClassVar[frozenset[str]] = frozenset({"chat"})
     # Kinds with weights set it in load().
     backend: Backend | None = None
+    # What runs the work where that is not this process, in words (the code model's
+    # sandbox): /health and the start-up log say it.
+    runs_on: str | None = None
 
     @property
     def depends_on(self) -> list[str]:

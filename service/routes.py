@@ -139,7 +139,9 @@ async def health(request: Request) -> Response:
     if registry.unhealthy:
         detail = "; ".join(registry.unhealthy) if names_models(request) else f"{len(registry.unhealthy)} model(s)"
         return json_response(Health(status="failed: " + detail), 503)
-    return json_response(Health(status="ok"))
+    named = names_models(request)
+    isolation = {s.model.name: s.model.runs_on for s in registry if named and s.model.runs_on is not None}
+    return json_response(Health(status="ok", isolation=isolation))
 
 
 def names_models(request: Request) -> bool:

@@ -65,6 +65,9 @@ class ModelList(_Response):
 class Health(_Response):
     status: str
     models: dict[str, bool] = Field(default_factory=dict)
+    # What runs a model's work outside the service, by model (the code model's sandbox:
+    # its isolation); to callers the models may be named to.
+    isolation: dict[str, str] = Field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------- /version, /info

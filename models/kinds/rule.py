@@ -67,7 +67,6 @@ class RuleModel(RewardModel):
     runs_torch = False
     pooled = True
     _own_runner: RuleRunner | None = None  # pools of its own, when built outside the service
-    runs_on: str | None = None  # what the rule runs on, where it says (the code rule's sandbox)
     # For ``run`` (scoring units directly, outside the service): a batch is whatever is
     # queued, many in flight, each waiting on the pool, which decides what runs next.
     default_policy = BatchPolicy(

@@ -169,6 +169,8 @@ async def test_the_built_in_code_model_scores_through_v1_score():
                 ],
             },
         )
+        health = (await client.get("/health")).json()
+    assert "bubblewrap" in health["isolation"]["code"] and "seccomp" in health["isolation"]["code"], health
     assert response.status_code == 200, response.text
     results = response.json()["results"]
     assert results[0]["score"] == 1.0 and [t["verdict"] for t in results[0]["tests"]] == ["AC"] * 3
