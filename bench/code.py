@@ -13,7 +13,8 @@ completions/s is its mean over its runs. Per core: rewardserve's rate over the c
 prime_code's as it is (one process, one core at a time).
 
 Also: the sandbox's own cost per test (a sandbox's wall time less its tests' own, over
-its tests: p50), the service's RSS before and after ``--rss-runs`` completions, and a
+its tests: p50), the service's RSS before and after ``--rss-runs`` completions (on a code
+model without the score cache, whose 20,000 results fresh completions would fill), and a
 GRPO-shaped burst (64 completions x 10 tests in one request).
 """
 
@@ -75,7 +76,9 @@ def run_prime(module, work: list[tuple[str, dict]]) -> tuple[float, list[float]]
     return len(work) / (time.perf_counter() - start), scores
 
 
-async def run_ours(url: str, work: list[tuple[str, dict]], callers: int) -> tuple[float, list[float]]:
+async def run_ours(
+    url: str, work: list[tuple[str, dict]], callers: int, model: str = "code"
+) -> tuple[float, list[float]]:
     import httpx
 
     queue: asyncio.Queue[int] = asyncio.Queue()
@@ -87,7 +90,7 @@ async def run_ours(url: str, work: list[tuple[str, dict]], callers: int) -> tupl
         while not queue.empty():
             index = queue.get_nowait()
             completion, reference = work[index]
-            body = {"model": "code", "items": [{"response": completion, "reference": reference}]}
+            body = {"model": model, "items": [{"response": completion, "reference": reference}]}
             result = (await http.post(url + "/v1/score", json=body)).json()["results"][0]
             assert result["valid"], result
             scores[index] = result["score"]
@@ -134,7 +137,12 @@ def main() -> None:
     from tests.harness import serve_process
 
     print(f"CPU: {cpu_name()}, {cores} cores; seed {seed}")
-    with serve_process(env={"REWARDSERVE_LOG_LEVEL": "warning"}) as (url, proc):
+    # The RSS check's model: the code model without its score cache (20,000 results by
+    # default, which fresh completions fill: bounded growth, but not the service's own).
+    uncached = [{"name": "code_uncached", "kind": "rule", "source": "code_tests"}]
+    uncached[0]["options"] = {"timeout_s": 300, "score_cache_size": 0}
+    env = {"REWARDSERVE_LOG_LEVEL": "warning", "REWARDSERVE_MODELS": json.dumps(uncached)}
+    with serve_process(env=env) as (url, proc):
         asyncio.run(run_ours(url, problems(rng, 8, 10), cores))  # warm: the pool's workers up
         for tests in (1, 10):
             ours, theirs = [], []
@@ -158,9 +166,12 @@ def main() -> None:
         before = rss_mb(proc.pid)
         done = 0
         while done < args.rss_runs:
-            asyncio.run(run_ours(url, problems(rng, 200, 1), cores))
+            asyncio.run(run_ours(url, problems(rng, 200, 1), cores, model="code_uncached"))
             done += 200
-        print(f"service RSS {before:.0f} MiB before {done} completions, {rss_mb(proc.pid):.0f} MiB after")
+        print(
+            f"service RSS {before:.0f} MiB before {done} completions (score cache off), "
+            f"{rss_mb(proc.pid):.0f} MiB after"
+        )
         work = problems(rng, 64, 10)
         body = {"model": "code", "items": [{"response": c, "reference": r} for c, r in work]}
         import httpx
