@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.compare import cpu_name, fresh_seed  # noqa: E402
+from bench.soak import rss_mb  # noqa: E402
 
 RIGHT = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"
 WRONG = "```python\na, b = map(int, input().split())\nprint(a - b)\n```"
@@ -114,13 +115,6 @@ def sandbox_overhead(rng: random.Random, runs: int) -> float:
         wall = time.perf_counter() - start
         costs.append((wall - sum(r["time_s"] for r in outcome.results)) / len(tests) * 1000)
     return statistics.median(costs)
-
-
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def main() -> None:

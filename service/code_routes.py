@@ -36,8 +36,9 @@ router = APIRouter(route_class=BoundedRoute, responses=ERROR_RESPONSES)
 
 MEMORY_MB = (32, 4096)  # what options.code.memory_mb takes
 # SandboxFusion's language names this service runs.
-LANGUAGES = {"python": "python", "cpp": "cpp"}
-COMPILED = {"cpp"}
+# (The code model's own names for them are the same.)
+LANGUAGES = ("python", "cpp")
+COMPILED = frozenset({"cpp"})
 
 
 @router.get("/v1/ping", response_class=PlainTextResponse)
@@ -47,8 +48,8 @@ async def ping() -> str:
 
 @router.post("/run_code", response_model=RunCodeResponse, response_model_exclude_none=False)
 async def run_code(body: RunCodeRequest, request: Request, model: str = Query(default="code")) -> Response:
-    language = LANGUAGES.get(body.language)
-    if language is None:
+    language = body.language
+    if language not in LANGUAGES:
         known = ", ".join(LANGUAGES)
         return json_response(
             RunCodeResponse(

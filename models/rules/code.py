@@ -40,6 +40,8 @@ COMPILERS = {"cpp": "/usr/bin/g++"}  # where the sandbox finds them (its /usr is
 MAX_TESTS = 256
 MAX_TEST_CHARS = 8_000_000  # all of an item's test data
 TOLERANCE = 1e-6
+# Before the JSON line a harness prints after the program (a call's result, a grader's).
+RESULT_MARKER = "\x1erewardserve-result\x1e"
 SHOWN = 1 << 20  # of a test's stdout and stderr, where the request asks for them
 _INTEGER = re.compile(r"[+-]?\d+")
 _FENCE = re.compile(r"```([^\n`]*)\n(.*?)```", re.S)
@@ -170,16 +172,15 @@ def _call_harness(fn: str, args: list[Any]) -> str:
         "import json as _rs_json\n"
         f"_rs_fn = globals().get({fn!r}) or getattr(globals()['Solution'](), {fn!r})\n"
         f"_rs_out = _rs_fn(*_rs_json.loads({json.dumps(json.dumps(args))}))\n"
-        "print()\nprint('\\x1erewardserve-result\\x1e' + _rs_json.dumps(_rs_out, default=repr))\n"
+        f"print()\nprint({RESULT_MARKER!r} + _rs_json.dumps(_rs_out, default=repr))\n"
     )
 
 
 def _call_result(stdout: str) -> Any:
-    marker = "\x1erewardserve-result\x1e"
-    at = stdout.rfind(marker)
+    at = stdout.rfind(RESULT_MARKER)
     if at < 0:
         raise ValueError("no result")
-    return json.loads(stdout[at + len(marker) :].strip())
+    return json.loads(stdout[at + len(RESULT_MARKER) :].strip())
 
 
 def same_value(got: Any, want: Any) -> bool:
@@ -370,7 +371,7 @@ GRADER = (
     "import json as _rs_json, sys as _rs_sys\n"
     "_rs_in = _rs_json.loads(_rs_sys.stdin.read())\n"
     "_rs_out = float(grade(_rs_in['sample'], _rs_in['item']))\n"
-    "print('\\x1erewardserve-result\\x1e' + _rs_json.dumps(_rs_out))\n"
+    f"print({RESULT_MARKER!r} + _rs_json.dumps(_rs_out))\n"
 )
 
 

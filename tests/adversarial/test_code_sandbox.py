@@ -24,24 +24,25 @@ def run(code: str, reference=ONE, **args):
     return result, time.monotonic() - start
 
 
-@pytest.mark.parametrize(
-    ("name", "code", "verdict"),
-    [
-        ("fork bomb", "import os\nwhile True:\n    os.fork()", "RE"),
-        ("sleep", "import time\ntime.sleep(60)", "TLE"),
-        ("endless loop", "while True:\n    pass", "TLE"),
-        ("memory bomb", "x = []\nwhile True:\n    x.append(bytearray(1 << 26))", "MLE"),
-        ("disk fill", "f = open('/tmp/fill', 'wb')\nwhile True:\n    f.write(b'x' * (1 << 20))", "RE"),
-        ("1 GB of stdout", "import sys\nwhile True:\n    sys.stdout.write('x' * (1 << 20))", "OLE"),
-        ("1 GB of stderr", "import sys\nwhile True:\n    sys.stderr.write('x' * (1 << 20))", "OLE"),
-        ("blocks on stdin", "import sys\nsys.stdin.read()\nimport time\ntime.sleep(60)", "TLE"),
-        ("closes its stdout", "import os\nos.close(1)\nprint('ok')", "WA"),  # nothing came out
-        ("kills its parent", "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nprint('ok')", "RE"),
-        ("kills everything", "import os, signal\nos.kill(-1, signal.SIGKILL)\nprint('ok')", "RE"),
-        ("raises its rlimits", "import resource\nresource.setrlimit(resource.RLIMIT_AS, (-1, -1))", "RE"),
-        ("a child left running", "import os, time\nif os.fork() == 0:\n    time.sleep(60)\nprint('ok')", "AC"),
-    ],
-)
+# Each attack's program and its expected verdict, on ONE's single test.
+ATTACKS = {
+    "fork bomb": ("import os\nwhile True:\n    os.fork()", "RE"),
+    "sleep": ("import time\ntime.sleep(60)", "TLE"),
+    "endless loop": ("while True:\n    pass", "TLE"),
+    "memory bomb": ("x = []\nwhile True:\n    x.append(bytearray(1 << 26))", "MLE"),
+    "disk fill": ("f = open('/tmp/fill', 'wb')\nwhile True:\n    f.write(b'x' * (1 << 20))", "RE"),
+    "1 GB of stdout": ("import sys\nwhile True:\n    sys.stdout.write('x' * (1 << 20))", "OLE"),
+    "1 GB of stderr": ("import sys\nwhile True:\n    sys.stderr.write('x' * (1 << 20))", "OLE"),
+    "blocks on stdin": ("import sys\nsys.stdin.read()\nimport time\ntime.sleep(60)", "TLE"),
+    "closes its stdout": ("import os\nos.close(1)\nprint('ok')", "WA"),  # nothing came out
+    "kills its parent": ("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nprint('ok')", "RE"),
+    "kills everything": ("import os, signal\nos.kill(-1, signal.SIGKILL)\nprint('ok')", "RE"),
+    "raises its rlimits": ("import resource\nresource.setrlimit(resource.RLIMIT_AS, (-1, -1))", "RE"),
+    "a child left running": ("import os, time\nif os.fork() == 0:\n    time.sleep(60)\nprint('ok')", "AC"),
+}
+
+
+@pytest.mark.parametrize(("name", "code", "verdict"), [(name, *attack) for name, attack in ATTACKS.items()])
 def test_each_attack_gets_its_verdict_within_its_time(name, code, verdict):
     result, took = run(code)
     assert [t["verdict"] for t in result.tests] == [verdict], (name, result.tests)
@@ -115,14 +116,8 @@ def test_the_service_s_port_and_the_outside_are_unreachable():
     assert "open" not in outcome.results[0]["stdout"], outcome.results[0]
 
 
-ATTACKS = {
-    "fork bomb": ("import os\nwhile True:\n    os.fork()", "RE"),
-    "endless loop": ("while True:\n    pass", "TLE"),
-    "sleep": ("import time\ntime.sleep(60)", "TLE"),
-    "memory bomb": ("x = []\nwhile True:\n    x.append(bytearray(1 << 26))", "MLE"),
-    "1 GB of stdout": ("import sys\nwhile True:\n    sys.stdout.write('x' * (1 << 20))", "OLE"),
-    "kills its runner": ("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)", "RE"),
-}
+# What tenant a sends the served code model at once.
+SERVED_ATTACKS = ("fork bomb", "endless loop", "sleep", "memory bomb", "1 GB of stdout", "kills its parent")
 
 
 def test_hostile_code_leaves_the_service_and_the_other_tenant_alone(attacked):
@@ -136,14 +131,15 @@ def test_hostile_code_leaves_the_service_and_the_other_tenant_alone(attacked):
     reference = {"inputs": ["1 2\n"] * 2, "outputs": ["3\n"] * 2}
     body = {
         "model": "code",
-        "items": [{"response": code, "reference": reference} for code, _ in ATTACKS.values()],
+        "items": [{"response": ATTACKS[name][0], "reference": reference} for name in SERVED_ATTACKS],
         "options": {"code": {"timeout_s": 1.0, "memory_mb": 256}},
     }
     with attacked.watch(headers=AS_B), ThreadPoolExecutor(4) as pool:
         responses = list(pool.map(lambda _: attacked.post("/v1/score", body, timeout=120, headers=AS_A), range(4)))
     for response in responses:
         assert response.status_code == 200, response.text
-        for (name, (_, verdict)), result in zip(ATTACKS.items(), response.json()["results"]):
+        for name, result in zip(SERVED_ATTACKS, response.json()["results"], strict=True):
+            verdict = ATTACKS[name][1]
             assert result["valid"] and result["score"] == 0.0, (name, result)
             assert {t["verdict"] for t in result["tests"]} == {verdict}, (name, result["tests"])
 
