@@ -46,7 +46,7 @@ $(VENV)/.serve-installed: pyproject.toml | $(UV)
 
 # The peers' own code for the drop-in tests, without their training stacks (deepspeed,
 # ray, flash-attn): only the request-building modules are imported.
-PEERS := openrlhf==0.11.2 verl==0.9.1 sandbox-fusion==0.3.7
+PEERS := openrlhf==0.11.2 verl==0.9.1 sandbox-fusion==0.3.7 lighteval==0.13.0
 
 $(VENV)/.dev-installed: pyproject.toml Makefile $(VENV)/.serve-installed
 	$(UV_PIP) $(PY) "$(TORCH)" -e '.[serve,dev]'

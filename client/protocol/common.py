@@ -249,8 +249,9 @@ class CodeOptions(_Request):
 
     language: str | None = Field(default=None, max_length=32)
     # "tokens": whitespace tokens, numbers within 1e-6; "exact": verl's rule (trailing
-    # newlines stripped, nothing else).
-    compare: Literal["tokens", "exact"] | None = None
+    # newlines stripped, nothing else); "lines": LiveCodeBench's (stripped lines, equal as
+    # text or as decimals).
+    compare: Literal["tokens", "exact", "lines"] | None = None
     # 1.0 when every test passes, else 0.0 (stopping at the first failure); else the
     # fraction passed.
     binary: bool | None = None

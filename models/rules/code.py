@@ -17,12 +17,8 @@ Verdicts: AC, WA, TLE, MLE, RE, CE, OLE. The score is the fraction of tests pass
 with ``binary`` 1.0 when all pass (it stops at the first failure). Where the sandbox
 itself fails the item is invalid (RuleError), never a 0.
 
-Comparison of stdout (``compare``): ``tokens`` (the default) normalises line ends, drops
-trailing whitespace on each line and trailing empty lines, needs the same line count, and
-compares whitespace-separated tokens; integers match when equal, other numbers when
-within 1e-6 absolute or relative (NaN never matches). ``exact``: verl's SandboxFusion rule, equal after trailing
-newlines are stripped. Call-based results compare as JSON values, tuples as lists, floats
-by the same 1e-6 rule, recursively.
+Comparison of outputs (``compare``: ``tokens``, the default, ``exact`` or ``lines``): see
+code_compare.py.
 """
 
 from __future__ import annotations
@@ -34,16 +30,15 @@ import re
 from typing import Any
 
 from rewardserve.models.rules import RuleError, Scored, rule
+from rewardserve.models.rules.code_compare import COMPARE, same_value
 
 LANGUAGES = {"python": ("python", "py", "python3"), "cpp": ("cpp", "c++", "cc", "cxx")}
 COMPILERS = {"cpp": "/usr/bin/g++"}  # where the sandbox finds them (its /usr is the system's)
 MAX_TESTS = 256
 MAX_TEST_CHARS = 8_000_000  # all of an item's test data
-TOLERANCE = 1e-6
 # Before the JSON line a harness prints after the program (a call's result, a grader's).
 RESULT_MARKER = "\x1erewardserve-result\x1e"
 SHOWN = 1 << 20  # of a test's stdout and stderr, where the request asks for them
-_INTEGER = re.compile(r"[+-]?\d+")
 _FENCE = re.compile(r"```([^\n`]*)\n(.*?)```", re.S)
 
 
@@ -181,81 +176,6 @@ def _call_result(stdout: str) -> Any:
     if at < 0:
         raise ValueError("no result")
     return json.loads(stdout[at + len(RESULT_MARKER) :].strip())
-
-
-def same_value(got: Any, want: Any) -> bool:
-    if isinstance(got, tuple):
-        got = list(got)
-    if isinstance(want, tuple):
-        want = list(want)
-    if isinstance(got, bool) or isinstance(want, bool):
-        return got is want if isinstance(got, bool) and isinstance(want, bool) else False
-    if isinstance(got, (int, float)) and isinstance(want, (int, float)):
-        return _close(float(got), float(want)) if isinstance(got, float) or isinstance(want, float) else got == want
-    if isinstance(got, list) and isinstance(want, list):
-        return len(got) == len(want) and all(same_value(g, w) for g, w in zip(got, want))
-    if isinstance(got, dict) and isinstance(want, dict):
-        return got.keys() == want.keys() and all(same_value(got[k], want[k]) for k in got)
-    return bool(got == want)
-
-
-def _close(a: float, b: float) -> bool:
-    if math.isnan(a) or math.isnan(b):
-        return False
-    if a == b:
-        return True
-    diff = abs(a - b)
-    return diff <= TOLERANCE or diff <= TOLERANCE * abs(b)
-
-
-def _integer(token: str) -> str:
-    """An integer token's canonical text (int() refuses over 4,300 digits)."""
-    digits = token.lstrip("+-").lstrip("0") or "0"
-    return ("-" if token.startswith("-") and digits != "0" else "") + digits
-
-
-def _number(token: str) -> float | None:
-    try:
-        value = float(token)
-    except ValueError:
-        return None
-    return value
-
-
-def same_tokens(got: str, want: str) -> bool:
-    """The default stdout comparison (see the module's docstring)."""
-    g, w = _normal_lines(got), _normal_lines(want)
-    if len(g) != len(w):
-        return False
-    for got_line, want_line in zip(g, w):
-        got_tokens, want_tokens = got_line.split(), want_line.split()
-        if len(got_tokens) != len(want_tokens):
-            return False
-        for a, b in zip(got_tokens, want_tokens):
-            if a == b and a.lower() != "nan":
-                continue
-            if _INTEGER.fullmatch(a) and _INTEGER.fullmatch(b):  # never a tolerance on integers
-                if _integer(a) != _integer(b):
-                    return False
-                continue
-            x, y = _number(a), _number(b)
-            if x is None or y is None or not _close(x, y):
-                return False
-    return True
-
-
-def _normal_lines(text: str) -> list[str]:
-    lines = [line.rstrip() for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n")]
-    while lines and not lines[-1]:
-        lines.pop()
-    return lines
-
-
-def same_exact(got: str, want: str) -> bool:
-    return got.rstrip("\n") == want.rstrip("\n")
-
-
-COMPARE = {"tokens": same_tokens, "exact": same_exact}
 
 
 def verdict(result: dict[str, Any], want: Any, style: str, compare: str) -> str:

@@ -2,17 +2,22 @@
 ``verl/utils/reward_score/sandbox_fusion/utils.py`` ``check_correctness`` (installed
 ``--no-deps`` by the Makefile; the module is loaded from its file, since ``import verl``
 pulls in ray and tensordict). Each case gets the result code verl documents for what
-SandboxFusion answers: True, False, -2 (runtime error), -3 (time limit)."""
+SandboxFusion answers: True, False, -2 (runtime error), -3 (time limit); and on every
+golden pair of tests/models/rules/code_golden.py, verl's pass / fail is the code model's
+``exact`` comparison."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 import httpx
 import pytest
 
+from rewardserve.models.rules.code_compare import same_exact
 from tests.harness import serve_subprocess
+from tests.models.rules.code_golden import golden
 
 
 def verl_sandbox_fusion():
@@ -55,6 +60,22 @@ def test_verl_s_sandbox_fusion_client_gets_sandbox_fusion_s_result_codes(url, ge
     verl = verl_sandbox_fusion()
     results, metadata = verl.check_correctness(url + "/run_code", in_outs, generation, timeout=2, memory_limit_mb=512)
     assert results == expected, metadata
+
+
+@pytest.mark.timeout(240)
+def test_exact_is_verl_s_rule_on_every_golden_pair(url):
+    # The program writes the pair's output as it is; verl's client compares it with the
+    # expected one by its own rule, the code model's ``exact`` by ours.
+    verl = verl_sandbox_fusion()
+    pairs = golden()
+    writer = "import json, sys\nsys.stdout.write(json.loads(sys.stdin.read()))\n"
+    in_outs = {"inputs": [json.dumps(got) for got, _ in pairs], "outputs": [want for _, want in pairs]}
+    results, metadata = verl.check_correctness(url + "/run_code", in_outs, writer, timeout=10, memory_limit_mb=512)
+    unjudged = [m for m, r in zip(metadata, results) if r not in (True, False)]
+    assert not unjudged, unjudged[:3]
+    differ = [(got[:60], want[:60], r) for (got, want), r in zip(pairs, results) if same_exact(got, want) != r]
+    assert not differ, differ[:10]
+    assert 40 <= sum(results) <= len(pairs) - 40
 
 
 @pytest.mark.skipif(not Path("/usr/bin/g++").exists(), reason="no g++ here")

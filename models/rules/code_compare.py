@@ -1,0 +1,124 @@
+"""How the code model (code.py) decides that a test's output is the expected one.
+
+``tokens`` (the default) normalises line ends, drops trailing whitespace on each line and
+trailing empty lines, needs the same line count, and compares whitespace-separated tokens:
+integers match when equal, other numbers when within 1e-6 absolute or relative (NaN never
+matches). ``exact`` is verl's SandboxFusion rule: equal after trailing newlines are
+stripped. ``lines`` is LiveCodeBench's: the whole output stripped, then each line stripped,
+the same line count, each line equal as text or as a list of decimals (``1.0`` is ``1``,
+with no tolerance). Call-based results compare as JSON values (``same_value``): tuples as
+lists, floats by the 1e-6 rule, recursively.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from decimal import Decimal
+from typing import Any
+
+TOLERANCE = 1e-6
+_INTEGER = re.compile(r"[+-]?\d+")
+
+
+def same_value(got: Any, want: Any) -> bool:
+    if isinstance(got, tuple):
+        got = list(got)
+    if isinstance(want, tuple):
+        want = list(want)
+    if isinstance(got, bool) or isinstance(want, bool):
+        return got is want if isinstance(got, bool) and isinstance(want, bool) else False
+    if isinstance(got, (int, float)) and isinstance(want, (int, float)):
+        return _close(float(got), float(want)) if isinstance(got, float) or isinstance(want, float) else got == want
+    if isinstance(got, list) and isinstance(want, list):
+        return len(got) == len(want) and all(same_value(g, w) for g, w in zip(got, want))
+    if isinstance(got, dict) and isinstance(want, dict):
+        return got.keys() == want.keys() and all(same_value(got[k], want[k]) for k in got)
+    return bool(got == want)
+
+
+def _close(a: float, b: float) -> bool:
+    if math.isnan(a) or math.isnan(b):
+        return False
+    if a == b:
+        return True
+    diff = abs(a - b)
+    return diff <= TOLERANCE or diff <= TOLERANCE * abs(b)
+
+
+def _integer(token: str) -> str:
+    """An integer token's canonical text (int() refuses over 4,300 digits)."""
+    digits = token.lstrip("+-").lstrip("0") or "0"
+    return ("-" if token.startswith("-") and digits != "0" else "") + digits
+
+
+def _number(token: str) -> float | None:
+    try:
+        value = float(token)
+    except ValueError:
+        return None
+    return value
+
+
+def same_tokens(got: str, want: str) -> bool:
+    """The default stdout comparison (see the module's docstring)."""
+    g, w = _normal_lines(got), _normal_lines(want)
+    if len(g) != len(w):
+        return False
+    for got_line, want_line in zip(g, w):
+        got_tokens, want_tokens = got_line.split(), want_line.split()
+        if len(got_tokens) != len(want_tokens):
+            return False
+        for a, b in zip(got_tokens, want_tokens):
+            if a == b and a.lower() != "nan":
+                continue
+            if _INTEGER.fullmatch(a) and _INTEGER.fullmatch(b):  # never a tolerance on integers
+                if _integer(a) != _integer(b):
+                    return False
+                continue
+            x, y = _number(a), _number(b)
+            if x is None or y is None or not _close(x, y):
+                return False
+    return True
+
+
+def _normal_lines(text: str) -> list[str]:
+    lines = [line.rstrip() for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n")]
+    while lines and not lines[-1]:
+        lines.pop()
+    return lines
+
+
+def same_exact(got: str, want: str) -> bool:
+    return got.rstrip("\n") == want.rstrip("\n")
+
+
+def _stripped_lines(text: str) -> list[str]:
+    return [line.strip() for line in text.strip().split("\n")]
+
+
+def _decimals(line: str) -> list[Decimal] | None:
+    try:
+        return [Decimal(token) for token in line.split()]
+    except ArithmeticError:  # InvalidOperation, where a token is not a number
+        return None
+
+
+def same_lines(got: str, want: str) -> bool:
+    """LiveCodeBench's rule (see the module's docstring)."""
+    g, w = _stripped_lines(got), _stripped_lines(want)
+    if len(g) != len(w):
+        return False
+    for got_line, want_line in zip(g, w):
+        if got_line == want_line:
+            continue
+        a, b = _decimals(got_line), _decimals(want_line)
+        try:
+            if a is None or b is None or a != b:
+                return False
+        except ArithmeticError:  # a signalling NaN refuses to compare; LiveCodeBench crashes
+            return False
+    return True
+
+
+COMPARE = {"tokens": same_tokens, "exact": same_exact, "lines": same_lines}

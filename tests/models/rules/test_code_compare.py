@@ -1,0 +1,96 @@
+"""The code model's output comparisons (models/rules/code_compare.py). ``lines`` is checked
+against LiveCodeBench's own grader as lighteval 0.13.0 (PyPI) ships it,
+``lighteval/tasks/tasks/lcb/codegen_metrics.py`` ``grade_stdio``, on every golden pair of
+code_golden.py; ``exact`` against verl's client in tests/service/test_code_routes.py."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from rewardserve.models.rules.code_compare import same_lines, same_tokens, same_value
+from tests.models.rules.code_golden import golden
+
+# Run apart: grade_stdio runs the program in its own process with signal.alarm, and
+# lighteval's package __init__ imports every task (and their heavy dependencies), so the
+# grader's file is loaded by path.
+LIVECODEBENCH = """
+import importlib.util, json, os, sys
+path = os.path.join(sys.argv[1], "tasks", "tasks", "lcb", "codegen_metrics.py")
+spec = importlib.util.spec_from_file_location("lcb_codegen_metrics", path)
+lcb = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(lcb)
+out = []
+for got, want in json.load(sys.stdin):
+    code = "import sys\\nsys.stdout.write(" + repr(got) + ")\\n"
+    out.append(lcb.grade_stdio(code, [""], [want], timeout=30))
+print(json.dumps(out))
+"""
+
+
+def livecodebench_says(pairs: list[tuple[str, str]]) -> list[bool]:
+    spec = importlib.util.find_spec("lighteval")  # the Makefile's peers install lighteval==0.13.0
+    assert spec is not None and spec.submodule_search_locations, "lighteval is not installed"
+    run = subprocess.run(
+        [sys.executable, "-c", LIVECODEBENCH, list(spec.submodule_search_locations)[0]],
+        input=json.dumps(pairs),
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, "PYTHONIOENCODING": "utf-8"},
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    results = json.loads(run.stdout.strip().splitlines()[-1])
+    assert all(r in ([True], [-2]) for r in results), {str(r) for r in results}  # judged, never crashed
+    return [r == [True] for r in results]
+
+
+@pytest.mark.timeout(300)
+def test_lines_is_livecodebench_s_rule_on_every_golden_pair():
+    pairs = golden()
+    assert len(pairs) >= 100
+    theirs = livecodebench_says(pairs)
+    ours = [same_lines(got, want) for got, want in pairs]
+    differ = [(got[:60], want[:60], t) for (got, want), o, t in zip(pairs, ours, theirs) if o != t]
+    assert not differ, differ[:10]
+    assert 40 <= sum(ours) <= len(pairs) - 40  # the set has both answers in numbers
+
+
+def test_lines_refuses_what_livecodebench_would_crash_on():
+    assert same_lines("sNaN", "sNaN")  # equal as text
+    assert not same_lines("sNaN 1", "sNaN 2")  # Decimal refuses to compare a signalling NaN
+
+
+@pytest.mark.parametrize(
+    ("got", "want", "same"),
+    [
+        ("3\n", "3", True),
+        ("3   \n\n\n", "3\n", True),
+        ("1 2\r\n3\r\n", "1 2\n3\n", True),
+        ("0.3333333", "0.33333333", True),
+        ("1e6", "1000000", True),
+        ("1000001", "1000000", False),
+        ("50000000000000000", "50000000000000001", False),
+        ("nan", "nan", False),
+        ("YES", "yes", False),
+        ("1 2", "1\n2", False),
+        ("", "", True),
+        ("", "0", False),
+        ("héllo wörld", "héllo  wörld", True),
+    ],
+)
+def test_the_default_comparison(got, want, same):
+    assert same_tokens(got, want) is same
+
+
+def test_call_results_compare_as_json_with_the_float_rule():
+    assert same_value((1, 2.0000000001), [1, 2])
+    assert not same_value([1, 2], [1, 2, 3])
+    assert not same_value(True, 1)
+    assert same_value({"a": [0.1]}, {"a": [0.10000000001]})
+    assert not same_value(float("nan"), float("nan"))
