@@ -122,6 +122,10 @@ class Settings(BaseSettings):
     # All images of one request together, decoded (a 6,300 x 6,300 image is 40 M).
     max_request_pixels: int = Field(default=64_000_000, gt=0)
     image_fetch_timeout_s: float = Field(default=5.0, gt=0)
+    # The built-in code model: the most a request's options.code may ask per test
+    # (a request over them is a 422 naming the setting's arg).
+    code_max_timeout_s: float = Field(default=60.0, gt=0, le=600)
+    code_max_memory_mb: int = Field(default=4096, ge=64, le=65536)
 
     @field_validator("api_keys", "image_url_allowlist", "cors_origins", mode="before")
     @classmethod
@@ -185,8 +189,14 @@ class Settings(BaseSettings):
         if duplicates:
             raise ValueError(f"model names must be unique; repeated: {', '.join(duplicates)}")
         if self.builtin_rules:
-            specs += [s for s in BUILTIN_RULES if s.name not in names]
+            specs += [self._builtin(s) for s in BUILTIN_RULES if s.name not in names]
         return specs
+
+    def _builtin(self, spec: ModelSpec) -> ModelSpec:
+        if spec.name != "code":
+            return spec
+        caps = {"max_timeout_s": self.code_max_timeout_s, "max_memory_mb": self.code_max_memory_mb}
+        return spec.model_copy(update={"options": {**spec.options, "args": caps}})
 
 
 # What a config file may hold at its top level (tenants: service/tenants.py).

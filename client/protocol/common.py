@@ -255,8 +255,10 @@ class CodeOptions(_Request):
     # 1.0 when every test passes, else 0.0 (stopping at the first failure); else the
     # fraction passed.
     binary: bool | None = None
-    timeout_s: float | None = Field(default=None, gt=0, le=60, description="Wall clock per test.")
-    memory_mb: int | None = Field(default=None, ge=32, le=4096, description="Address space per test.")
+    # Each within the model's caps (its args max_timeout_s and max_memory_mb; for the
+    # built-in model the settings code_max_timeout_s, 60, and code_max_memory_mb, 4096).
+    timeout_s: float | None = Field(default=None, gt=0, le=600, description="Wall clock per test.")
+    memory_mb: int | None = Field(default=None, ge=32, le=65536, description="Address space per test.")
     # Each test's stdout and stderr in its result (the first MiB of each).
     outputs: bool | None = None
     # The response's last fenced block for the language (default), or the response as it is.

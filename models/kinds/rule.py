@@ -129,7 +129,15 @@ class RuleModel(RewardModel):
                 f"options.code is for the code model; model {self.name!r} runs rule {self.rule.name!r}",
                 param="options.code",
             )
-        args = {**self.args, **options.code.model_dump(exclude_none=True)}
+        asked = options.code.model_dump(exclude_none=True)
+        for key, value in asked.items():  # the model's caps on them (args max_timeout_s, ...)
+            cap = self.args.get(f"max_{key}")
+            if isinstance(cap, (int, float)) and isinstance(value, (int, float)) and value > cap:
+                raise RequestError(
+                    f"options.code.{key} is {value}, over model {self.name!r}'s limit of {cap} (max_{key})",
+                    param=f"options.code.{key}",
+                )
+        args = {**self.args, **asked}
         return args, work_key([], self.rule.name, args)
 
     def prepare(self, items: list[Item], options: ScoreOptions) -> list[Job[RuleCall] | ItemError]:
@@ -139,10 +147,8 @@ class RuleModel(RewardModel):
             response = item.response_text()
             problem = self.rule.check(response, item.reference, args)
             if problem is not None:
-                field, message = problem
-                raise RequestError(
-                    f"items[{index}].{field}: {message}", param=f"items[{index}].{field}", type="payload_too_large"
-                )
+                where = f"items[{index}].{problem.field}"
+                raise RequestError(f"{where}: {problem.message}", param=where, type=problem.error_type)
             if self.fn_path is None:
                 call = RuleCall(self.rule.name, response, item.reference, args, timeout_s=self.timeout_s)
                 key = work_key([], args_key, response, item.reference)

@@ -180,13 +180,11 @@ def plan_criteria(items: Sequence[Item], criteria: list[list[Criterion]], params
 
 
 def check_rule_input(rule: str, response: str, reference: Any, args: dict[str, Any], index: int) -> None:
-    """413 naming ``items[i].<field>`` for an input over the rule's caps."""
+    """413 (422 for a count) naming ``items[i].<field>`` for an input over the rule's caps."""
     problem = get_rule(rule).check(response, reference, args)
     if problem is not None:
-        name, message = problem
-        raise RequestError(
-            f"items[{index}].{name}: {message} ({rule})", param=f"items[{index}].{name}", type="payload_too_large"
-        )
+        where = f"items[{index}].{problem.field}"
+        raise RequestError(f"{where}: {problem.message} ({rule})", param=where, type=problem.error_type)
 
 
 def call_outcome(key: Key, value: Any, rule: str | None, where: str) -> Any:

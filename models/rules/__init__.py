@@ -7,7 +7,8 @@ raises ``RuleError``: the item becomes ``valid: false``, never a silent 0.
 Every rule runs in a pool worker with a time and a memory limit (isolation.py): sympy
 can run for minutes on a crafted formula, a regex can backtrack for hours. A rule whose
 cost grows faster than its input declares ``limits``: a cheap check, run in the serving
-process before the call is queued, that names the field over its cap (a 413).
+process before the call is queued, that names the field over its cap (a 413; a 422 for a
+count over its cap, such as a code item's number of tests).
 """
 
 from __future__ import annotations
@@ -16,14 +17,27 @@ import functools
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
+
+from rewardserve.client.protocol import ErrorType
 
 RuleFn = Callable[..., float]
 # Caps every rule has; rules with super-linear costs add their own (``limits``).
 MAX_RESPONSE_CHARS = 1_000_000
 MAX_REFERENCES = 64
-# (response, reference, args) -> None, or (field, message) for the input over a cap.
-LimitsFn = Callable[[str, Any, dict[str, Any]], "tuple[str, str] | None"]
+
+
+class Limit(NamedTuple):
+    """An item's input over a cap: the field (under ``items[i]``), what is over, and the
+    error type (payload_too_large: 413; invalid_request: 422)."""
+
+    field: str
+    message: str
+    error_type: ErrorType = "payload_too_large"
+
+
+# (response, reference, args) -> None, or the Limit the input is over.
+LimitsFn = Callable[[str, Any, dict[str, Any]], "Limit | None"]
 
 # Modules that define rules; imported on first lookup (in the server and in pool workers).
 _RULE_MODULES = (
@@ -69,7 +83,7 @@ class Rule:
     # The ScoreOptions field whose values a request may pass over the model's args ("code").
     request_options: str | None = None
 
-    def check(self, response: str, reference: Any, args: dict[str, Any]) -> tuple[str, str] | None:
+    def check(self, response: str, reference: Any, args: dict[str, Any]) -> Limit | None:
         """Every rule's caps (response size, number of references), then its own."""
         problem = over("response", len(response), MAX_RESPONSE_CHARS)
         if problem is None and isinstance(reference, list):
@@ -102,11 +116,11 @@ def rule(
     return add
 
 
-def over(field: str, size: int, cap: int, unit: str = "characters") -> tuple[str, str] | None:
-    """The (field, message) of a limits check, or None when ``size`` is within ``cap``."""
+def over(field: str, size: int, cap: int, unit: str = "characters") -> Limit | None:
+    """The Limit of a size check (413), or None when ``size`` is within ``cap``."""
     if size <= cap:
         return None
-    return field, f"{size} {unit}, over this rule's limit of {cap}"
+    return Limit(field, f"{size} {unit}, over this rule's limit of {cap}")
 
 
 def text_references(reference: Any, rule_name: str) -> list[str]:

@@ -29,7 +29,7 @@ import os
 import re
 from typing import Any
 
-from rewardserve.models.rules import RuleError, Scored, rule
+from rewardserve.models.rules import Limit, RuleError, Scored, rule
 from rewardserve.models.rules.code_compare import COMPARE, same_value
 
 LANGUAGES = {"python": ("python", "py", "python3"), "cpp": ("cpp", "c++", "cc", "cxx")}
@@ -210,10 +210,16 @@ class CodeScore(Scored):
         return (CodeScore, (float(self), self.reason, self.tests))
 
 
-def _limits(response: str, reference: Any, args: dict[str, Any]) -> tuple[str, str] | None:
+def _limits(response: str, reference: Any, args: dict[str, Any]) -> Limit | None:
     size = len(reference) if isinstance(reference, str) else len(json.dumps(reference, default=str))
     if size > MAX_TEST_CHARS:
-        return "reference", f"{size} characters of tests, over the code model's limit of {MAX_TEST_CHARS}"
+        return Limit("reference", f"{size} characters of tests, over the code model's limit of {MAX_TEST_CHARS}")
+    try:
+        count = len(plan("", reference)[1])
+    except RuleError:  # judged in the worker, where it makes only this item invalid
+        return None
+    if count > MAX_TESTS:
+        return Limit("reference", f"{count} tests, over the code model's limit of {MAX_TESTS}", "invalid_request")
     return None
 
 
@@ -235,9 +241,13 @@ def code_tests(
     memory_mb: int = 1024,
     outputs: bool = False,
     extract: bool = True,
+    max_timeout_s: float = 60.0,
+    max_memory_mb: int = 4096,
     **_: Any,
 ) -> float:
-    """The share of the reference's tests the response's code passes (see the module)."""
+    """The share of the reference's tests the response's code passes (see the module).
+    ``max_timeout_s`` and ``max_memory_mb`` are the model's caps on what a request asks
+    (service settings ``code_max_timeout_s``, ``code_max_memory_mb`` for the built-in one)."""
     from rewardserve.models.rules import sandbox
 
     if language not in LANGUAGES:
@@ -253,7 +263,9 @@ def code_tests(
         raise RuleError("the reference has no tests")
     if len(tests) > MAX_TESTS:
         raise RuleError(f"{len(tests)} tests, over the code model's limit of {MAX_TESTS}")
-    limits = sandbox.Limits(timeout_s=min(float(timeout_s), 30.0), memory_mb=min(int(memory_mb), 4096))
+    limits = sandbox.Limits(
+        timeout_s=min(float(timeout_s), float(max_timeout_s)), memory_mb=min(int(memory_mb), int(max_memory_mb))
+    )
     verdicts: list[str] = []
 
     def judged(result: dict[str, Any]) -> bool:

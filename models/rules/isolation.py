@@ -204,7 +204,7 @@ def _run_one(call: RuleCall | RenderCall) -> Any:
                 reference, args = with_named_reference(reference, render_field_bounded(call.args, call.variables))
                 problem = rule.check(call.response, reference, args)
                 if problem is not None:
-                    return CallFailure("limit", f"{problem[0]}: {problem[1]} ({call.rule})")
+                    return CallFailure("limit", f"{problem.field}: {problem.message} ({call.rule})")
             if call.path is not None:  # the operator's own function, TRL's signature
                 from rewardserve.models.rules.custom import call_reward, worker_function
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any
 
-from rewardserve.models.rules import RuleError, over, reference_texts, rule, text_references
+from rewardserve.models.rules import Limit, RuleError, over, reference_texts, rule, text_references
 
 if TYPE_CHECKING:  # pool workers load torch only when this rule first runs
     import torch
@@ -56,7 +56,7 @@ def embedder() -> SentenceEmbedder:
         return _embedder
 
 
-def _limits(response: str, reference: Any, args: dict[str, Any]) -> tuple[str, str] | None:
+def _limits(response: str, reference: Any, args: dict[str, Any]) -> Limit | None:
     refs = reference_texts(reference)
     problem = over("reference", len(refs), MAX_SIMILARITY_REFERENCES, "references")
     problem = problem or over("response", len(response), MAX_SIMILARITY_CHARS)

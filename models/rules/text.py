@@ -13,7 +13,7 @@ import re
 import string
 from typing import Any
 
-from rewardserve.models.rules import RuleError, over, reference_texts, rule, text_references
+from rewardserve.models.rules import Limit, RuleError, over, reference_texts, rule, text_references
 
 _BOXED = re.compile(r"\\boxed\s*\{")
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
@@ -127,7 +127,7 @@ def chrf(response: str, reference: Any, *, word_order: int = 0, **_: Any) -> flo
     return sacrebleu.sentence_chrf(response, refs, word_order=word_order).score / 100.0
 
 
-def _rouge_limits(response: str, reference: Any, args: dict[str, Any]) -> tuple[str, str] | None:
+def _rouge_limits(response: str, reference: Any, args: dict[str, Any]) -> Limit | None:
     words = len(response.split())
     problem = over("response", words, MAX_ROUGE_WORDS, "words")
     for ref in reference_texts(reference):
@@ -154,7 +154,7 @@ def rouge(response: str, reference: Any, *, variant: str = "rougeL", measure: st
     return best
 
 
-def _fuzzy_limits(response: str, reference: Any, args: dict[str, Any]) -> tuple[str, str] | None:
+def _fuzzy_limits(response: str, reference: Any, args: dict[str, Any]) -> Limit | None:
     problem = over("response", len(response), MAX_FUZZY_CHARS)
     for ref in reference_texts(reference):
         problem = problem or over("reference", len(ref), MAX_FUZZY_CHARS)

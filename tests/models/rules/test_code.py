@@ -218,6 +218,35 @@ async def test_options_code_are_the_request_s_and_only_for_the_code_model():
     assert too_long.status_code == 422 and "timeout_s" in too_long.text
 
 
+async def test_caps_on_a_request_s_tests_are_422s_naming_them():
+    from rewardserve.service.settings import Settings
+    from tests.harness import serve_in_process
+
+    many = {"response": "print(1)", "reference": {"inputs": ["1"] * 300, "outputs": ["1"] * 300}}
+    fine = {"response": "print(1)", "reference": {"inputs": [""], "outputs": ["1"]}}
+    settings = Settings(models=[], builtin_rules=True, code_max_timeout_s=2, code_max_memory_mb=256)
+    async with serve_in_process(settings) as (_, client):
+        too_many = await client.post("/v1/score", json={"model": "code", "items": [fine, many]})
+        slow = await client.post(
+            "/v1/score", json={"model": "code", "items": [fine], "options": {"code": {"timeout_s": 3}}}
+        )
+        big = await client.post(
+            "/v1/score", json={"model": "code", "items": [fine], "options": {"code": {"memory_mb": 512}}}
+        )
+        within = await client.post(
+            "/v1/score",
+            json={"model": "code", "items": [fine], "options": {"code": {"timeout_s": 2, "memory_mb": 256}}},
+        )
+    assert too_many.status_code == 422 and "items[1].reference" in too_many.text and "300 tests" in too_many.text
+    assert (
+        slow.status_code == 422
+        and "max_timeout_s" in slow.text
+        and slow.json()["error"]["param"] == "options.code.timeout_s"
+    )
+    assert big.status_code == 422 and "max_memory_mb" in big.text
+    assert within.status_code == 200 and within.json()["results"][0]["score"] == 1.0
+
+
 CPP_ADD = '#include <cstdio>\nint main() { long a, b; std::scanf("%ld %ld", &a, &b); std::printf("%ld\\n", a + b); }\n'
 needs_gxx = pytest.mark.skipif(not os.path.exists("/usr/bin/g++"), reason="no g++ here")
 
