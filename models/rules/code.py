@@ -1,17 +1,7 @@
 """Code-execution rewards: the completion's code run against the item's tests in a
 sandbox (sandbox.py), one verdict per test.
 
-The code is the response's last fenced block for the language (```python, ```py), else
-its last untagged block, else the whole response. The reference is one of:
-- stdin/stdout tests, verl / APPS / TACO shape: ``{"inputs": [...], "outputs": [...]}``,
-  with ``fn_name`` for call-based problems (each input line a JSON argument; a function of
-  the module or a method of class ``Solution``); also as a JSON string, or under
-  ``input_output`` (TACO); LiveCodeBench's ``public_test_cases`` (``testtype`` stdin or
-  functional, with ``metadata.func_name``); open-r1's ``verification_info``
-  (``test_cases`` of type stdin_stdout);
-- human-eval: ``{"test": ..., "entry_point": ...}`` (``prompt`` is put before code that
-  does not define the entry point);
-- MBPP: ``{"test_list": [...], "test_setup_code": ...}``, one test per assert.
+The code and the tests: see code_formats.py.
 
 Verdicts: AC, WA, TLE, MLE, RE, CE, OLE. The score is the fraction of tests passed, or
 with ``binary`` 1.0 when all pass (it stops at the first failure). Where the sandbox
@@ -26,156 +16,23 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 from typing import Any
 
 from rewardserve.models.rules import Limit, RuleError, Scored, rule
 from rewardserve.models.rules.code_compare import COMPARE, same_value
+from rewardserve.models.rules.code_formats import (
+    LANGUAGES,
+    RESULT_MARKER,
+    call_result,
+    checker_source,
+    extract_code,
+    plan,
+)
 
-LANGUAGES = {"python": ("python", "py", "python3"), "cpp": ("cpp", "c++", "cc", "cxx")}
 COMPILERS = {"cpp": "/usr/bin/g++"}  # where the sandbox finds them (its /usr is the system's)
 MAX_TESTS = 256
 MAX_TEST_CHARS = 8_000_000  # all of an item's test data
-# Before the JSON line a harness prints after the program (a call's result, a grader's).
-RESULT_MARKER = "\x1erewardserve-result\x1e"
 SHOWN = 1 << 20  # of a test's stdout and stderr, where the request asks for them
-_FENCE = re.compile(r"```([^\n`]*)\n(.*?)```", re.S)
-
-
-def extract_code(response: str, language: str = "python") -> str:
-    blocks = _FENCE.findall(response)
-    tags = LANGUAGES[language]
-    tagged = [body for tag, body in blocks if tag.strip().lower() in tags]
-    if tagged:
-        return str(tagged[-1])
-    untagged = [body for tag, body in blocks if not tag.strip()]
-    return str(untagged[-1]) if untagged else response
-
-
-def _as_object(reference: Any) -> dict[str, Any]:
-    if isinstance(reference, str):
-        try:
-            reference = json.loads(reference)
-        except ValueError:
-            raise RuleError("the code model's reference is a string that is not JSON tests") from None
-    if not isinstance(reference, dict):
-        raise RuleError(
-            "the code model needs a reference object: {inputs, outputs}, {test, entry_point} or {test_list}"
-        )
-    if "input_output" in reference:
-        return _as_object(reference["input_output"])
-    if "public_test_cases" in reference:
-        return _livecodebench(reference)
-    if "test_cases" in reference:
-        return _open_r1(reference)
-    return reference
-
-
-def _open_r1(row: dict[str, Any]) -> dict[str, Any]:
-    """open-r1's ``verification_info`` (``{language, test_cases: [{input, output, type:
-    stdin_stdout}]}``) as inputs and outputs. Compared by this model's rule, not
-    open-r1's line ``zip``, which passes an output cut short."""
-    cases = row["test_cases"]
-    if not isinstance(cases, list) or not all(isinstance(c, dict) and "input" in c and "output" in c for c in cases):
-        raise RuleError("test_cases must be a list of {input, output, type}")
-    kinds = {c.get("type", "stdin_stdout") for c in cases}
-    if kinds != {"stdin_stdout"}:
-        raise RuleError(f"test_cases of type {sorted(kinds - {'stdin_stdout'})} are not run here; stdin_stdout is")
-    if row.get("language", "python") != "python":
-        raise RuleError(f"unsupported language {row.get('language')!r}; supported: {', '.join(LANGUAGES)}")
-    return {"inputs": [c["input"] for c in cases], "outputs": [c["output"] for c in cases]}
-
-
-def _livecodebench(row: dict[str, Any]) -> dict[str, Any]:
-    """A LiveCodeBench row's tests (``public_test_cases``, JSON text or a list, each
-    ``{input, output, testtype}``) as inputs and outputs; ``functional`` tests call
-    ``metadata.func_name`` (JSON text or an object)."""
-    cases = row["public_test_cases"]
-    metadata = row.get("metadata") or {}
-    try:
-        cases = json.loads(cases) if isinstance(cases, str) else cases
-        metadata = json.loads(metadata) if isinstance(metadata, str) else metadata
-    except ValueError:
-        raise RuleError("public_test_cases or metadata is not JSON") from None
-    if not isinstance(cases, list) or not all(isinstance(c, dict) and "input" in c and "output" in c for c in cases):
-        raise RuleError("public_test_cases must be a list of {input, output, testtype}")
-    out: dict[str, Any] = {"inputs": [c["input"] for c in cases], "outputs": [c["output"] for c in cases]}
-    if any(c.get("testtype") == "functional" for c in cases):
-        if not isinstance(metadata, dict) or not metadata.get("func_name"):
-            raise RuleError("functional tests need metadata.func_name")
-        out["fn_name"] = metadata["func_name"]
-    return out
-
-
-def plan(code: str, reference: Any) -> tuple[str, list[dict[str, Any]], list[Any], str]:
-    """(code to run, sandbox tests, what each test's output must be, style): style is
-    ``stdio``, ``call`` (expected values: compared here) or ``asserts`` (a test passes by
-    running to its end)."""
-    ref = _as_object(reference)
-    if "inputs" in ref and "outputs" in ref:
-        inputs, outputs = ref["inputs"], ref["outputs"]
-        if not isinstance(inputs, list) or not isinstance(outputs, list) or len(inputs) != len(outputs):
-            raise RuleError("reference inputs and outputs must be lists of the same length")
-        fn = ref.get("fn_name")
-        if fn:
-            if not isinstance(fn, str) or not fn.isidentifier():
-                raise RuleError(f"fn_name {str(fn)[:40]!r} is not a Python name")
-            tests = [{"after": _call_harness(fn, _lines_of(i))} for i in inputs]
-            return code, tests, [_expected_value(o) for o in outputs], "call"
-        tests = [{"stdin": i if isinstance(i, str) else "\n".join(map(str, i))} for i in inputs]
-        wanted = [o if o is None or isinstance(o, str) else "\n".join(map(str, o)) for o in outputs]
-        return code, tests, wanted, "stdio"
-    if "test" in ref and "entry_point" in ref:
-        entry = str(ref["entry_point"])
-        if not entry.isidentifier():
-            raise RuleError(f"entry_point {entry[:40]!r} is not a Python name")
-        prompt = ref.get("prompt")
-        if isinstance(prompt, str) and not re.search(rf"^\s*def\s+{re.escape(entry)}\s*\(", code, re.M):
-            code = prompt + code
-        return code, [{"after": f"{ref['test']}\ncheck({entry})\n"}], [None], "asserts"
-    if "test_list" in ref:
-        asserts = ref["test_list"]
-        if not isinstance(asserts, list) or not all(isinstance(a, str) for a in asserts):
-            raise RuleError("test_list must be a list of assert statements")
-        setup = ref.get("test_setup_code") or ""
-        return code, [{"before": setup, "after": a} for a in asserts], [None] * len(asserts), "asserts"
-    raise RuleError("the code model's reference has no tests: {inputs, outputs}, {test, entry_point} or {test_list}")
-
-
-def _lines_of(value: Any) -> list[Any]:
-    if isinstance(value, str):
-        try:
-            return [json.loads(line) for line in value.split("\n") if line.strip()]
-        except ValueError:
-            raise RuleError("a call-based input line is not JSON") from None
-    return list(value) if isinstance(value, list) else [value]
-
-
-def _expected_value(value: Any) -> Any:
-    if isinstance(value, str):
-        try:
-            return json.loads(value)
-        except ValueError:
-            return value
-    return value
-
-
-def _call_harness(fn: str, args: list[Any]) -> str:
-    """Run after the program in its globals: the function (or Solution's method) on the
-    arguments, its result as one JSON line after a blank separator."""
-    return (
-        "import json as _rs_json\n"
-        f"_rs_fn = globals().get({fn!r}) or getattr(globals()['Solution'](), {fn!r})\n"
-        f"_rs_out = _rs_fn(*_rs_json.loads({json.dumps(json.dumps(args))}))\n"
-        f"print()\nprint({RESULT_MARKER!r} + _rs_json.dumps(_rs_out, default=repr))\n"
-    )
-
-
-def _call_result(stdout: str) -> Any:
-    at = stdout.rfind(RESULT_MARKER)
-    if at < 0:
-        raise ValueError("no result")
-    return json.loads(stdout[at + len(RESULT_MARKER) :].strip())
 
 
 def verdict(result: dict[str, Any], want: Any, style: str, compare: str) -> str:
@@ -189,7 +46,7 @@ def verdict(result: dict[str, Any], want: Any, style: str, compare: str) -> str:
         return "AC"
     if style == "call":
         try:
-            return "AC" if same_value(_call_result(result.get("stdout", "")), want) else "WA"
+            return "AC" if same_value(call_result(result.get("stdout", "")), want) else "WA"
         except ValueError:
             return "RE"
     return "AC" if COMPARE[compare](result.get("stdout", ""), want) else "WA"
@@ -266,10 +123,15 @@ def code_tests(
     limits = sandbox.Limits(
         timeout_s=min(float(timeout_s), float(max_timeout_s)), memory_mb=min(int(memory_mb), int(max_memory_mb))
     )
+    checker = checker_source(reference)
+    if checker is not None and style != "stdio":
+        raise RuleError(f"a checker judges stdin/stdout tests ({{inputs, outputs}}); these are {style} tests")
     verdicts: list[str] = []
 
     def judged(result: dict[str, Any]) -> bool:
-        verdicts.append(verdict(result, wanted[len(verdicts)], style, compare))
+        # With a checker, a clean run is AC until the checker has read its output.
+        want = wanted[len(verdicts)] if checker is None else None
+        verdicts.append(verdict(result, want, style, compare))
         return binary and verdicts[-1] != "AC"
 
     try:
@@ -282,6 +144,8 @@ def code_tests(
         return CodeScore(0.0, f"CE: {outcome.compile_error}", [{"verdict": "CE", "detail": outcome.compile_error}])
     for result in outcome.results[len(verdicts) :]:  # tests the program's runner never reported
         verdicts.append(str(result["verdict"]))
+    if checker is not None:
+        verdicts = checked(checker, tests, wanted, outcome.results, verdicts, limits, binary)
     details: list[dict[str, Any]] = [
         {
             "verdict": v,
@@ -297,6 +161,77 @@ def code_tests(
     score = float(passed == len(tests)) if binary else passed / len(tests)
     failed = next((f"test {i}: {v}" for i, v in enumerate(verdicts) if v != "AC"), "")
     return CodeScore(score, f"{passed}/{len(tests)} passed" + (f"; first failure {failed}" if failed else ""), details)
+
+
+# Before a checker runs: testlib's arguments (input, the program's output, the expected
+# answer) as files in its working directory, and the input on its stdin.
+CHECKER_SETUP = (
+    "import json as _rs_json, sys as _rs_sys\n"
+    "_rs_case = _rs_json.loads(_rs_sys.stdin.read())\n"
+    "for _rs_name in ('input', 'output', 'answer'):\n"
+    "    with open(_rs_name + '.txt', 'w', encoding='utf-8') as _rs_file:\n"
+    "        _rs_file.write(_rs_case[_rs_name])\n"
+    "_rs_sys.stdin = open('input.txt', encoding='utf-8')\n"
+    "_rs_sys.argv = ['checker', 'input.txt', 'output.txt', 'answer.txt']\n"
+    "del _rs_case, _rs_name, _rs_file\n"
+)
+CHECKER_ACCEPTS, CHECKER_REJECTS = 0, (1, 2)  # testlib's exit codes: ok; wrong answer, presentation error
+
+
+def checked(
+    checker: str,
+    tests: list[dict[str, Any]],
+    wanted: list[Any],
+    results: list[dict[str, Any]],
+    verdicts: list[str],
+    limits: Any,
+    binary: bool,
+) -> list[str]:
+    """The verdicts with each clean run's AC or WA as the reference's checker says: it
+    runs in the sandbox, as the completion did, once per such test. A checker that fails
+    (another exit code, a crash, its time) makes the item invalid, never a WA."""
+    from rewardserve.models.rules import sandbox
+
+    judged = [i for i, v in enumerate(verdicts) if v == "AC"]
+    cases = [
+        {
+            "stdin": json.dumps(
+                {"input": tests[i].get("stdin", ""), "output": results[i].get("stdout", ""), "answer": wanted[i] or ""}
+            ),
+            "before": CHECKER_SETUP,
+        }
+        for i in judged
+    ]
+    if not cases:
+        return verdicts
+    out = list(verdicts)
+    seen: list[int] = []
+    failure: list[str] = []
+
+    def read(result: dict[str, Any]) -> bool:
+        at = judged[len(seen)]
+        seen.append(at)
+        exit_code = result.get("exit_code")
+        if result.get("verdict") or result.get("signal") or exit_code not in (CHECKER_ACCEPTS, *CHECKER_REJECTS):
+            why = result.get("verdict") or (result.get("stderr") or "").strip()[-300:] or f"exit {exit_code}"
+            failure.append(f"the checker failed on test {at}: {why}")
+            return True
+        out[at] = "AC" if exit_code == CHECKER_ACCEPTS else "WA"
+        return binary and out[at] != "AC"
+
+    try:
+        outcome = sandbox.run(checker, cases, limits, stop=read)
+    except sandbox.SandboxUnavailable as exc:
+        raise RuleError(f"the sandbox failed: {exc}") from None
+    except ValueError as exc:
+        raise RuleError(f"the checker's setup does not compile: {exc}") from None
+    if outcome.compile_error is not None:
+        raise RuleError(f"the checker does not compile: {outcome.compile_error}")
+    if failure:
+        raise RuleError(failure[0])
+    if len(seen) < len(judged):  # a binary score's first WA: what follows was never checked
+        return out[: seen[-1] + 1]
+    return out
 
 
 GRADER = (
@@ -331,7 +266,7 @@ def python_grader(
         why = result.get("verdict") or (result.get("stderr") or "").strip()[-300:] or f"exit {result.get('exit_code')}"
         raise RuleError(f"the grader failed: {why}")
     try:
-        value = float(_call_result(result.get("stdout", "")))
+        value = float(call_result(result.get("stdout", "")))
     except (ValueError, TypeError):
         raise RuleError("the grader gave no number") from None
     if not math.isfinite(value):

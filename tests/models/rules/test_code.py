@@ -179,6 +179,44 @@ def test_the_code_model_names_its_sandbox_and_will_not_load_without_one(monkeypa
         sandbox.check.cache_clear()
 
 
+PERMUTATION_CHECKER = """
+import sys
+given, output, answer = (open(path).read() for path in sys.argv[1:4])
+n = int(sys.stdin.read())
+assert given.strip() == str(n) and len(answer.split()) == n
+sys.exit(0 if sorted(output.split(), key=int) == [str(i) for i in range(1, n + 1)] else 1)
+"""
+PERMUTATIONS = {"inputs": ["3", "4", "2"], "outputs": ["1 2 3", "1 2 3 4", "1 2"], "checker": PERMUTATION_CHECKER}
+
+
+@pytest.mark.parametrize(
+    ("code", "binary", "expected"),
+    [
+        ("n = int(input())\nprint(*reversed(range(1, n + 1)))", False, ["AC", "AC", "AC"]),
+        ("n = int(input())\nprint(*range(1, n))", False, ["WA", "WA", "WA"]),
+        ("n = int(input())\nprint(*range(1, n))", True, ["WA"]),
+        ("n = int(input())\nassert n != 4\nprint(*range(1, n + 1))", False, ["AC", "RE", "AC"]),
+    ],
+)
+def test_a_checker_program_judges_each_output_in_place_of_the_comparison(code, binary, expected):
+    assert verdicts(code_tests(code, PERMUTATIONS, binary=binary)) == expected
+
+
+@pytest.mark.parametrize(
+    ("checker", "reason"),
+    [
+        ("import sys\nsys.exit(5)", "checker failed on test 0: exit 5"),
+        ("def check(:", "checker does not compile"),
+        ("while True: pass", "checker failed on test 0: TLE"),
+    ],
+)
+def test_a_checker_that_fails_makes_the_item_invalid_not_wrong(checker, reason):
+    with pytest.raises(RuleError, match=reason):
+        code_tests("print(1)", {**PERMUTATIONS, "checker": checker}, timeout_s=1)
+    with pytest.raises(RuleError, match="stdin/stdout"):
+        code_tests("def f(): pass", {"test_list": ["assert f() is None"], "checker": "pass"})
+
+
 def test_livecodebench_rows_run_their_stdin_and_functional_tests():
     stdin_row = {"public_test_cases": json.dumps([{"input": "1 2\n", "output": "3\n", "testtype": "stdin"}])}
     assert float(code_tests(ADD_CODE, stdin_row)) == 1.0

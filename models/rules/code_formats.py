@@ -1,0 +1,179 @@
+"""The code model's inputs (code.py): the code in a response, and the tests in a
+reference, in each peer's shape.
+
+The code is the response's last fenced block for the language (```python, ```py), else
+its last untagged block, else the whole response. The reference is one of:
+- stdin/stdout tests, verl / APPS / TACO shape: ``{"inputs": [...], "outputs": [...]}``,
+  with ``fn_name`` for call-based problems (each input line a JSON argument; a function of
+  the module or a method of class ``Solution``); also as a JSON string, or under
+  ``input_output`` (TACO); LiveCodeBench's ``public_test_cases`` (``testtype`` stdin or
+  functional, with ``metadata.func_name``); open-r1's ``verification_info``
+  (``test_cases`` of type stdin_stdout);
+- human-eval: ``{"test": ..., "entry_point": ...}`` (``prompt`` is put before code that
+  does not define the entry point);
+- MBPP: ``{"test_list": [...], "test_setup_code": ...}``, one test per assert;
+- stdin/stdout tests with a ``checker``: a Python program that judges each output in
+  place of the comparison, as testlib's checkers do: it gets the files ``input.txt``,
+  ``output.txt`` (the completion's) and ``answer.txt`` (the expected one), also as
+  ``sys.argv[1:]``, with the input on stdin, and exits 0 to accept, 1 (or 2) to reject.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from rewardserve.models.rules import RuleError
+
+LANGUAGES = {"python": ("python", "py", "python3"), "cpp": ("cpp", "c++", "cc", "cxx")}
+# Before the JSON line a harness prints after the program (a call's result, a grader's).
+RESULT_MARKER = "\x1erewardserve-result\x1e"
+_FENCE = re.compile(r"```([^\n`]*)\n(.*?)```", re.S)
+
+
+def extract_code(response: str, language: str = "python") -> str:
+    blocks = _FENCE.findall(response)
+    tags = LANGUAGES[language]
+    tagged = [body for tag, body in blocks if tag.strip().lower() in tags]
+    if tagged:
+        return str(tagged[-1])
+    untagged = [body for tag, body in blocks if not tag.strip()]
+    return str(untagged[-1]) if untagged else response
+
+
+def _as_object(reference: Any) -> dict[str, Any]:
+    if isinstance(reference, str):
+        try:
+            reference = json.loads(reference)
+        except ValueError:
+            raise RuleError("the code model's reference is a string that is not JSON tests") from None
+    if not isinstance(reference, dict):
+        raise RuleError(
+            "the code model needs a reference object: {inputs, outputs}, {test, entry_point} or {test_list}"
+        )
+    if "input_output" in reference:
+        return _as_object(reference["input_output"])
+    if "public_test_cases" in reference:
+        return _livecodebench(reference)
+    if "test_cases" in reference:
+        return _open_r1(reference)
+    return reference
+
+
+def _open_r1(row: dict[str, Any]) -> dict[str, Any]:
+    """open-r1's ``verification_info`` (``{language, test_cases: [{input, output, type:
+    stdin_stdout}]}``) as inputs and outputs. Compared by this model's rule, not
+    open-r1's line ``zip``, which passes an output cut short."""
+    cases = row["test_cases"]
+    if not isinstance(cases, list) or not all(isinstance(c, dict) and "input" in c and "output" in c for c in cases):
+        raise RuleError("test_cases must be a list of {input, output, type}")
+    kinds = {c.get("type", "stdin_stdout") for c in cases}
+    if kinds != {"stdin_stdout"}:
+        raise RuleError(f"test_cases of type {sorted(kinds - {'stdin_stdout'})} are not run here; stdin_stdout is")
+    if row.get("language", "python") != "python":
+        raise RuleError(f"unsupported language {row.get('language')!r}; supported: {', '.join(LANGUAGES)}")
+    return {"inputs": [c["input"] for c in cases], "outputs": [c["output"] for c in cases]}
+
+
+def _livecodebench(row: dict[str, Any]) -> dict[str, Any]:
+    """A LiveCodeBench row's tests (``public_test_cases``, JSON text or a list, each
+    ``{input, output, testtype}``) as inputs and outputs; ``functional`` tests call
+    ``metadata.func_name`` (JSON text or an object)."""
+    cases = row["public_test_cases"]
+    metadata = row.get("metadata") or {}
+    try:
+        cases = json.loads(cases) if isinstance(cases, str) else cases
+        metadata = json.loads(metadata) if isinstance(metadata, str) else metadata
+    except ValueError:
+        raise RuleError("public_test_cases or metadata is not JSON") from None
+    if not isinstance(cases, list) or not all(isinstance(c, dict) and "input" in c and "output" in c for c in cases):
+        raise RuleError("public_test_cases must be a list of {input, output, testtype}")
+    out: dict[str, Any] = {"inputs": [c["input"] for c in cases], "outputs": [c["output"] for c in cases]}
+    if any(c.get("testtype") == "functional" for c in cases):
+        if not isinstance(metadata, dict) or not metadata.get("func_name"):
+            raise RuleError("functional tests need metadata.func_name")
+        out["fn_name"] = metadata["func_name"]
+    return out
+
+
+def plan(code: str, reference: Any) -> tuple[str, list[dict[str, Any]], list[Any], str]:
+    """(code to run, sandbox tests, what each test's output must be, style): style is
+    ``stdio``, ``call`` (expected values: compared here) or ``asserts`` (a test passes by
+    running to its end)."""
+    ref = _as_object(reference)
+    if "inputs" in ref and "outputs" in ref:
+        inputs, outputs = ref["inputs"], ref["outputs"]
+        if not isinstance(inputs, list) or not isinstance(outputs, list) or len(inputs) != len(outputs):
+            raise RuleError("reference inputs and outputs must be lists of the same length")
+        fn = ref.get("fn_name")
+        if fn:
+            if not isinstance(fn, str) or not fn.isidentifier():
+                raise RuleError(f"fn_name {str(fn)[:40]!r} is not a Python name")
+            tests = [{"after": _call_harness(fn, _lines_of(i))} for i in inputs]
+            return code, tests, [_expected_value(o) for o in outputs], "call"
+        tests = [{"stdin": i if isinstance(i, str) else "\n".join(map(str, i))} for i in inputs]
+        wanted = [o if o is None or isinstance(o, str) else "\n".join(map(str, o)) for o in outputs]
+        return code, tests, wanted, "stdio"
+    if "test" in ref and "entry_point" in ref:
+        entry = str(ref["entry_point"])
+        if not entry.isidentifier():
+            raise RuleError(f"entry_point {entry[:40]!r} is not a Python name")
+        prompt = ref.get("prompt")
+        if isinstance(prompt, str) and not re.search(rf"^\s*def\s+{re.escape(entry)}\s*\(", code, re.M):
+            code = prompt + code
+        return code, [{"after": f"{ref['test']}\ncheck({entry})\n"}], [None], "asserts"
+    if "test_list" in ref:
+        asserts = ref["test_list"]
+        if not isinstance(asserts, list) or not all(isinstance(a, str) for a in asserts):
+            raise RuleError("test_list must be a list of assert statements")
+        setup = ref.get("test_setup_code") or ""
+        return code, [{"before": setup, "after": a} for a in asserts], [None] * len(asserts), "asserts"
+    raise RuleError("the code model's reference has no tests: {inputs, outputs}, {test, entry_point} or {test_list}")
+
+
+def checker_source(reference: Any) -> str | None:
+    """The reference's checker program (``checker``: Python source), if it has one."""
+    ref = _as_object(reference)
+    checker = ref.get("checker")
+    if checker is None:
+        return None
+    if not isinstance(checker, str) or not checker.strip():
+        raise RuleError("checker must be a program's source (Python)")
+    return checker
+
+
+def _lines_of(value: Any) -> list[Any]:
+    if isinstance(value, str):
+        try:
+            return [json.loads(line) for line in value.split("\n") if line.strip()]
+        except ValueError:
+            raise RuleError("a call-based input line is not JSON") from None
+    return list(value) if isinstance(value, list) else [value]
+
+
+def _expected_value(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def _call_harness(fn: str, args: list[Any]) -> str:
+    """Run after the program in its globals: the function (or Solution's method) on the
+    arguments, its result as one JSON line after a blank separator."""
+    return (
+        "import json as _rs_json\n"
+        f"_rs_fn = globals().get({fn!r}) or getattr(globals()['Solution'](), {fn!r})\n"
+        f"_rs_out = _rs_fn(*_rs_json.loads({json.dumps(json.dumps(args))}))\n"
+        f"print()\nprint({RESULT_MARKER!r} + _rs_json.dumps(_rs_out, default=repr))\n"
+    )
+
+
+def call_result(stdout: str) -> Any:
+    at = stdout.rfind(RESULT_MARKER)
+    if at < 0:
+        raise ValueError("no result")
+    return json.loads(stdout[at + len(RESULT_MARKER) :].strip())
