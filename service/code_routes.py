@@ -7,7 +7,10 @@ built-in, or ``?model=NAME``): the same sandbox, tenant charge, limits and timin
 200 whatever became of the run: ``Success`` for exit 0, ``Failed`` for another exit or a
 time limit, ``SandboxError`` where the sandbox itself failed or the language is not one
 this service runs. ``run_timeout`` is the per-test wall clock (at most 60 s);
-``memory_limit_MB`` the address space (-1: the model's default). Python has no compile
+``memory_limit_MB`` the address space (-1: the model's default). ``files`` (base64) are
+written in the run's working directory first, ``fetch_files`` read back after it
+(regular files; a path with ``..``, a leading ``/`` or an empty part is a SandboxError,
+and no link is followed on the way). Python has no compile
 step here: a syntax error is a run that exits 1, as ``python file.py`` does. C++
 (``cpp``) is compiled once with the system's g++; a compile error is ``compile_result``.
 """
@@ -34,7 +37,7 @@ from rewardserve.service.routes import ERROR_RESPONSES, answer, json_response
 
 router = APIRouter(route_class=BoundedRoute, responses=ERROR_RESPONSES)
 
-MEMORY_MB = (32, 4096)  # what options.code.memory_mb takes
+MEMORY_MB = (32, 65536)  # what options.code.memory_mb takes; the model caps it further
 # SandboxFusion's language names this service runs.
 # (The code model's own names for them are the same.)
 LANGUAGES = ("python", "cpp")
@@ -56,10 +59,6 @@ async def run_code(body: RunCodeRequest, request: Request, model: str = Query(de
                 status="SandboxError", message=f"unsupported language {body.language!r}; this service runs {known}"
             )
         )
-    if body.files or body.fetch_files:
-        return json_response(
-            RunCodeResponse(status="SandboxError", message="files and fetch_files are not supported here yet")
-        )
     if body.memory_limit_MB > 0 and not MEMORY_MB[0] <= body.memory_limit_MB <= MEMORY_MB[1]:
         raise InvalidRequest(
             f"memory_limit_MB must be -1 (the default) or {MEMORY_MB[0]}..{MEMORY_MB[1]}", param="memory_limit_MB"
@@ -72,7 +71,8 @@ async def run_code(body: RunCodeRequest, request: Request, model: str = Query(de
         extract=False,
         binary=False,
     )
-    item = Item(response=body.code, reference={"inputs": [body.stdin or ""], "outputs": [None]})
+    tests = {"inputs": [body.stdin or ""], "outputs": [None], "files": body.files, "fetch_files": body.fetch_files}
+    item = Item(response=body.code, reference=tests)
     done = await application.score(RequestContext.of(request), model, [item], ScoreOptions(code=options))
     return answer(ran(done.results[0], compiled=language in COMPILED), done)
 
@@ -97,4 +97,4 @@ def ran(result: ItemResult, compiled: bool = False) -> RunCodeResponse:
     run = CommandRunResult(
         status="Finished", execution_time=test.time_s, return_code=code, stdout=test.stdout, stderr=test.stderr
     )
-    return RunCodeResponse(status="Success" if code == 0 else "Failed", run_result=run)
+    return RunCodeResponse(status="Success" if code == 0 else "Failed", run_result=run, files=test.files or {})

@@ -303,6 +303,7 @@ class TestVerdict(_Response):
     detail: str | None = None
     stdout: str | None = None  # with ``options.code.outputs``
     stderr: str | None = None
+    files: dict[str, str] | None = None  # the reference's fetch_files: {path: base64}
 
 
 class ItemResult(_Response):

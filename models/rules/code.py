@@ -13,6 +13,7 @@ code_compare.py.
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 import os
@@ -26,6 +27,7 @@ from rewardserve.models.rules.code_formats import (
     call_result,
     checker_source,
     extract_code,
+    files_of,
     plan,
 )
 
@@ -124,6 +126,7 @@ def code_tests(
         timeout_s=min(float(timeout_s), float(max_timeout_s)), memory_mb=min(int(memory_mb), int(max_memory_mb))
     )
     checker = checker_source(reference)
+    files, fetch = files_of(reference)
     if checker is not None and style != "stdio":
         raise RuleError(f"a checker judges stdin/stdout tests ({{inputs, outputs}}); these are {style} tests")
     verdicts: list[str] = []
@@ -135,11 +138,20 @@ def code_tests(
         return binary and verdicts[-1] != "AC"
 
     try:
-        outcome = sandbox.run(code, tests, limits, stop=judged, asserts=style == "asserts", language=language)
+        outcome = sandbox.run(
+            code,
+            tests,
+            limits,
+            stop=judged,
+            asserts=style == "asserts",
+            language=language,
+            files=files,
+            fetch_files=fetch,
+        )
     except sandbox.SandboxUnavailable as exc:
         raise RuleError(f"the sandbox failed: {exc}") from None
     except ValueError as exc:
-        raise RuleError(f"the reference's test code does not compile: {exc}") from None
+        raise RuleError(f"the reference's tests cannot be set up: {exc}") from None
     if outcome.compile_error is not None:
         return CodeScore(0.0, f"CE: {outcome.compile_error}", [{"verdict": "CE", "detail": outcome.compile_error}])
     for result in outcome.results[len(verdicts) :]:  # tests the program's runner never reported
@@ -154,6 +166,7 @@ def code_tests(
             "exit_code": r.get("exit_code"),
             "signal": r.get("signal"),
             **({"stdout": r.get("stdout", "")[:SHOWN], "stderr": r.get("stderr", "")[:SHOWN]} if outputs else {}),
+            **({"files": {p: base64.b64encode(d).decode() for p, d in r.get("files", {}).items()}} if fetch else {}),
         }
         for v, r in zip(verdicts, outcome.results)
     ]

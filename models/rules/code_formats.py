@@ -20,6 +20,7 @@ its last untagged block, else the whole response. The reference is one of:
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 from typing import Any
@@ -141,6 +142,43 @@ def checker_source(reference: Any) -> str | None:
     if not isinstance(checker, str) or not checker.strip():
         raise RuleError("checker must be a program's source (Python)")
     return checker
+
+
+MAX_FILES = 64
+MAX_FILES_BYTES = 16 << 20  # all of an item's files, decoded (the sandbox's /tmp holds 64 MiB)
+
+
+def plain_path(path: Any) -> str:
+    """A file's path in the sandbox's working directory: relative, with no ``..``, no
+    empty or ``.`` parts (``a//b``, ``./a`` are refused, not rewritten)."""
+    if not isinstance(path, str) or not path or len(path) > 255 or "\x00" in path:
+        raise RuleError(f"file path {str(path)[:60]!r}: a relative path of 1 to 255 characters")
+    if path.startswith("/") or any(part in ("", ".", "..") for part in path.split("/")):
+        raise RuleError(f"file path {path[:60]!r}: relative, without '..', '.' or empty parts")
+    return path
+
+
+def files_of(reference: Any) -> tuple[dict[str, bytes], list[str]]:
+    """SandboxFusion's ``files`` ({path: base64, or null to skip}) written before each
+    test, and ``fetch_files`` (paths) read back after it."""
+    ref = _as_object(reference)
+    files, fetch = ref.get("files") or {}, ref.get("fetch_files") or []
+    if not isinstance(files, dict) or not isinstance(fetch, list):
+        raise RuleError("files must be {path: base64} and fetch_files a list of paths")
+    if len(files) > MAX_FILES or len(fetch) > MAX_FILES:
+        raise RuleError(f"over {MAX_FILES} files or fetch_files")
+    decoded: dict[str, bytes] = {}
+    for path, content in files.items():
+        if content is None:
+            continue
+        where = plain_path(path)
+        try:
+            decoded[where] = base64.b64decode(content, validate=True)
+        except (TypeError, ValueError):
+            raise RuleError(f"file {str(path)[:60]!r}: its content is not base64") from None
+    if sum(map(len, decoded.values())) > MAX_FILES_BYTES:
+        raise RuleError(f"the files hold over {MAX_FILES_BYTES} bytes")
+    return decoded, [plain_path(p) for p in fetch]
 
 
 def _lines_of(value: Any) -> list[Any]:

@@ -173,14 +173,20 @@ def run(
     stop: Any = None,
     asserts: bool = False,
     language: str = "python",
+    files: dict[str, bytes] | None = None,
+    fetch_files: list[str] | None = None,
 ) -> Outcome:
     """Run ``code`` against ``tests`` ({stdin, before, after}) in a sandbox of this
     process's (started if none is idle), its tests one after the other.
     ``stop(result)``: whether to end after this result (a binary score's first failure).
     ``asserts``: a test passes by running to its end (exit 0), so exits before are refused.
     ``language``: python, or cpp (compiled once with the system's g++, then run per test).
-    Raises SandboxUnavailable where the sandbox itself failed."""
+    ``files``: written (relative to the working directory) before each test;
+    ``fetch_files``: read after each, into its result's ``files`` (regular files only).
+    Raises SandboxUnavailable where the sandbox itself failed, ValueError where the
+    tests' own code or the files cannot be set up."""
     spec = _spec(code, tests, limits, asserts, language)
+    spec["files"], spec["fetch_files"] = files or {}, fetch_files or []
     # Every test's time, the compiler's and some slack: past it the sandbox is killed.
     deadline = time.monotonic() + len(tests) * (limits.timeout_s + 0.5) + limits.compile_timeout_s + 5.0
     sandbox = _idle.take(limits.workdir_bytes)

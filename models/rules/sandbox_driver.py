@@ -254,6 +254,64 @@ def empty(path: str) -> None:
             os.unlink(entry.path)
 
 
+WORKDIR = "/tmp"
+
+
+def open_under(path: str, flags: int) -> int:
+    """A descriptor for ``path`` (relative, checked by the service) under the working
+    directory, following no symbolic link on the way: a test may have left links."""
+    parts = path.split("/")
+    if not path or path.startswith("/") or any(part in ("", ".", "..") for part in parts):
+        raise OSError(f"{path!r} is not a plain relative path")
+    folder = os.open(WORKDIR, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for part in parts[:-1]:
+            if flags & os.O_CREAT:
+                try:
+                    os.mkdir(part, 0o755, dir_fd=folder)
+                except FileExistsError:
+                    pass
+            inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=folder)
+            os.close(folder)
+            folder = inner
+        return os.open(parts[-1], flags | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644, dir_fd=folder)
+    finally:
+        os.close(folder)
+
+
+def put_files(files: dict[str, bytes]) -> None:
+    """The request's files, afresh before each test."""
+    for path, data in files.items():
+        fd = open_under(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
+
+
+def fetch_files(paths: list[str], cap: int) -> dict[str, bytes]:
+    """The regular files a test left at ``paths`` (their first ``cap`` bytes); a path
+    that is missing, a link, a folder or a pipe is left out."""
+    import stat
+
+    found: dict[str, bytes] = {}
+    for path in paths:
+        try:
+            fd = open_under(path, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                found[path] = os.read(fd, cap)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    return found
+
+
 COMPILERS = {"cpp": ("/usr/bin/g++", "-O2", "-std=c++17", "-o", "/tmp/main", "/tmp/main.cpp")}
 
 
@@ -283,17 +341,29 @@ def serve(spec: dict[str, Any], out: Any) -> None:
         say(out, {"compile_error": code})
         return
     say(out, {"compiled": True})
-    for test in spec["tests"]:
-        if isinstance(code, tuple):
-            say(out, run_one(code, test, spec))
+    for index, test in enumerate(spec["tests"]):
+        parts: Any = code  # a compiled program's argv, else the Python parts in order
+        if not isinstance(code, tuple):
+            try:  # the test's own code (the reference's, not the completion's)
+                before = [compile(test["before"], "<setup>", "exec")] if test.get("before") else []
+                after = [compile(test["after"], "<test>", "exec")] if test.get("after") else []
+            except (SyntaxError, ValueError) as exc:
+                say(out, {"test_error": f"{type(exc).__name__}: {exc}"[:2000]})
+                return
+            parts = before + [code] + after
+        try:
+            put_files(spec.get("files") or {})
+        except OSError as exc:
+            if index == 0:  # the request's own files cannot be written
+                say(out, {"test_error": f"files: {exc}"[:2000]})
+                return
+            # What an earlier test left in the way: the program's doing, so its failure.
+            say(out, {"verdict": "RE", "exit_code": None, "signal": None, "stderr": f"files: {exc}"[:2000]})
             continue
-        try:  # the test's own code (the reference's, not the completion's)
-            before = [compile(test["before"], "<setup>", "exec")] if test.get("before") else []
-            after = [compile(test["after"], "<test>", "exec")] if test.get("after") else []
-        except (SyntaxError, ValueError) as exc:
-            say(out, {"test_error": f"{type(exc).__name__}: {exc}"[:2000]})
-            return
-        say(out, run_one(before + [code] + after, test, spec))
+        result = run_one(parts, test, spec)
+        if spec.get("fetch_files"):
+            result["files"] = fetch_files(spec["fetch_files"], spec["output_bytes"])
+        say(out, result)
     say(out, {"done": True})
 
 

@@ -185,3 +185,41 @@ def test_system_v_ipc_and_ptrace_are_refused():
     )
     result = sandbox.run(probe, [{"stdin": ""}], sandbox.Limits(timeout_s=5)).results[0]
     assert result["stdout"] == "-1 -1 -1\n-1 1\n", result
+
+
+@pytest.mark.parametrize("path", ["../escape", "/etc/passwd", "a/../../b", "./a", "a//b", "", "x\x00y", "a" * 300])
+def test_files_paths_out_of_the_working_directory_are_refused(path):
+    from rewardserve.models.rules import RuleError
+
+    with pytest.raises(RuleError, match="path"):
+        run("print('ok')", {**ONE, "files": {path: "b2s="}})
+    with pytest.raises(RuleError, match="path"):
+        run("print('ok')", {**ONE, "fetch_files": [path]})
+
+
+def test_links_a_test_leaves_are_not_followed_by_files_or_fetch_files():
+    """A test swaps the request's folder for a link to /usr and plants a link and a pipe
+    where the service will read: the next test's files are not written through the link
+    (that test fails, the program's doing), and nothing is fetched through a link or
+    from a pipe (which would block the test runner)."""
+    plant = (
+        "import os, shutil, sys\n"
+        "if sys.stdin.read() == 'first':\n"
+        "    shutil.rmtree('data')\n"
+        "    os.symlink('/usr/bin', 'data')\n"
+        "    os.symlink('/usr/bin/python3', 'out')\n"
+        "    os.mkfifo('pipe')\n"
+        "print('ok')\n"
+    )
+    reference = {
+        "inputs": ["first", "second"],
+        "outputs": ["ok", "ok"],
+        "files": {"data/in.txt": "b2s="},
+        "fetch_files": ["out", "pipe", "data/in.txt"],
+    }
+    result, took = run(plant, reference)
+    first, second = result.tests
+    assert first["verdict"] == "AC" and first["files"] == {}, first
+    assert second["verdict"] == "RE", second
+    assert took < 15
+    assert not Path("/usr/bin/in.txt").exists()

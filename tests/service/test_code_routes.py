@@ -8,6 +8,7 @@ golden pair of tests/models/rules/code_golden.py, verl's pass / fail is the code
 
 from __future__ import annotations
 
+import base64
 import importlib.util
 import json
 from pathlib import Path
@@ -125,6 +126,23 @@ def test_sandbox_fusion_s_own_client_reads_our_answers(url, code, language, summ
     assert sandbox_fusion.summary_run_code_result(response, mapping) == summary, response
     if summary == "Success":
         assert response.run_result.stdout == "hi\n"
+
+
+def test_files_go_in_and_fetch_files_come_back_through_sandbox_fusion_s_client(url):
+    sandbox_fusion = pytest.importorskip("sandbox_fusion")
+    code = "words = open('data/in.txt').read().split()\nopen('out.txt', 'w').write(' '.join(reversed(words)))\n"
+    request = sandbox_fusion.RunCodeRequest(
+        code=code,
+        language="python",
+        files={"data/in.txt": base64.b64encode(b"a b c").decode(), "unused": None},
+        fetch_files=["out.txt", "missing.txt"],
+    )
+    response = sandbox_fusion.run_code(request, endpoint=url, max_attempts=1, client_timeout=60)
+    assert response.status == "Success", response
+    assert {path: base64.b64decode(data) for path, data in response.files.items()} == {"out.txt": b"c b a"}
+    with httpx.Client(timeout=30) as http:
+        escape = http.post(url + "/run_code", json={"code": "", "language": "python", "files": {"../x": "YQ=="}})
+    assert escape.status_code == 200 and escape.json()["status"] == "SandboxError" and ".." in escape.json()["message"]
 
 
 def _running(marker: str) -> int:
