@@ -55,6 +55,11 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="serve the models that load; by default one that fails stops the service",
     )
+    serve.add_argument(
+        "--unsafe-code-exec",
+        action="store_true",
+        help="where the code model's sandbox (bubblewrap) cannot start, run code without it: rlimits only",
+    )
     serve.add_argument("--log-level", help="debug, info, warning, error")
     serve.add_argument("--log-format", choices=["text", "json"], help="log lines as text (default) or JSON")
     models = commands.add_parser("models", help="the kinds and presets, and what a config would serve")
@@ -321,6 +326,8 @@ def serve(args: argparse.Namespace) -> None:
         overrides["builtin_rules"] = False
     if args.keep_going:
         overrides["keep_going"] = True
+    if args.unsafe_code_exec:
+        overrides["unsafe_code_exec"] = True
     if args.api_keys:
         overrides["api_keys"] = args.api_keys
     settings = Settings(**overrides)

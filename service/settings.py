@@ -126,6 +126,10 @@ class Settings(BaseSettings):
     # (a request over them is a 422 naming the setting's arg).
     code_max_timeout_s: float = Field(default=60.0, gt=0, le=600)
     code_max_memory_mb: int = Field(default=4096, ge=64, le=65536)
+    # Where the code model's sandbox cannot start here (no bwrap, no user namespaces),
+    # run completions without it: rlimits only, as this service's user. Off, the code
+    # model refuses to load and names what is missing.
+    unsafe_code_exec: bool = False
 
     @field_validator("api_keys", "image_url_allowlist", "cors_origins", mode="before")
     @classmethod
@@ -195,8 +199,10 @@ class Settings(BaseSettings):
     def _builtin(self, spec: ModelSpec) -> ModelSpec:
         if spec.name != "code":
             return spec
-        caps = {"max_timeout_s": self.code_max_timeout_s, "max_memory_mb": self.code_max_memory_mb}
-        return spec.model_copy(update={"options": {**spec.options, "args": caps}})
+        args: dict[str, Any] = {"max_timeout_s": self.code_max_timeout_s, "max_memory_mb": self.code_max_memory_mb}
+        if self.unsafe_code_exec:
+            args["unsafe_exec"] = True
+        return spec.model_copy(update={"options": {**spec.options, "args": args}})
 
 
 # What a config file may hold at its top level (tenants: service/tenants.py).

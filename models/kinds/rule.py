@@ -103,9 +103,9 @@ class RuleModel(RewardModel):
 
     def load(self) -> None:
         self.rule = get_rule(self.options.fn or self.spec.source)
-        # What it runs on (the code rule's sandbox), checked before it serves.
-        self.runs_on = self.rule.startup() if self.rule.startup is not None else None
         self.args = dict(self.options.args)
+        # What it runs on (the code rule's sandbox), checked before it serves.
+        self.runs_on = self.rule.startup(self.args) if self.rule.startup is not None else None
         # The args are the model's, fixed at start: their part of every work key once.
         self._args_key = work_key([], self.rule.name, self.args)
         self.timeout_s: float | None = self.options.timeout_s

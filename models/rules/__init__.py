@@ -77,9 +77,10 @@ class Rule:
     pool: str = "light"
     # Loads what the rule needs once per worker, outside any call's time limit.
     warmer: Callable[[], None] | None = None
-    # Checked once where the model loads: what the rule runs on, in words (the code
-    # rule's sandbox); raises, naming what is missing, where the rule cannot run here.
-    startup: Callable[[], str] | None = None
+    # Checked once where the model loads, with the model's args: what the rule runs on,
+    # in words (the code rule's sandbox); raises, naming what is missing, where the rule
+    # cannot run here.
+    startup: Callable[[dict[str, Any]], str] | None = None
     # The ScoreOptions field whose values a request may pass over the model's args ("code").
     request_options: str | None = None
 
@@ -106,7 +107,7 @@ def rule(
     limits: LimitsFn | None = None,
     pool: str = "light",
     warm: Callable[[], None] | None = None,
-    startup: Callable[[], str] | None = None,
+    startup: Callable[[dict[str, Any]], str] | None = None,
     request_options: str | None = None,
 ) -> Callable[[RuleFn], RuleFn]:
     def add(fn: RuleFn) -> RuleFn:

@@ -82,10 +82,10 @@ def _limits(response: str, reference: Any, args: dict[str, Any]) -> Limit | None
     return None
 
 
-def _sandbox() -> str:
+def _sandbox(args: dict[str, Any]) -> str:
     from rewardserve.models.rules import sandbox
 
-    return sandbox.check()
+    return sandbox.check(unsafe=bool(args.get("unsafe_exec")))
 
 
 @rule("code_tests", limits=_limits, pool="code", startup=_sandbox, request_options="code")
@@ -102,11 +102,14 @@ def code_tests(
     extract: bool = True,
     max_timeout_s: float = 60.0,
     max_memory_mb: int = 4096,
+    unsafe_exec: bool = False,
     **_: Any,
 ) -> float:
     """The share of the reference's tests the response's code passes (see the module).
     ``max_timeout_s`` and ``max_memory_mb`` are the model's caps on what a request asks
-    (service settings ``code_max_timeout_s``, ``code_max_memory_mb`` for the built-in one)."""
+    (service settings ``code_max_timeout_s``, ``code_max_memory_mb`` for the built-in one).
+    ``unsafe_exec``: where the sandbox cannot start, run without it (the operator's
+    --unsafe-code-exec; a request cannot set it)."""
     from rewardserve.models.rules import sandbox
 
     if language not in LANGUAGES:
@@ -147,6 +150,7 @@ def code_tests(
             language=language,
             files=files,
             fetch_files=fetch,
+            unsafe=unsafe_exec,
         )
     except sandbox.SandboxUnavailable as exc:
         raise RuleError(f"the sandbox failed: {exc}") from None
@@ -157,7 +161,7 @@ def code_tests(
     for result in outcome.results[len(verdicts) :]:  # tests the program's runner never reported
         verdicts.append(str(result["verdict"]))
     if checker is not None:
-        verdicts = checked(checker, tests, wanted, outcome.results, verdicts, limits, binary)
+        verdicts = checked(checker, tests, wanted, outcome.results, verdicts, limits, binary, unsafe_exec)
     details: list[dict[str, Any]] = [
         {
             "verdict": v,
@@ -199,6 +203,7 @@ def checked(
     verdicts: list[str],
     limits: Any,
     binary: bool,
+    unsafe: bool = False,
 ) -> list[str]:
     """The verdicts with each clean run's AC or WA as the reference's checker says: it
     runs in the sandbox, as the completion did, once per such test. A checker that fails
@@ -233,7 +238,7 @@ def checked(
         return binary and out[at] != "AC"
 
     try:
-        outcome = sandbox.run(checker, cases, limits, stop=read)
+        outcome = sandbox.run(checker, cases, limits, stop=read, unsafe=unsafe)
     except sandbox.SandboxUnavailable as exc:
         raise RuleError(f"the sandbox failed: {exc}") from None
     except ValueError as exc:

@@ -175,6 +175,7 @@ def run(
     language: str = "python",
     files: dict[str, bytes] | None = None,
     fetch_files: list[str] | None = None,
+    unsafe: bool = False,
 ) -> Outcome:
     """Run ``code`` against ``tests`` ({stdin, before, after}) in a sandbox of this
     process's (started if none is idle), its tests one after the other.
@@ -183,13 +184,15 @@ def run(
     ``language``: python, or cpp (compiled once with the system's g++, then run per test).
     ``files``: written (relative to the working directory) before each test;
     ``fetch_files``: read after each, into its result's ``files`` (regular files only).
+    ``unsafe``: where the sandbox cannot start here, run without it (rlimits only; the
+    service's --unsafe-code-exec).
     Raises SandboxUnavailable where the sandbox itself failed, ValueError where the
     tests' own code or the files cannot be set up."""
     spec = _spec(code, tests, limits, asserts, language)
     spec["files"], spec["fetch_files"] = files or {}, fetch_files or []
     # Every test's time, the compiler's and some slack: past it the sandbox is killed.
     deadline = time.monotonic() + len(tests) * (limits.timeout_s + 0.5) + limits.compile_timeout_s + 5.0
-    sandbox = _idle.take(limits.workdir_bytes)
+    sandbox = _idle.take(limits.workdir_bytes, isolated=not unsafe or isolation_works())
     try:
         return sandbox.run(spec, deadline, stop)
     finally:
@@ -224,10 +227,15 @@ class Sandbox:
     completion that kills the driver, or outlives its time, ends this sandbox; the next
     completion gets a new one."""
 
-    def __init__(self, workdir_bytes: int):
+    def __init__(self, workdir_bytes: int, isolated: bool = True):
         self.pid = os.getpid()  # a forked child must not share its pipes
         self.workdir_bytes = workdir_bytes
+        self.isolated = isolated
+        self.workdir: str | None = None
         as_nobody: dict[str, Any] = {"user": NOBODY, "group": NOBODY, "extra_groups": []} if os.geteuid() == 0 else {}
+        if not isolated:
+            self._start_unsandboxed(as_nobody)
+            return
         seccomp_fd = _seccomp_fd()
         try:
             self.proc = subprocess.Popen(
@@ -244,6 +252,29 @@ class Sandbox:
             )
         finally:
             os.close(seccomp_fd)
+        self._wait_ready()
+
+    def _start_unsandboxed(self, as_nobody: dict[str, Any]) -> None:
+        """The driver as a plain child in a private folder (--unsafe-code-exec): rlimits,
+        no namespaces, no filter; the program sees the machine as this user does."""
+        import tempfile
+
+        self.workdir = tempfile.mkdtemp(prefix="rewardserve-unsafe-")
+        if as_nobody:
+            os.chown(self.workdir, NOBODY, NOBODY)
+        self.proc = subprocess.Popen(
+            [python(), str(DRIVER), "--workdir", self.workdir],
+            cwd=self.workdir,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={**ENV, "HOME": self.workdir},
+            start_new_session=True,
+            **as_nobody,
+        )
+        self._wait_ready()
+
+    def _wait_ready(self) -> None:
         self.records = _Records(self.proc)
         ready = self.records.next(time.monotonic() + 30.0)
         if ready is None or not ready.get("ready"):
@@ -288,6 +319,8 @@ class Sandbox:
 
     def close(self) -> None:
         _kill(self.proc)
+        if self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
 
 
 class _Idle:
@@ -297,15 +330,15 @@ class _Idle:
         self._lock = threading.Lock()
         self._idle: list[Sandbox] = []
 
-    def take(self, workdir_bytes: int) -> Sandbox:
+    def take(self, workdir_bytes: int, isolated: bool = True) -> Sandbox:
         with self._lock:
             while self._idle:
                 sandbox = self._idle.pop()
-                if sandbox.usable and sandbox.workdir_bytes == workdir_bytes:
+                if sandbox.usable and (sandbox.workdir_bytes, sandbox.isolated) == (workdir_bytes, isolated):
                     return sandbox
                 if sandbox.pid == os.getpid():
                     sandbox.close()
-        return Sandbox(workdir_bytes)
+        return Sandbox(workdir_bytes, isolated)
 
     def give_back(self, sandbox: Sandbox) -> None:
         if sandbox.usable:
@@ -365,20 +398,43 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
             stream.close()
 
 
+UNSAFE = "no isolation (--unsafe-code-exec): the code runs as this service's user, under rlimits only"
+
+
 @functools.cache
-def check() -> str:
+def check(unsafe: bool = False) -> str:
     """Start a new sandbox and run one test in it: the isolation in force, in words, or
-    SandboxUnavailable naming what is missing."""
+    SandboxUnavailable naming what is missing. ``unsafe``: where it is missing, run
+    without it (and say so)."""
+    try:
+        _echo(isolated=True)
+    except SandboxUnavailable as exc:
+        if not unsafe:
+            raise SandboxUnavailable(f"{exc}; --unsafe-code-exec runs code without isolation") from None
+        _echo(isolated=False)
+        return f"{UNSAFE} ({exc})"
+    return (
+        "a bubblewrap sandbox (user, pid, net, ipc, uts and mount namespaces; a seccomp filter; "
+        "read-only /usr; tmpfs /tmp; rlimits)"
+    )
+
+
+@functools.cache
+def isolation_works() -> bool:
+    try:
+        _echo(isolated=True)
+    except SandboxUnavailable:
+        return False
+    return True
+
+
+def _echo(isolated: bool) -> None:
     limits = Limits(timeout_s=10.0)
     spec = _spec("print(input())", [{"stdin": "ok\n"}], limits, asserts=False)
-    sandbox = Sandbox(limits.workdir_bytes)
+    sandbox = Sandbox(limits.workdir_bytes, isolated)
     try:
         outcome = sandbox.run(spec, time.monotonic() + 30.0, None)
     finally:
         _idle.give_back(sandbox)
     if outcome.results[0].get("stdout") != "ok\n":
         raise SandboxUnavailable(f"the sandbox ran but did not echo: {outcome.results[0]}")
-    return (
-        "a bubblewrap sandbox (user, pid, net, ipc, uts and mount namespaces; a seccomp filter; "
-        "read-only /usr; tmpfs /tmp; rlimits)"
-    )

