@@ -90,7 +90,7 @@ class RewardClient(BaseClient):
 
     def score_steps(self, model: str, items: Iterable[Item | Mapping[str, Any]], **options: Any) -> StepsResponse:
         """Process reward per step (``POST /v1/score/steps``); ``options`` are StepOptions
-        fields: steps_from, separator, aggregate, threshold, shaping, truncate."""
+        fields: steps_from, separator, aggregate, threshold, shaping, gamma, truncate."""
         return self._list_call(steps_call(model, items, options))
 
     def verify(self, model: str, items: Iterable[Item | Mapping[str, Any]], **options: Any) -> VerifyResponse:

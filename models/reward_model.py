@@ -250,9 +250,10 @@ class RewardModel(ABC):
     def plan_steps(self, items: list[Item], options: StepOptions, cache: LRUCache | None = None) -> Plan[StepsResult]:
         from rewardserve.models.plans.groups import shape_steps
 
-        return self.plan_items(
-            items, options, cache, StepsResult, lambda results: shape_steps(items, results, options.shaping)
-        )
+        def shaped(results: list[StepsResult]) -> list[StepsResult]:
+            return shape_steps(items, results, options.shaping, options.gamma)
+
+        return self.plan_items(items, options, cache, StepsResult, shaped)
 
     def plan_verify(
         self, items: list[Item], options: VerifyOptions, cache: LRUCache | None = None

@@ -54,7 +54,7 @@ class ScoreResponse(_Response):
 
 StepsFrom = Literal["auto", "steps", "separator", "turns"]
 Aggregate = Literal["min", "prod", "mean", "last"]
-Shaping = Literal["none", "raw", "delta", "group"]
+Shaping = Literal["none", "raw", "delta", "potential", "group"]
 
 
 class StepOptions(GoalOptions):
@@ -72,8 +72,12 @@ class StepOptions(GoalOptions):
     aggregate: Aggregate | None = None  # None: the model preset's aggregate
     threshold: float | None = None  # first_error_step = first step scoring below it
     # raw: step_rewards = step_scores; delta: s_t - s_(t-1) (s_(-1) = 0, so they sum to
-    # the last score); group: GRPO process advantages over each group_id's steps.
+    # the last score); potential: gamma * s_t - s_(t-1), with s_(-1) = 0 and the last
+    # step's s_t (the end's potential) 0, so that their discounted sum is 0 and, added to
+    # an outcome reward, they cannot change which policy is best (Ng et al. 1999);
+    # group: GRPO process advantages over each group_id's steps.
     shaping: Shaping = "none"
+    gamma: float = Field(default=1.0, ge=0.0, le=1.0)  # of shaping: potential
     # "steps": a trajectory longer than the model's context is scored up to the last
     # step that fits, the rest reported unscored; "error": 413 instead.
     truncate: Literal["steps", "error"] = "steps"

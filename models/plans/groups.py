@@ -4,7 +4,7 @@ an outcome advantage per item, or process advantages per step."""
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 
 from rewardserve.client.protocol import Item, ItemResult, StepsResult
 
@@ -68,6 +68,25 @@ def delta_rewards(scores: list[float | None]) -> list[float | None]:
     return out
 
 
+def potential_rewards(scores: list[float | None], gamma: float = 1.0) -> list[float | None]:
+    """Potential-based shaping with the step scores as the potential: gamma * Phi(after
+    step t) - Phi(before it), Phi of the start and of the end 0. Their sum discounted by
+    gamma telescopes to 0, so added to an outcome reward they leave every trajectory's
+    return, and so the best policy, as they were. An unscored step gets None, and the
+    next scored step is shaped from the last potential seen."""
+    out: list[float | None] = []
+    last = max((t for t, s in enumerate(scores) if s is not None), default=-1)
+    before = 0.0
+    for t, s in enumerate(scores):
+        if s is None:
+            out.append(None)
+            continue
+        after = 0.0 if t == last else s
+        out.append(gamma * after - before)
+        before = after
+    return out
+
+
 def group_process_advantages(groups: list[list[list[float | None]]]) -> list[list[list[float | None]]]:
     """GRPO process supervision: normalise every step reward of a group jointly, then a
     step's advantage is the sum of the normalised rewards of it and the steps after it.
@@ -91,13 +110,18 @@ def group_process_advantages(groups: list[list[list[float | None]]]) -> list[lis
     return out
 
 
-def shape_steps(items: list[Item], results: list[StepsResult], shaping: str) -> list[StepsResult]:
-    """step_rewards per options.shaping: raw scores, deltas, or GRPO process advantages
-    over each group's steps jointly."""
+def shape_steps(items: list[Item], results: list[StepsResult], shaping: str, gamma: float = 1.0) -> list[StepsResult]:
+    """step_rewards per options.shaping: raw scores, deltas, potential-based shaping, or
+    GRPO process advantages over each group's steps jointly."""
     if shaping == "none":
         return results
-    if shaping in ("raw", "delta"):
-        shape = list if shaping == "raw" else delta_rewards
+    if shaping in ("raw", "delta", "potential"):
+        shapes: dict[str, Callable[[list[float | None]], list[float | None]]] = {
+            "raw": list,
+            "delta": delta_rewards,
+            "potential": lambda scores: potential_rewards(scores, gamma),
+        }
+        shape = shapes[shaping]
         return [r.model_copy(update={"step_rewards": shape(r.step_scores)}) if r.valid else r for r in results]
     members: dict[Hashable, list[int]] = {}
     for index, key in enumerate(group_keys(items)):

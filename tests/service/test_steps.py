@@ -171,9 +171,14 @@ async def test_shaping_raw_delta_and_group_advantages(service):
     raw = (await post_steps(http, "qwen", items, shaping="raw"))["results"]
     delta = (await post_steps(http, "qwen", items, shaping="delta"))["results"]
     group = (await post_steps(http, "qwen", items, shaping="group"))["results"]
-    for r, d in zip(raw, delta):
+    potential = (await post_steps(http, "qwen", items, shaping="potential", gamma=0.9))["results"]
+    for r, d, p in zip(raw, delta, potential):
         assert r["step_rewards"] == r["step_scores"]
         assert sum(d["step_rewards"]) == pytest.approx(r["step_scores"][-1])
+        s = r["step_scores"]
+        phi = [0.0, *s[:-1], 0.0]  # before the first step and after the last: 0
+        assert p["step_rewards"] == pytest.approx([0.9 * phi[t + 1] - phi[t] for t in range(len(s))])
+        assert sum(0.9**t * f for t, f in enumerate(p["step_rewards"])) == pytest.approx(0.0, abs=1e-9)
     for g in (0, 3):
         members = raw[g : g + 3]
         flat = [s for r in members for s in r["step_scores"]]
