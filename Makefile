@@ -145,10 +145,16 @@ $(RB_VENV)/.installed: | $(UV)
 # saying why (RAY_FAILED holds uv's error).
 RAY_VENV := .venv-ray
 RAY_FAILED := $(RAY_VENV).failed
+# verl's reward loop imports ray and tensordict: its reward-manager test
+# (tests/client/test_verl_dense.py) runs here, with what verl's data and config modules
+# need and none of its training stack.
+VERL_LOOP_PEERS := verl==0.9.1 tensordict==0.15.3 pyvers==0.2.3 omegaconf==2.4.0 \
+	antlr4-python3-runtime==4.9.3 codetiming==1.4.0 orjson==3.13.0
 ray-venv: $(RAY_VENV)/.installed
-$(RAY_VENV)/.installed: pyproject.toml | $(UV)
+$(RAY_VENV)/.installed: pyproject.toml Makefile | $(UV)
 	$(PYTHON) -m venv --without-pip $(RAY_VENV)
 	$(UV_PIP) $(RAY_VENV)/bin/python "$(TORCH)" -e '.[serve,ray]'
+	$(UV_PIP) $(RAY_VENV)/bin/python --no-deps $(VERL_LOOP_PEERS)
 	rm -f $(RAY_FAILED)
 	touch $@
 # For `make test`: a failed install is written down for the test, not a failed run.

@@ -236,6 +236,7 @@ def paths(_: argparse.Namespace) -> None:
     # Found, not imported: a trainer's own stack need not be installed here.
     for name, what in [
         ("verl", "custom_reward_function.path (verl)"),
+        ("verl_dense", "reward.reward_manager.module.path, name TokenRewardManager (verl, token-level)"),
         ("openrlhf", "--remote_rm_url, python reward mode (OpenRLHF)"),
         ("trl", "reward_function / async_reward_function (TRL, import it)"),
     ]:

@@ -20,6 +20,7 @@ from rewardserve.client.errors import (
 )
 from rewardserve.client.protocol import Item, ItemResult, Message, ScoreResponse
 from rewardserve.client.sync_client import RewardClient
+from rewardserve.client.token_alignment import token_rewards
 
 __version__ = "0.1.0"
 
@@ -46,4 +47,5 @@ __all__ = [
     "ServiceUnavailableError",
     "UnprocessableEntityError",
     "__version__",
+    "token_rewards",
 ]

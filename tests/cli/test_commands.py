@@ -43,8 +43,11 @@ def test_version_and_paths(capsys):
     main(["paths"])
     lines = capsys.readouterr().out.splitlines()
     files = {Path(line.split("\t")[0]).name: Path(line.split("\t")[0]) for line in lines}
-    assert set(files) == {"verl.py", "openrlhf.py", "trl.py"} and all(p.is_file() for p in files.values())
+    assert set(files) == {"verl.py", "verl_dense.py", "openrlhf.py", "trl.py"} and all(
+        p.is_file() for p in files.values()
+    )
     assert "def compute_score" in files["verl.py"].read_text()
+    assert "TokenRewardManager" in files["verl_dense.py"].read_text()
 
 
 def test_models_lists_kinds_presets_and_what_a_config_would_serve(capsys, qwen3_rm, tmp_path):
