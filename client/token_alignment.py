@@ -45,7 +45,8 @@ def token_rewards(
     (skip_special_tokens), which is otherwise taken to be it.
 
     ValueError where the spans cannot be in these ids' text: a span past its end, or
-    spans in several messages (``steps_from: turns``)."""
+    spans in several messages (``steps_from: turns``). Spans in one message (the final
+    assistant turn split on a separator) index that message's text."""
     ids = [int(i) for i in token_ids]
     rewards, spans = _steps_of(result)
     text = tokenizer.decode(ids, skip_special_tokens=True)
@@ -86,9 +87,9 @@ def _steps_of(result: Any) -> tuple[list[float | None], list[tuple[int, int]]]:
     spans = data.get("spans") or []
     if len(spans) != len(rewards):
         raise ValueError(f"{len(rewards)} step rewards but {len(spans)} spans")
-    if any(span.get("message") is not None for span in spans):
+    if len({span.get("message") for span in spans}) > 1:
         raise ValueError(
-            "token rewards need the steps of one response text; these spans index messages (steps_from: turns)"
+            "token rewards need the steps of one response text; these spans are in several messages (steps_from: turns)"
         )
     return list(rewards), [(int(span["start"]), int(span["end"])) for span in spans]
 

@@ -23,6 +23,7 @@ from fastapi_offline import FastAPIOffline
 
 from rewardserve.client import __version__
 from rewardserve.models.phases import log as startup_log
+from rewardserve.models.policy_tokenizers import PolicyTokenizers
 from rewardserve.models.reward_model import ModelContext
 from rewardserve.models.rules.runner import RuleRunner
 from rewardserve.models.spec import ModelSpec
@@ -61,6 +62,7 @@ class ServiceState:
     # Requests open now per tenant ("": keys of no tenant, or no key).
     open_requests: dict[str, int] = field(default_factory=dict)
     warned: set[str] = field(default_factory=set)  # request warnings already logged once
+    policy_tokenizers: PolicyTokenizers = field(default_factory=lambda: PolicyTokenizers({}))
 
 
 def access_summary(state: ServiceState, specs: list[ModelSpec]) -> str:
@@ -103,11 +105,14 @@ def create_app(settings: Settings | None = None, url: str | None = None) -> Fast
         gate=FairGate(tenants, slots=max(2, os.cpu_count() or 2)),
         health=RewardHealth(metrics),
         shadowing=Shadowing(metrics),
+        policy_tokenizers=PolicyTokenizers(settings.policy_tokenizers),
     )
 
     startup_log.info("%s", access_summary(state, specs))
 
     async def load_and_announce(app: FastAPI) -> None:
+        if state.policy_tokenizers.sources:
+            await asyncio.to_thread(state.policy_tokenizers.load)
         await state.registry.load_all()
         if settings.gc_freeze:
             frozen = freeze_loaded_objects()

@@ -48,6 +48,7 @@ from rewardserve.client.protocol import (
 )
 from rewardserve.models.plans.groups import singleton_groups
 from rewardserve.models.plans.rubric import asks_judge, plan_rubric, rubric_models, rubric_rule_calls, rubric_work
+from rewardserve.models.policy_tokenizers import with_token_rewards
 from rewardserve.models.reward_model import Tokenized
 from rewardserve.service import observed
 from rewardserve.service.context import RequestContext
@@ -138,14 +139,34 @@ def warn(ctx: RequestContext, done: Executed[Any], warning: str | None) -> None:
 async def score_steps(
     ctx: RequestContext, model: str, items: list[Item], options: StepOptions
 ) -> Executed[StepsResult]:
-    """A reward per step of each item, every step from one forward pass."""
+    """A reward per step of each item, every step from one forward pass; with a policy
+    tokenizer, also a reward per token of each item's response_token_ids."""
     admit(ctx, len(items))
     served = serving(ctx, model, "steps")
+    tokenizer = policy_tokenizer(ctx, items, options)
     done = await run_plan(ctx, served, len(items), served.model.plan_steps, items, options, served.cache(ctx.tenant))
+    if tokenizer is not None:  # decoding the ids is the request's work: off the event loop
+        done.results = await run_in_threadpool(with_token_rewards, items, done.results, tokenizer, options.token_spread)
     observe(ctx, model, items, ScoreOptions(), done.results)
     if options.shaping == "group":
         warn(ctx, done, singleton_groups(items, "shaping: group"))
     return done
+
+
+def policy_tokenizer(ctx: RequestContext, items: list[Item], options: StepOptions) -> Any:
+    """The tokenizer options.policy_tokenizer names (None: none asked for), or 422."""
+    if options.policy_tokenizer is None:
+        given = next((i for i, item in enumerate(items) if item.response_token_ids is not None), None)
+        if given is not None:
+            raise InvalidRequest(
+                "response_token_ids need options.policy_tokenizer, the policy's tokenizer by its name here",
+                param=f"items[{given}].response_token_ids",
+            )
+        return None
+    problem = ctx.svc.policy_tokenizers.problem(options.policy_tokenizer)
+    if problem is not None:
+        raise InvalidRequest(problem, param="options.policy_tokenizer")
+    return ctx.svc.policy_tokenizers.loaded[options.policy_tokenizer]
 
 
 async def verify(ctx: RequestContext, model: str, items: list[Item], options: VerifyOptions) -> Executed[VerifyResult]:

@@ -130,6 +130,10 @@ class Settings(BaseSettings):
     # run completions without it: rlimits only, as this service's user. Off, the code
     # model refuses to load and names what is missing.
     unsafe_code_exec: bool = False
+    # Tokenizers of the policies being trained, by name (a local directory or a hub id),
+    # loaded at start: /v1/score/steps' options.policy_tokenizer names one, to answer a
+    # reward per token of the items' response_token_ids. A request never names a path.
+    policy_tokenizers: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("api_keys", "image_url_allowlist", "cors_origins", mode="before")
     @classmethod

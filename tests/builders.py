@@ -153,3 +153,28 @@ def build_yes_sayer(out_dir: Path, word: str = " Yes") -> Path:
         model.lm_head.bias.zero_()
         model.lm_head.bias[token] = 1000.0
     return save_model(model, tokenizer, out_dir)
+
+
+def build_unigram_tokenizer(out_dir: Path):
+    """A SentencePiece-style tokenizer (Llama 2's kind): unigram pieces with '▁' for
+    spaces, and bytes (<0x..>) for what no piece covers; saved, and loaded back."""
+    import json
+
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.Unigram())
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first")
+    tok.decoder = decoders.Sequence(
+        [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1, 0)]
+    )
+    trainer = trainers.UnigramTrainer(vocab_size=800, special_tokens=["<unk>", "<s>", "</s>"], unk_token="<unk>")
+    tok.train_from_iterator(corpus(), trainer)
+    spec = json.loads(tok.to_str())
+    spec["model"]["byte_fallback"] = True
+    spec["model"]["vocab"] += [[f"<0x{b:02X}>", -30.0] for b in range(256)]
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer.from_str(json.dumps(spec)), unk_token="<unk>", bos_token="<s>", eos_token="</s>"
+    )
+    fast.save_pretrained(out_dir)
+    return PreTrainedTokenizerFast.from_pretrained(out_dir)

@@ -172,6 +172,9 @@ class Item(_Request):
     reference: JSONValue = None
     steps: list[str] | None = None
     metadata: dict[str, JSONValue] | None = None
+    # /v1/score/steps with options.policy_tokenizer: the policy's ids of the response
+    # (special tokens such as EOS included), for a reward per token in its tokenization.
+    response_token_ids: list[TokenId] | None = Field(default=None, max_length=131072)
 
     @model_validator(mode="after")
     def _one_shape(self) -> Item:

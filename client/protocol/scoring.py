@@ -83,6 +83,12 @@ class StepOptions(GoalOptions):
     truncate: Literal["steps", "error"] = "steps"
     # clip_goal frames: each step reward is the mean over the last `window` frames.
     window: int | None = Field(default=None, ge=1, le=1000)
+    # A tokenizer the service was started with (its setting policy_tokenizers), named:
+    # each item's response_token_ids get token_rewards, its step rewards (step_rewards
+    # when shaped, else step_scores) on the last token overlapping each step ("last"),
+    # or shared among every one ("uniform"), as rewardserve.client.token_rewards does.
+    policy_tokenizer: str | None = Field(default=None, max_length=200)
+    token_spread: Literal["last", "uniform"] = "last"
 
 
 class StepSpan(_Response):
@@ -102,6 +108,7 @@ class StepsResult(ItemResult):
     first_error_step: int | None = None
     spans: list[StepSpan] = Field(default_factory=list)
     step_rewards: list[float | None] | None = None  # per options.shaping
+    token_rewards: list[float] | None = None  # per options.policy_tokenizer
 
 
 class StepsRequest(_Request):

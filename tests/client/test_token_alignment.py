@@ -6,8 +6,6 @@ boundaries inside tokens, each checked against the tokens' places found the slow
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
@@ -15,30 +13,7 @@ from hypothesis import strategies as st
 from rewardserve.client import token_alignment as module
 from rewardserve.client.protocol import StepSpan, StepsResult
 from rewardserve.client.token_alignment import token_rewards
-from tests.builders import build_tokenizer, corpus
-
-
-def build_unigram(out_dir):
-    """A SentencePiece-style tokenizer: unigram pieces with '▁' for spaces, and bytes
-    (<0x..>) for what no piece covers."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.Unigram())
-    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first")
-    tok.decoder = decoders.Sequence(
-        [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1, 0)]
-    )
-    trainer = trainers.UnigramTrainer(vocab_size=800, special_tokens=["<unk>", "<s>", "</s>"], unk_token="<unk>")
-    tok.train_from_iterator(corpus(), trainer)
-    spec = json.loads(tok.to_str())
-    spec["model"]["byte_fallback"] = True
-    spec["model"]["vocab"] += [[f"<0x{b:02X}>", -30.0] for b in range(256)]
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=Tokenizer.from_str(json.dumps(spec)), unk_token="<unk>", bos_token="<s>", eos_token="</s>"
-    )
-    fast.save_pretrained(out_dir)
-    return PreTrainedTokenizerFast.from_pretrained(out_dir)
+from tests.builders import build_tokenizer, build_unigram_tokenizer
 
 
 @pytest.fixture(scope="module", params=["byte-level BPE", "SentencePiece unigram"])
@@ -47,7 +22,7 @@ def tokenizer(request, tmp_path_factory):
 
     out = tmp_path_factory.mktemp("tokenizer")
     if request.param == "SentencePiece unigram":
-        return build_unigram(out)
+        return build_unigram_tokenizer(out)
     build_tokenizer("qwen").save_pretrained(out)
     return AutoTokenizer.from_pretrained(out)
 
@@ -142,8 +117,12 @@ def test_spans_that_are_not_in_these_ids_are_refused(tokenizer):
         token_rewards(steps_result(["the answer is long"], [1.0]), tokenizer, ids)
     with pytest.raises(ValueError, match="not the response"):
         token_rewards(steps_result(["the answer"], [1.0]), tokenizer, ids, response="another answer")
-    turns = StepsResult(step_scores=[1.0], spans=[StepSpan(message=2, start=0, end=3)])
-    with pytest.raises(ValueError, match="messages"):
+    turns = StepsResult(
+        step_scores=[1.0, 2.0], spans=[StepSpan(message=1, start=0, end=3), StepSpan(message=3, start=0, end=3)]
+    )
+    with pytest.raises(ValueError, match="several messages"):
         token_rewards(turns, tokenizer, ids)
+    in_one = StepsResult(step_scores=[1.0], spans=[StepSpan(message=2, start=0, end=3)])
+    assert sum(token_rewards(in_one, tokenizer, ids)) == pytest.approx(1.0)
     as_json = steps_result(["the", " answer"], [0.5, None]).model_dump()
     assert sum(token_rewards(as_json, tokenizer, ids)) == pytest.approx(0.5)
