@@ -32,6 +32,9 @@ from rewardserve.client.protocol import (
     StepOptions,
     StepsRequest,
     StepsResponse,
+    TurnOptions,
+    TurnsRequest,
+    TurnsResponse,
     Usage,
     VerifyOptions,
     VerifyRequest,
@@ -208,6 +211,16 @@ def steps_call(model: str, items: Given, options: dict[str, Any]) -> ListCall[St
         StepsResponse,
         as_items(items, Item),
         lambda chunk: StepsRequest(model=model, items=chunk, options=step_options),
+    )
+
+
+def turns_call(items: Given, options: dict[str, Any]) -> ListCall[TurnsResponse]:
+    turn_options = TurnOptions(**options)
+    return ListCall(
+        "/v1/score/turns",
+        TurnsResponse,
+        as_items(items, Item),
+        lambda chunk: TurnsRequest(items=chunk, options=turn_options),
     )
 
 

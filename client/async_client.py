@@ -18,6 +18,7 @@ from rewardserve.client._shared import (
     rubric_call,
     score_call,
     steps_call,
+    turns_call,
     verify_call,
 )
 from rewardserve.client._transport import aread_capped, attempt_deadline, bounded_async_client
@@ -34,6 +35,7 @@ from rewardserve.client.protocol import (
     RubricResponse,
     ScoreResponse,
     StepsResponse,
+    TurnsResponse,
     VerifyResponse,
 )
 
@@ -81,6 +83,10 @@ class AsyncRewardClient(BaseClient):
     async def score_steps(self, model: str, items: Iterable[Item | Mapping[str, Any]], **options: Any) -> StepsResponse:
         """Process reward per step (``POST /v1/score/steps``)."""
         return await self._list_call(steps_call(model, items, options))
+
+    async def score_turns(self, items: Iterable[Item | Mapping[str, Any]], **options: Any) -> TurnsResponse:
+        """A reward per assistant turn from its tool calls (``POST /v1/score/turns``)."""
+        return await self._list_call(turns_call(items, options))
 
     async def verify(self, model: str, items: Iterable[Item | Mapping[str, Any]], **options: Any) -> VerifyResponse:
         """A judge's verdict per item (``POST /v1/verify``)."""

@@ -19,6 +19,7 @@ from rewardserve.client._shared import (
     rubric_call,
     score_call,
     steps_call,
+    turns_call,
     verify_call,
 )
 from rewardserve.client._transport import attempt_deadline, bounded_client, read_capped
@@ -35,6 +36,7 @@ from rewardserve.client.protocol import (
     RubricResponse,
     ScoreResponse,
     StepsResponse,
+    TurnsResponse,
     VerifyResponse,
 )
 
@@ -92,6 +94,12 @@ class RewardClient(BaseClient):
         """Process reward per step (``POST /v1/score/steps``); ``options`` are StepOptions
         fields: steps_from, separator, aggregate, threshold, shaping, gamma, truncate."""
         return self._list_call(steps_call(model, items, options))
+
+    def score_turns(self, items: Iterable[Item | Mapping[str, Any]], **options: Any) -> TurnsResponse:
+        """A reward per assistant turn from its tool calls matched to the reference's
+        (``POST /v1/score/turns``); ``options`` are TurnOptions fields: assignment
+        (hard, soft), unmatched, reg."""
+        return self._list_call(turns_call(items, options))
 
     def verify(self, model: str, items: Iterable[Item | Mapping[str, Any]], **options: Any) -> VerifyResponse:
         """A judge's verdict per item (``POST /v1/verify``); ``options`` are VerifyOptions

@@ -19,6 +19,7 @@ lent to it here.
 from __future__ import annotations
 
 import logging
+import time
 from importlib import metadata
 from typing import Any
 
@@ -43,11 +44,15 @@ from rewardserve.client.protocol import (
     ShadowReport,
     StepOptions,
     StepsResult,
+    TurnOptions,
+    TurnsResult,
+    Usage,
     VerifyOptions,
     VerifyResult,
 )
 from rewardserve.models.plans.groups import singleton_groups
 from rewardserve.models.plans.rubric import asks_judge, plan_rubric, rubric_models, rubric_rule_calls, rubric_work
+from rewardserve.models.plans.turns import score_all_turns
 from rewardserve.models.policy_tokenizers import with_token_rewards
 from rewardserve.models.reward_model import Tokenized
 from rewardserve.service import observed
@@ -167,6 +172,15 @@ def policy_tokenizer(ctx: RequestContext, items: list[Item], options: StepOption
     if problem is not None:
         raise InvalidRequest(problem, param="options.policy_tokenizer")
     return ctx.svc.policy_tokenizers.loaded[options.policy_tokenizer]
+
+
+async def score_turns(ctx: RequestContext, items: list[Item], options: TurnOptions) -> Executed[TurnsResult]:
+    """A reward per assistant turn from its tool calls matched to the reference's: no
+    model, a matching per item, in a worker thread."""
+    admit(ctx, len(items))
+    start = time.perf_counter()
+    results = await run_in_threadpool(score_all_turns, items, options)
+    return Executed(results, Usage(items=len(items)), inference_s=time.perf_counter() - start)
 
 
 async def verify(ctx: RequestContext, model: str, items: list[Item], options: VerifyOptions) -> Executed[VerifyResult]:

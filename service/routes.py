@@ -24,6 +24,8 @@ from rewardserve.client.protocol import (
     ShadowReport,
     StepsRequest,
     StepsResponse,
+    TurnsRequest,
+    TurnsResponse,
     VersionInfo,
 )
 from rewardserve.service import application
@@ -82,6 +84,14 @@ async def score_steps(body: StepsRequest, request: Request) -> Response:
         ),
         done,
     )
+
+
+@scoring_routes.post("/v1/score/turns", response_model=TurnsResponse)
+async def score_turns(body: TurnsRequest, request: Request) -> Response:
+    """A reward per assistant turn of a tool-using agent: its tool calls matched to the
+    reference's (hard or soft assignment), and the trajectory's total."""
+    done = await application.score_turns(RequestContext.of(request), body.items, body.options)
+    return answer(TurnsResponse(results=done.results, usage=done.usage), done)
 
 
 @scoring_routes.post("/pooling", response_model=PoolingResponse)

@@ -8,7 +8,7 @@ default); responses ignore unknown fields so an older client keeps working again
 newer server.
 
 The bodies live in its modules by what they serve: ``common`` (the parts every route
-uses), ``scoring`` (this service's scoring routes), ``compat`` (the peers' routes),
+uses), ``scoring`` (this service's scoring routes), ``turns`` (/v1/score/turns), ``compat`` (the peers' routes),
 ``models`` and ``errors``. Import them from here.
 """
 
@@ -277,4 +277,16 @@ from rewardserve.client.protocol.scoring import (
 )
 from rewardserve.client.protocol.scoring import (
     components_by_name as components_by_name,
+)
+from rewardserve.client.protocol.turns import (
+    TurnOptions as TurnOptions,
+)
+from rewardserve.client.protocol.turns import (
+    TurnsRequest as TurnsRequest,
+)
+from rewardserve.client.protocol.turns import (
+    TurnsResponse as TurnsResponse,
+)
+from rewardserve.client.protocol.turns import (
+    TurnsResult as TurnsResult,
 )

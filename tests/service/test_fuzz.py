@@ -19,7 +19,7 @@ from tests.harness import serve_subprocess
 HOOKS = Path(__file__).with_name("schemathesis_hooks.py")
 OPERATION_GROUPS = [
     "^/v1/rubric$|^/classify$|^/get_reward$|^/run_code$|^/v1/ping$",
-    "^/v1/score/steps$|^/pooling$|^/v1/models$|^/v1/models/\\{name\\}/shadow$",
+    "^/v1/score/steps$|^/v1/score/turns$|^/pooling$|^/v1/models$|^/v1/models/\\{name\\}/shadow$",
     "^/v1/score$|^/v1/embeddings$|^/health$|^/ready$|^/metrics$",
     "^/v1/verify$|^/v1/compare$|^/tokenize$|^/version$|^/info$",
 ]
