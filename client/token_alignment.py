@@ -26,6 +26,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 Spread = Literal["last", "uniform"]
+# The exact placing decodes every prefix: quadratic in the tokens, so bounded.
+MAX_PREFIX_DECODES = 8192
 
 
 def token_rewards(
@@ -48,6 +50,10 @@ def token_rewards(
     spans in several messages (``steps_from: turns``). Spans in one message (the final
     assistant turn split on a separator) index that message's text."""
     ids = [int(i) for i in token_ids]
+    vocabulary = len(tokenizer)
+    wrong = next((i for i in ids if not 0 <= i < vocabulary), None)
+    if wrong is not None:
+        raise ValueError(f"token id {wrong} is not in the tokenizer's {vocabulary} ids")
     rewards, spans = _steps_of(result)
     text = tokenizer.decode(ids, skip_special_tokens=True)
     if response is not None and response != text:
@@ -113,7 +119,13 @@ def _prefix_ends(tokenizer: Any, ids: list[int], text: str) -> list[int]:
     """Each token's end in ``text`` the exact way: the most characters of ``text`` that
     any prefix of the ids up to it decodes to (a decoder may garble a character it has
     already given while a later one is incomplete: it counts as given). A decode per
-    token, so only where ``_piece_ends`` cannot say."""
+    token, so only where ``_piece_ends`` cannot say, and for at most
+    MAX_PREFIX_DECODES tokens."""
+    if len(ids) > MAX_PREFIX_DECODES:
+        raise ValueError(
+            f"this tokenizer's pieces do not rebuild the response, and placing its {len(ids)} tokens the "
+            f"exact way (a decode per token) is bounded to {MAX_PREFIX_DECODES}"
+        )
     ends: list[int] = []
     best = 0
     for k in range(len(ids)):

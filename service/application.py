@@ -52,12 +52,12 @@ from rewardserve.client.protocol import (
 )
 from rewardserve.models.plans.groups import singleton_groups
 from rewardserve.models.plans.rubric import asks_judge, plan_rubric, rubric_models, rubric_rule_calls, rubric_work
-from rewardserve.models.plans.turns import score_all_turns
+from rewardserve.models.plans.turns import score_all_turns, turns_work
 from rewardserve.models.policy_tokenizers import with_token_rewards
 from rewardserve.models.reward_model import Tokenized
 from rewardserve.service import observed
 from rewardserve.service.context import RequestContext
-from rewardserve.service.dispatch import Executed, refuse_over_limit, refuse_without_room, run_plan
+from rewardserve.service.dispatch import Executed, charge_work, refuse_over_limit, refuse_without_room, run_plan
 from rewardserve.service.errors import InvalidRequest, NotFound, Overloaded, PayloadTooLarge
 from rewardserve.service.served_models import Served
 from rewardserve.service.tenants import label, named
@@ -178,6 +178,7 @@ async def score_turns(ctx: RequestContext, items: list[Item], options: TurnOptio
     """A reward per assistant turn from its tool calls matched to the reference's: no
     model, a matching per item, in a worker thread."""
     admit(ctx, len(items))
+    charge_work(ctx, turns_work(items))  # the items and their calls: the calls beyond them charged
     start = time.perf_counter()
     results = await run_in_threadpool(score_all_turns, items, options)
     return Executed(results, Usage(items=len(items)), inference_s=time.perf_counter() - start)

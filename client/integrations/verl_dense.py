@@ -85,7 +85,7 @@ def _token_reward_manager() -> type:
             item = data[-1:][0]
             prompt_ids, response_ids = item.batch["prompts"], item.batch["responses"]
             mask = item.batch["attention_mask"]
-            prompt_ids = prompt_ids[-int(mask[: prompt_ids.shape[-1]].sum()) :]
+            prompt_ids = prompt_ids[prompt_ids.shape[-1] - int(mask[: prompt_ids.shape[-1]].sum()) :]
             response_ids = response_ids[: int(mask[-response_ids.shape[-1] :].sum())].tolist()
             prompt = self.tokenizer.decode(prompt_ids, skip_special_tokens=True)
             response = self.tokenizer.decode(response_ids, skip_special_tokens=True)

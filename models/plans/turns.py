@@ -15,7 +15,7 @@ from typing import Any
 from rewardserve.client.protocol import Item, TurnOptions, TurnsResult
 from rewardserve.models.planning import ItemError
 
-MAX_CALLS = 256  # predicted, and expected, per item: the matching is cubic in them
+MAX_CALLS = 128  # predicted, and expected, per item: the similarities are their product
 
 
 class Call:
@@ -124,6 +124,19 @@ def score_turns(item: Item, options: TurnOptions) -> TurnsResult:
         None if errors[t] else (sums[t] / counts[t] if counts[t] else 0.0) for t in range(len(turns))
     ]
     return TurnsResult(score=total, turn_rewards=per_turn, turn_errors=errors, turns=turns)
+
+
+def turns_work(items: list[Item]) -> int:
+    """What a request makes the service do, counted before any of it: a unit per item
+    and per call, predicted or expected (each call is compared with every call of the
+    other side)."""
+    work = 0
+    for item in items:
+        reference = item.reference.get("tool_calls") if isinstance(item.reference, dict) else item.reference
+        expected = len(reference) if isinstance(reference, list) else 0
+        predicted = sum(len(m.tool_calls or []) for m in item.messages or [])
+        work += 1 + expected + predicted
+    return work
 
 
 def score_all_turns(items: list[Item], options: TurnOptions) -> list[TurnsResult]:

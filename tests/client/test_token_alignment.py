@@ -126,3 +126,16 @@ def test_spans_that_are_not_in_these_ids_are_refused(tokenizer):
     assert sum(token_rewards(in_one, tokenizer, ids)) == pytest.approx(1.0)
     as_json = steps_result(["the", " answer"], [0.5, None]).model_dump()
     assert sum(token_rewards(as_json, tokenizer, ids)) == pytest.approx(0.5)
+
+
+def test_ids_outside_the_vocabulary_and_unbounded_exact_placing_are_refused(tokenizer, monkeypatch):
+    ids = tokenizer("the answer", add_special_tokens=False)["input_ids"]
+    result = steps_result(["the answer"], [1.0])
+    with pytest.raises(ValueError, match="not in the tokenizer"):
+        token_rewards(result, tokenizer, [*ids, len(tokenizer) + 5])
+    monkeypatch.setattr(module, "_piece_ends", lambda *_: None)
+    monkeypatch.setattr(module, "MAX_PREFIX_DECODES", len(ids) - 1)
+    with pytest.raises(ValueError, match="bounded to"):
+        token_rewards(result, tokenizer, ids)
+    monkeypatch.setattr(module, "MAX_PREFIX_DECODES", len(ids))
+    assert sum(token_rewards(result, tokenizer, ids)) == pytest.approx(1.0)

@@ -91,6 +91,8 @@ async def test_asking_wrongly_is_named(service, tokenizer_dirs):
     assert failed.status_code == 422 and "did not load" in failed.text
     without = await post([good])
     assert without.status_code == 422 and without.json()["error"]["param"] == "items[0].response_token_ids"
+    outside = await post([{**good, "response_token_ids": [*ids, 10**6]}], policy_tokenizer="bpe")
+    assert outside.status_code == 200 and "not in the tokenizer" in outside.json()["results"][0]["error"]
     other = {**good, "response": "another answer\n\nentirely"}
     missing = {"prompt": "q", "response": "the answer\n\nis 42"}
     mixed = await post([good, other, missing], policy_tokenizer="bpe")

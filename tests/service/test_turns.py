@@ -49,3 +49,14 @@ async def test_options_are_checked(http):
         "/v1/score/turns", json={"items": [{"messages": TRAJECTORY, "reference": []}], "options": {"assign": "hard"}}
     )
     assert wrong.status_code == 422 and "assign" in wrong.text
+
+
+async def test_a_request_is_charged_its_calls_and_refused_over_the_work_limit():
+    many = [{"function": {"name": "f", "arguments": "{}"}}] * 40
+    item = {"messages": [{"role": "user", "content": "go"}, {"role": "assistant", "tool_calls": many}]}
+    body = {"items": [{**item, "reference": [{"name": "f"}] * 40}] * 2}
+    async with serve_in_process(Settings(models=[], builtin_rules=True, max_work_per_request=100)) as (_, client):
+        over = await client.post("/v1/score/turns", json=body)  # 2 items + 160 calls
+        within = await client.post("/v1/score/turns", json={"items": body["items"][:1]})  # 1 + 80
+    assert over.status_code == 413 and "over the limit of 100" in over.text
+    assert within.status_code == 200 and within.json()["results"][0]["score"] == 1.0
