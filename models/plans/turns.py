@@ -36,8 +36,13 @@ def arguments_of(raw: Any, where: str) -> dict[str, Any]:
     return raw
 
 
+def _listed(reference: Any) -> Any:
+    """The reference's list of expected calls: itself, or its ``tool_calls``."""
+    return reference.get("tool_calls") if isinstance(reference, dict) else reference
+
+
 def reference_calls(reference: Any) -> list[Call]:
-    calls = reference.get("tool_calls") if isinstance(reference, dict) else reference
+    calls = _listed(reference)
     if not isinstance(calls, list):
         raise ItemError('the reference must be the expected calls: [{"name", "arguments"}] or {"tool_calls": [...]}')
     out = []
@@ -132,8 +137,8 @@ def turns_work(items: list[Item]) -> int:
     other side)."""
     work = 0
     for item in items:
-        reference = item.reference.get("tool_calls") if isinstance(item.reference, dict) else item.reference
-        expected = len(reference) if isinstance(reference, list) else 0
+        listed = _listed(item.reference)
+        expected = len(listed) if isinstance(listed, list) else 0
         predicted = sum(len(m.tool_calls or []) for m in item.messages or [])
         work += 1 + expected + predicted
     return work

@@ -29,6 +29,7 @@ from rewardserve.models.rules.code_formats import (
     extract_code,
     files_of,
     plan,
+    tests_of,
 )
 
 COMPILERS = {"cpp": "/usr/bin/g++"}  # where the sandbox finds them (its /usr is the system's)
@@ -118,6 +119,7 @@ def code_tests(
         raise RuleError(f"unsupported language {language!r} here: no {COMPILERS[language]}")
     if compare not in COMPARE:
         raise RuleError(f"unknown compare {compare!r}; known: {', '.join(COMPARE)}")
+    reference = tests_of(reference)  # parsed once for the readers below
     code, tests, wanted, style = plan(extract_code(response, language) if extract else response, reference)
     if language != "python" and style != "stdio":
         raise RuleError(f"{language} runs stdin/stdout tests ({{inputs, outputs}}); these are {style} tests")
@@ -231,8 +233,7 @@ def checked(
         seen.append(at)
         exit_code = result.get("exit_code")
         if result.get("verdict") or result.get("signal") or exit_code not in (CHECKER_ACCEPTS, *CHECKER_REJECTS):
-            why = result.get("verdict") or (result.get("stderr") or "").strip()[-300:] or f"exit {exit_code}"
-            failure.append(f"the checker failed on test {at}: {why}")
+            failure.append(f"the checker failed on test {at}: {_why_failed(result)}")
             return True
         out[at] = "AC" if exit_code == CHECKER_ACCEPTS else "WA"
         return binary and out[at] != "AC"
@@ -250,6 +251,12 @@ def checked(
     if len(seen) < len(judged):  # a binary score's first WA: what follows was never checked
         return out[: seen[-1] + 1]
     return out
+
+
+def _why_failed(result: dict[str, Any]) -> str:
+    """What became of a run of the reference's own code (a checker, a grader) that did
+    not end well: its verdict, else the end of its stderr, else its exit."""
+    return result.get("verdict") or (result.get("stderr") or "").strip()[-300:] or f"exit {result.get('exit_code')}"
 
 
 GRADER = (
@@ -281,8 +288,7 @@ def python_grader(
         raise RuleError(f"the grader does not compile: {outcome.compile_error}")
     (result,) = outcome.results
     if result.get("verdict") or result.get("exit_code") != 0 or result.get("signal"):
-        why = result.get("verdict") or (result.get("stderr") or "").strip()[-300:] or f"exit {result.get('exit_code')}"
-        raise RuleError(f"the grader failed: {why}")
+        raise RuleError(f"the grader failed: {_why_failed(result)}")
     try:
         value = float(call_result(result.get("stdout", "")))
     except (ValueError, TypeError):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
@@ -60,25 +61,30 @@ def _number(token: str) -> float | None:
     return value
 
 
+def _every_line(got: list[str], want: list[str], same_line: Callable[[str, str], bool]) -> bool:
+    """The same number of lines, each pair the same by ``same_line``."""
+    return len(got) == len(want) and all(same_line(g, w) for g, w in zip(got, want))
+
+
 def same_tokens(got: str, want: str) -> bool:
     """The default stdout comparison (see the module's docstring)."""
-    g, w = _normal_lines(got), _normal_lines(want)
-    if len(g) != len(w):
+    return _every_line(_normal_lines(got), _normal_lines(want), _same_token_line)
+
+
+def _same_token_line(got_line: str, want_line: str) -> bool:
+    got_tokens, want_tokens = got_line.split(), want_line.split()
+    if len(got_tokens) != len(want_tokens):
         return False
-    for got_line, want_line in zip(g, w):
-        got_tokens, want_tokens = got_line.split(), want_line.split()
-        if len(got_tokens) != len(want_tokens):
-            return False
-        for a, b in zip(got_tokens, want_tokens):
-            if a == b and a.lower() != "nan":
-                continue
-            if _INTEGER.fullmatch(a) and _INTEGER.fullmatch(b):  # never a tolerance on integers
-                if _integer(a) != _integer(b):
-                    return False
-                continue
-            x, y = _number(a), _number(b)
-            if x is None or y is None or not _close(x, y):
+    for a, b in zip(got_tokens, want_tokens):
+        if a == b and a.lower() != "nan":
+            continue
+        if _INTEGER.fullmatch(a) and _INTEGER.fullmatch(b):  # never a tolerance on integers
+            if _integer(a) != _integer(b):
                 return False
+            continue
+        x, y = _number(a), _number(b)
+        if x is None or y is None or not _close(x, y):
+            return False
     return True
 
 
@@ -106,19 +112,17 @@ def _decimals(line: str) -> list[Decimal] | None:
 
 def same_lines(got: str, want: str) -> bool:
     """LiveCodeBench's rule (see the module's docstring)."""
-    g, w = _stripped_lines(got), _stripped_lines(want)
-    if len(g) != len(w):
+    return _every_line(_stripped_lines(got), _stripped_lines(want), _same_decimal_line)
+
+
+def _same_decimal_line(got_line: str, want_line: str) -> bool:
+    if got_line == want_line:
+        return True
+    a, b = _decimals(got_line), _decimals(want_line)
+    try:
+        return a is not None and b is not None and a == b
+    except ArithmeticError:  # a signalling NaN refuses to compare; LiveCodeBench crashes
         return False
-    for got_line, want_line in zip(g, w):
-        if got_line == want_line:
-            continue
-        a, b = _decimals(got_line), _decimals(want_line)
-        try:
-            if a is None or b is None or a != b:
-                return False
-        except ArithmeticError:  # a signalling NaN refuses to compare; LiveCodeBench crashes
-            return False
-    return True
 
 
 COMPARE = {"tokens": same_tokens, "exact": same_exact, "lines": same_lines}

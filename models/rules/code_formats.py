@@ -43,7 +43,10 @@ def extract_code(response: str, language: str = "python") -> str:
     return str(untagged[-1]) if untagged else response
 
 
-def _as_object(reference: Any) -> dict[str, Any]:
+def tests_of(reference: Any) -> dict[str, Any]:
+    """The reference as one object of tests (JSON text parsed, a peer's row read into
+    inputs and outputs). The readers below take either form: read it once with this,
+    then hand them what it gives."""
     if isinstance(reference, str):
         try:
             reference = json.loads(reference)
@@ -54,7 +57,7 @@ def _as_object(reference: Any) -> dict[str, Any]:
             "the code model needs a reference object: {inputs, outputs}, {test, entry_point} or {test_list}"
         )
     if "input_output" in reference:
-        return _as_object(reference["input_output"])
+        return tests_of(reference["input_output"])
     if "public_test_cases" in reference:
         return _livecodebench(reference)
     if "test_cases" in reference:
@@ -102,7 +105,7 @@ def plan(code: str, reference: Any) -> tuple[str, list[dict[str, Any]], list[Any
     """(code to run, sandbox tests, what each test's output must be, style): style is
     ``stdio``, ``call`` (expected values: compared here) or ``asserts`` (a test passes by
     running to its end)."""
-    ref = _as_object(reference)
+    ref = tests_of(reference)
     if "inputs" in ref and "outputs" in ref:
         inputs, outputs = ref["inputs"], ref["outputs"]
         if not isinstance(inputs, list) or not isinstance(outputs, list) or len(inputs) != len(outputs):
@@ -135,7 +138,7 @@ def plan(code: str, reference: Any) -> tuple[str, list[dict[str, Any]], list[Any
 
 def checker_source(reference: Any) -> str | None:
     """The reference's checker program (``checker``: Python source), if it has one."""
-    ref = _as_object(reference)
+    ref = tests_of(reference)
     checker = ref.get("checker")
     if checker is None:
         return None
@@ -161,7 +164,7 @@ def plain_path(path: Any) -> str:
 def files_of(reference: Any) -> tuple[dict[str, bytes], list[str]]:
     """SandboxFusion's ``files`` ({path: base64, or null to skip}) written before each
     test, and ``fetch_files`` (paths) read back after it."""
-    ref = _as_object(reference)
+    ref = tests_of(reference)
     files, fetch = ref.get("files") or {}, ref.get("fetch_files") or []
     if not isinstance(files, dict) or not isinstance(fetch, list):
         raise RuleError("files must be {path: base64} and fetch_files a list of paths")

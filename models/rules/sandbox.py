@@ -403,29 +403,33 @@ UNSAFE = "no isolation (--unsafe-code-exec): the code runs as this service's use
 
 @functools.cache
 def check(unsafe: bool = False) -> str:
-    """Start a new sandbox and run one test in it: the isolation in force, in words, or
-    SandboxUnavailable naming what is missing. ``unsafe``: where it is missing, run
-    without it (and say so)."""
-    try:
-        _echo(isolated=True)
-    except SandboxUnavailable as exc:
-        if not unsafe:
-            raise SandboxUnavailable(f"{exc}; --unsafe-code-exec runs code without isolation") from None
-        _echo(isolated=False)
-        return f"{UNSAFE} ({exc})"
-    return (
-        "a bubblewrap sandbox (user, pid, net, ipc, uts and mount namespaces; a seccomp filter; "
-        "read-only /usr; tmpfs /tmp; rlimits)"
-    )
+    """The isolation in force, in words, or SandboxUnavailable naming what is missing.
+    ``unsafe``: where it is missing, run without it (and say so)."""
+    problem = isolation_problem()
+    if problem is None:
+        return (
+            "a bubblewrap sandbox (user, pid, net, ipc, uts and mount namespaces; a seccomp filter; "
+            "read-only /usr; tmpfs /tmp; rlimits)"
+        )
+    if not unsafe:
+        raise SandboxUnavailable(f"{problem}; --unsafe-code-exec runs code without isolation")
+    _echo(isolated=False)
+    return f"{UNSAFE} ({problem})"
 
 
 @functools.cache
-def isolation_works() -> bool:
+def isolation_problem() -> str | None:
+    """Why the sandbox cannot start in this process, or None: a new one started and run
+    one test, once per process."""
     try:
         _echo(isolated=True)
-    except SandboxUnavailable:
-        return False
-    return True
+    except SandboxUnavailable as exc:
+        return str(exc)
+    return None
+
+
+def isolation_works() -> bool:
+    return isolation_problem() is None
 
 
 def _echo(isolated: bool) -> None:

