@@ -85,6 +85,17 @@ def token_rewards(
     return out
 
 
+def token_ends(tokenizer: Any, token_ids: Sequence[int], text: str) -> list[int]:
+    """Where each id's token ends in ``text``, the characters the ids up to it are the
+    first to decode to (as ``token_rewards`` places them). ValueError where the ids do
+    not decode (skip_special_tokens) to ``text``."""
+    ids = [int(i) for i in token_ids]
+    decoded = tokenizer.decode(ids, skip_special_tokens=True)
+    if decoded != text:
+        raise ValueError(f"the token ids decode to {len(decoded)} characters that are not the response's {len(text)}")
+    return _Positions(tokenizer, ids, text).ends if ids else []
+
+
 def _steps_of(result: Any) -> tuple[list[float | None], list[tuple[int, int]]]:
     data = result if isinstance(result, Mapping) else result.model_dump()
     rewards = data.get("step_rewards")

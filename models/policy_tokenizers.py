@@ -63,7 +63,7 @@ def with_token_rewards(
     (none given, or ids that do not decode to its response) becomes invalid, saying why."""
     out = []
     for item, result in zip(items, results):
-        if not result.valid:
+        if not result.valid or result.token_rewards is not None:  # a kind that scored these ids gave its own
             out.append(result)
             continue
         if item.response_token_ids is None:

@@ -86,7 +86,10 @@ def share_prefixes(
             (member,) = members
             units.append((Unit(jobs[member].length, jobs[member]), members))
             continue
-        suffixes = [TokenSequence(seqs[m].ids[prefix:], tuple(p - prefix for p in seqs[m].positions)) for m in members]
+        suffixes = [
+            TokenSequence(seqs[m].ids[prefix:], tuple(p - prefix for p in seqs[m].positions), seqs[m].targets)
+            for m in members
+        ]
         unit = Unit(
             length=prefix + sum(len(s.ids) for s in suffixes),
             payload=SharedUnit(seqs[members[0]].ids[:prefix], [jobs[m] for m in members], suffixes),

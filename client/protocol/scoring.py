@@ -53,7 +53,7 @@ class ScoreResponse(_Response):
 # --------------------------------------------------------------------------- /v1/score/steps
 
 StepsFrom = Literal["auto", "steps", "separator", "turns"]
-Aggregate = Literal["min", "prod", "mean", "last"]
+Aggregate = Literal["min", "prod", "mean", "last", "sum"]
 Shaping = Literal["none", "raw", "delta", "potential", "group"]
 
 
@@ -104,7 +104,7 @@ class StepSpan(_Response):
 class StepsResult(ItemResult):
     step_scores: list[float | None] = Field(default_factory=list)  # None: not scored
     steps_scored: int = 0
-    aggregates: dict[str, float] | None = None  # min, prod, mean, last (scored steps)
+    aggregates: dict[str, float] | None = None  # min, prod, mean, last, sum (scored steps)
     first_error_step: int | None = None
     spans: list[StepSpan] = Field(default_factory=list)
     step_rewards: list[float | None] | None = None  # per options.shaping

@@ -7,7 +7,9 @@ engine. What is read at a position depends on the task the backend was loaded fo
     classify      a sequence classifier's head (reward models, Skywork-Reward style)
     prm_head      a process reward model's own token head (Qwen2.5-Math-PRM)
     value_head    a linear value head over hidden states (Skywork-o1-Open-PRM)
-    lm            a causal LM's next-token logits, restricted to ``token_ids``
+    lm            a causal LM's next-token logits, restricted to ``token_ids``; or, for
+                  sequences that carry ``targets``, the log-probability of each
+                  position's target (the next token), over the whole vocabulary
 """
 
 from __future__ import annotations
@@ -23,16 +25,18 @@ TASKS = ("classify", "prm_head", "value_head", "lm")
 
 @dataclass(frozen=True)
 class TokenSequence:
-    """Token ids and the positions whose head output is read."""
+    """Token ids and the positions whose head output is read. ``targets`` (lm only): a
+    token per position whose log-probability is read there, in place of logits."""
 
     ids: list[int]
     positions: tuple[int, ...]
+    targets: tuple[int, ...] | None = None
 
 
 def after_prefix(prefix: list[int], seqs: list[TokenSequence]) -> list[TokenSequence]:
     """Each continuation as a whole sequence: the prefix's ids, then its own, with its
     readout positions moved past the prefix."""
-    return [TokenSequence(prefix + s.ids, tuple(len(prefix) + p for p in s.positions)) for s in seqs]
+    return [TokenSequence(prefix + s.ids, tuple(len(prefix) + p for p in s.positions), s.targets) for s in seqs]
 
 
 class Backend(ABC):

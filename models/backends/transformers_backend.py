@@ -28,6 +28,9 @@ log = logging.getLogger(__name__)
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # A position limit above this is a "no limit" sentinel some configs carry.
 _MAX_SANE_POSITIONS = 1 << 20
+# Rows whose whole-vocabulary logits are held at once when log-probabilities are read
+# (256 rows of a 152k vocabulary: 156 MB of float32).
+LOGPROB_ROWS = 256
 # A CPU's matmuls are saturated by one item of a few hundred tokens, so padding is pure
 # loss, and batches of about 1k tokens run fastest (figures: bench/results).
 CPU_BATCH_PREFERENCES = {"max_batch_tokens": 1024, "max_padding_ratio": 0.05, "short_when_shared": True}
@@ -199,7 +202,9 @@ class TransformersBackend(Backend):
         hidden = self.base(
             input_ids=packed.ids, position_ids=packed.position_ids, packed_layout=packed.layout, use_cache=False
         ).last_hidden_state
-        (read,) = self._heads_at(hidden, [TokenSequence([], tuple(positions))], token_ids)
+        flat = [s for _, seqs in units for s in seqs]
+        targets = tuple(t for s in flat for t in s.targets or ()) if flat and flat[0].targets is not None else None
+        (read,) = self._heads_at(hidden, [TokenSequence([], tuple(positions), targets)], token_ids)
         out = iter(np.split(read, np.cumsum([len(r) for r in spans])[:-1]))
         return [[next(out) for _ in rows] for rows in packed.readouts]
 
@@ -387,9 +392,11 @@ class TransformersBackend(Backend):
         rows = torch.tensor(rows, dtype=torch.long, device=hidden.device)
         cols = torch.tensor(cols, dtype=torch.long, device=hidden.device)
         picked = hidden[rows, cols]
-        if self.task == "lm":
+        if self.task == "lm" and token_ids is None and all(s.targets is not None for s in seqs):
+            out = self._target_logprobs(picked, [t for s in seqs for t in s.targets or ()])
+        elif self.task == "lm":
             if not token_ids:
-                raise ValueError("the lm task reads the logits of given token_ids")
+                raise ValueError("the lm task reads the logits of given token_ids, or of each sequence's targets")
             weight = self.head.weight[token_ids]
             bias = self.head.bias[token_ids] if self.head.bias is not None else None
             out = nn.functional.linear(picked, weight, bias)
@@ -398,6 +405,22 @@ class TransformersBackend(Backend):
         else:
             out = self.head(picked)
         return [chunk.numpy() for chunk in torch.split(out.float().cpu(), counts)]
+
+    def _target_logprobs(self, picked: torch.Tensor, targets: list[int]) -> torch.Tensor:
+        """``[rows, 1]``: each row's log-probability of its target, the whole vocabulary's
+        logits a few rows at a time (rows times vocabulary floats at once would not be
+        bounded)."""
+        if len(targets) != picked.shape[0]:
+            raise ValueError(f"{picked.shape[0]} positions read but {len(targets)} targets")
+        index = torch.tensor(targets, dtype=torch.long, device=picked.device)
+        out = torch.empty((picked.shape[0], 1), dtype=torch.float32, device=picked.device)
+        for start in range(0, picked.shape[0], LOGPROB_ROWS):
+            stop = start + LOGPROB_ROWS
+            logits = self.head(picked[start:stop]).float()
+            if self._softcap:
+                logits = torch.tanh(logits / self._softcap) * self._softcap
+            out[start:stop, 0] = torch.log_softmax(logits, dim=-1).gather(1, index[start:stop, None])[:, 0]
+        return out
 
 
 def context_limit(name: str, asked: int | None, config: Any, tokenizer: Any) -> int:

@@ -42,7 +42,9 @@ class ProcessOptions(WeightedKindOptions, StepFormatOptions):
     format: Literal["separator_chat", "classifier_tags", "tag_lm", "value_head", "chat_turn"] = Field(
         description="How steps are laid out and read (models/text/prm_formats.py); presets set it."
     )
-    aggregate: Aggregate = Field("min", description="A trajectory's score from its step scores: min, prod, mean, last.")
+    aggregate: Aggregate = Field(
+        "min", description="A trajectory's score from its step scores: min, prod, mean, last, sum."
+    )
     separator: str | None = Field(None, description="How a response splits into steps when the request gives none.")
     max_steps: int = Field(256, gt=0, description="Steps per trajectory; more is a 413.")
 

@@ -176,6 +176,7 @@ def aggregate(scores: list[float | None], threshold: float | None) -> StepStats:
             "prod": math.prod(scored),
             "mean": sum(scored) / len(scored),
             "last": scored[-1],
+            "sum": math.fsum(scored),
         }
     if threshold is not None:
         stats.first_error_step = next((i for i, s in enumerate(scores) if s is not None and s < threshold), None)

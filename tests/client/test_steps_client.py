@@ -50,4 +50,4 @@ def test_sync_score_steps_against_uvicorn(live_service):
         out = client.score_steps("prm", items(1, 2), aggregate="last", threshold=0.5)
         for result in out.results:
             assert result.valid and result.score == result.step_scores[-1]
-            assert result.aggregates.keys() == {"min", "prod", "mean", "last"}
+            assert result.aggregates.keys() == {"min", "prod", "mean", "last", "sum"}

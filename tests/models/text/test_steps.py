@@ -63,6 +63,6 @@ def test_inline_steps_of_an_agent_trajectory_keep_tool_results_causal():
 
 def test_aggregates_and_first_error():
     stats = aggregate([0.9, 0.2, 0.5, None], threshold=0.3)
-    assert stats.aggregates == pytest.approx({"min": 0.2, "prod": 0.09, "mean": 1.6 / 3, "last": 0.5})
+    assert stats.aggregates == pytest.approx({"min": 0.2, "prod": 0.09, "mean": 1.6 / 3, "last": 0.5, "sum": 1.6})
     assert stats.first_error_step == 1
     assert aggregate([0.9], None).first_error_step is None
