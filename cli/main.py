@@ -93,6 +93,12 @@ def _parser() -> argparse.ArgumentParser:
     grpo.add_argument("--service", help="service URL(s), comma-separated")
     grpo.add_argument("--steps", type=int)
     grpo.add_argument("--no-resume", action="store_true", help="start over even if output-dir has checkpoints")
+    grpo.add_argument(
+        "--dense", metavar="MODEL", help="add token-level process advantages from this served PRM or implicit PRM"
+    )
+    plot = commands.add_parser("grpo-plot", help="draw GRPO runs side by side (an outcome-only and a dense run)")
+    plot.add_argument("runs", nargs="+", help="the runs' output directories (each with its metrics.jsonl)")
+    plot.add_argument("-o", "--output", default="grpo-runs.png", help="the PNG to write")
     return parser
 
 
@@ -175,6 +181,7 @@ def grpo(args: argparse.Namespace) -> None:
         "service": args.service,
         "steps": args.steps,
         "resume": False if args.no_resume else None,
+        "dense": {"model": args.dense} if args.dense else None,
     }
     config = load_config(args.config, overrides)
     problem = checkpoint_problem(config.policy)  # in seconds, not after the hub's retries
@@ -190,6 +197,22 @@ def grpo(args: argparse.Namespace) -> None:
     steps = [int(p.name.split("-", 1)[1]) for p in out.glob("checkpoint-*") if p.name.split("-", 1)[1].isdigit()]
     last = f", checkpoint-{max(steps)}/ (the policy, for from_pretrained)" if steps else ""
     print(f"written to {out}: metrics.jsonl, metrics.png{last}")
+
+
+def grpo_plot(args: argparse.Namespace) -> None:
+    from pathlib import Path
+
+    from rewardserve.client.grpo.plot import plot_runs
+
+    runs = {}
+    for run in args.runs:
+        metrics = Path(run) / "metrics.jsonl"
+        if not metrics.is_file():
+            raise ValueError(f"{run}: no metrics.jsonl (the output directory of a rewardserve grpo run)")
+        rows = [json.loads(line) for line in metrics.read_text(encoding="utf-8").splitlines() if line.strip()]
+        runs[Path(run).name or run] = rows
+    plot_runs(runs, Path(args.output))
+    print(f"written to {args.output}: {', '.join(f'{name} ({len(rows)} steps)' for name, rows in runs.items())}")
 
 
 def models(args: argparse.Namespace) -> None:
@@ -393,6 +416,7 @@ def one_line(exc: Exception) -> str:
 COMMANDS = {
     "serve": serve,
     "grpo": grpo,
+    "grpo-plot": grpo_plot,
     "models": models,
     "score": score,
     "eval": evaluate,

@@ -30,6 +30,20 @@ class RewardSource(BaseModel):
         return self.name or (f"{self.endpoint}/{self.model}" if self.model else self.endpoint)
 
 
+class DenseSource(BaseModel):
+    """Token-level process advantages: ``model``'s step scores (a PRM or an implicit PRM
+    on /v1/score/steps, with ``options``), normalised over all the steps of each group
+    (DeepSeekMath's process supervision), each on the last token of its step; a token's
+    process advantage is the sum of those from it to the end of the completion. A token's
+    advantage is then the outcome advantage plus ``weight`` times its process advantage."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str
+    weight: float = Field(default=1.0, gt=0)
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
 class GRPOConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -39,6 +53,7 @@ class GRPOConfig(BaseModel):
     service: str | list[str] = "http://127.0.0.1:8000"
     api_key: str | None = None
     rewards: list[RewardSource] = Field(min_length=1)
+    dense: DenseSource | None = None  # token-level process advantages beside the outcome's
 
     steps: int = Field(default=100, ge=1)
     prompts_per_step: int = Field(default=4, ge=1)

@@ -8,6 +8,7 @@ Each step:
      reward phase hides behind them;
   3. turn rewards into advantages: normalise within each prompt's group (or within
      strata of a prompt field, Stratified GRPO); completions without a reward get none;
+     with ``dense``, each token adds its process advantage (client/grpo/dense.py);
   4. update the policy with the clipped policy-gradient loss, plus KL to the frozen
      starting policy if asked, over micro-batches (gradient accumulation);
   5. log a metrics row, refresh the plot, and checkpoint every ``save_every`` steps.
@@ -30,6 +31,7 @@ import torch
 from transformers import StoppingCriteria
 
 from rewardserve.client.grpo.config import GRPOConfig
+from rewardserve.client.grpo.dense import token_advantages
 from rewardserve.client.grpo.plot import plot_metrics
 from rewardserve.client.grpo.rewards import RewardMix, Scored
 
@@ -63,7 +65,7 @@ def train(config: GRPOConfig) -> list[dict[str, Any]]:
     ]
     if not prompts:
         raise ValueError(f"{config.prompts}: no prompts")
-    rewards = RewardMix(RewardClient(config.service, api_key=config.api_key), config.rewards)
+    rewards = RewardMix(RewardClient(config.service, api_key=config.api_key), config.rewards, config.dense)
     rewards.preflight(prompts[0])  # before minutes of loading and sampling
     policy, tokenizer, optimizer, start, history = load_or_resume(config, out)
     reference = frozen_copy(config, policy) if config.kl_coef > 0 else None
@@ -95,7 +97,15 @@ def train(config: GRPOConfig) -> list[dict[str, Any]]:
             waited = time.monotonic() - waited
             reward, valid, per_source = scored.reward, scored.valid, scored.means()
             keys = groups(config, rollout.rows)
-            advantages = group_advantages(reward, valid, keys)  # 3
+            if config.dense is not None and scored.dense is not None:  # 3, per token
+                process, has_process = token_advantages(
+                    rollout.ids, rollout.completion_mask, rollout.texts, scored.dense, tokenizer, keys
+                )
+                valid = valid & has_process
+                outcome = group_advantages(reward, valid, keys)
+                advantages = outcome[:, None] + config.dense.weight * process * valid[:, None]
+            else:
+                advantages = group_advantages(reward, valid, keys)  # 3
             loss, kl = update(config, policy, optimizer, rollout, advantages)  # 4
             flat = zero_variance_share(reward, valid, keys)
             if flat is not None and flat > config.warn_zero_variance:
@@ -117,6 +127,7 @@ def train(config: GRPOConfig) -> list[dict[str, Any]]:
                 "completion_length": float(completion.mean()),
                 "seconds": round(time.monotonic() - began, 3),
                 "reward_wait_s": round(waited, 4),
+                **({"dense_score": scored.dense_mean()} if config.dense is not None else {}),
                 **{f"reward/{k}": v for k, v in per_source.items()},
             }
             history.append(row)  # 5
@@ -293,7 +304,7 @@ def update(
         mask = rollout.completion_mask[part].float()
         logps = token_logps(policy, rollout.ids[part], rollout.mask[part])
         ratio = torch.exp(logps - rollout.old_logps[part])
-        adv = advantages[part, None]
+        adv = advantages[part, None] if advantages.dim() == 1 else advantages[part]  # per completion, or per token
         clipped = torch.clamp(ratio, 1 - config.clip_epsilon, 1 + config.clip_epsilon)
         per_token = -torch.min(ratio * adv, clipped * adv)
         if rollout.ref_logps is not None:

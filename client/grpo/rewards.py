@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from rewardserve.client.errors import APIConnectionError, APIStatusError
-from rewardserve.client.grpo.config import RewardSource
+from rewardserve.client.grpo.config import DenseSource, RewardSource
 from rewardserve.client.items import make_item, prompt_group
 from rewardserve.client.protocol import Item, RubricResponse, ScoreResponse, StepsResponse, VerifyResponse
 from rewardserve.client.sync_client import RewardClient
@@ -27,15 +27,24 @@ class Scored:
     reward: torch.Tensor
     valid: torch.Tensor
     by_source: dict[str, list[float | None]]
+    # The dense source's steps results (their JSON; None where invalid), when there is one.
+    dense: list[dict[str, Any] | None] | None = None
 
     @classmethod
     def joined(cls, parts: list[Scored]) -> Scored:
         """Parts scored one after another (the groups of a step), in order."""
+        dense = None if parts[0].dense is None else [r for p in parts for r in p.dense or []]
         return cls(
             torch.cat([p.reward for p in parts]),
             torch.cat([p.valid for p in parts]),
             {label: [s for p in parts for s in p.by_source[label]] for label in parts[0].by_source},
+            dense,
         )
+
+    def dense_mean(self) -> float | None:
+        """The dense source's mean trajectory score over the completions it scored."""
+        scores = [r["score"] for r in self.dense or [] if r is not None and r.get("score") is not None]
+        return sum(scores) / len(scores) if scores else None
 
     def means(self) -> dict[str, float | None]:
         """Each source's mean over the completions it scored."""
@@ -47,9 +56,10 @@ class Scored:
 
 
 class RewardMix:
-    def __init__(self, client: RewardClient, sources: list[RewardSource]):
+    def __init__(self, client: RewardClient, sources: list[RewardSource], dense: DenseSource | None = None):
         self.client = client
         self.sources = sources
+        self.dense = dense
 
     def preflight(self, row: dict[str, Any]) -> None:
         """The service answers, every source's model is served and ready, and one item
@@ -63,7 +73,9 @@ class RewardMix:
             ) from None
         except APIStatusError as exc:
             raise PreflightError(f"the reward service at {where} refused /v1/models: {exc}") from None
-        for source in self.sources:
+        dense = self.dense
+        steps = [] if dense is None else [RewardSource(endpoint="steps", model=dense.model, options=dense.options)]
+        for source in self.sources + steps:
             if source.model is not None and source.model not in served:
                 close = difflib.get_close_matches(source.model, list(served), n=1)
                 hint = f"; did you mean {close[0]!r}?" if close else f"; served: {', '.join(sorted(served))}"
@@ -116,4 +128,8 @@ class RewardMix:
                     valid[i] = False
                 else:
                     total[i] += source.weight * s
-        return Scored(total, valid, by_source)
+        scored = Scored(total, valid, by_source)
+        if self.dense is not None:
+            results = self.client.score_steps(self.dense.model, items, **self.dense.options).results
+            scored.dense = [r.model_dump() if r.valid else None for r in results]
+        return scored
