@@ -49,6 +49,14 @@ def _parser() -> argparse.ArgumentParser:
         metavar="KEY",
         help="require this bearer key (repeatable); REWARDSERVE_API_KEYS keeps keys out of `ps`",
     )
+    serve.add_argument(
+        "--admin-key",
+        action="append",
+        dest="admin_keys",
+        metavar="KEY",
+        help="open the admin API (/v1/admin/: sleep, wake, load a version) to this key (repeatable; "
+        "REWARDSERVE_ADMIN_KEYS keeps it out of `ps`)",
+    )
     serve.add_argument("--no-builtin-rules", action="store_true", help="do not serve math / exact_match")
     serve.add_argument(
         "--keep-going",
@@ -354,6 +362,8 @@ def serve(args: argparse.Namespace) -> None:
         overrides["unsafe_code_exec"] = True
     if args.api_keys:
         overrides["api_keys"] = args.api_keys
+    if args.admin_keys:
+        overrides["admin_keys"] = args.admin_keys
     settings = Settings(**overrides)
     configure_logging(settings.log_level, settings.log_format)
     if args.model:

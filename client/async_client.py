@@ -22,6 +22,7 @@ from rewardserve.client._shared import (
     verify_call,
 )
 from rewardserve.client._transport import aread_capped, attempt_deadline, bounded_async_client
+from rewardserve.client.admin import AsyncAdmin
 from rewardserve.client.protocol import (
     Aggregation,
     CompareItem,
@@ -109,6 +110,11 @@ class AsyncRewardClient(BaseClient):
     ) -> CompareResponse:
         """Preference between responses (``POST /v1/compare``)."""
         return await self._list_call(compare_call(model, items, options))
+
+    @property
+    def admin(self) -> AsyncAdmin:
+        """The admin API (sleep, wake, load a version): the client's key must be an admin key."""
+        return AsyncAdmin(self)
 
     async def models(self) -> ModelList:
         return ModelList.model_validate_json((await self._request("GET", "/v1/models")).content)

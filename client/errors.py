@@ -8,12 +8,13 @@ RewardServeError
 │   └── ResponseTooLargeError   ...or is over max_response_bytes
 └── APIStatusError              the service answered with an error status
     ├── AuthenticationError     401
+    ├── PermissionDeniedError   403 (a scoring key on the admin API)
     ├── NotFoundError           404
     ├── PayloadTooLargeError    413
     ├── UnprocessableEntityError 422
     ├── RateLimitError          429 (retried, honouring retry-after)
     └── InternalServerError     5xx
-        ├── ServiceUnavailableError 503 (retried)
+        ├── ServiceUnavailableError 503 (retried; a model asleep too)
         └── DeadlineExceededError   504
 """
 
@@ -75,6 +76,10 @@ class AuthenticationError(APIStatusError):
     pass
 
 
+class PermissionDeniedError(APIStatusError):
+    """A valid key that may not do this (a scoring key on the admin API)."""
+
+
 class NotFoundError(APIStatusError):
     pass
 
@@ -120,6 +125,7 @@ def _error_fields(content: bytes) -> dict[str, str]:
 # By the status each error type has in the contract's one table (ERROR_STATUS).
 _BY_TYPE: dict[ErrorType, type[APIStatusError]] = {
     "authentication_error": AuthenticationError,
+    "permission_denied": PermissionDeniedError,
     "not_found": NotFoundError,
     "payload_too_large": PayloadTooLargeError,
     "malformed_request": BadRequestError,

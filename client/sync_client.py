@@ -23,6 +23,7 @@ from rewardserve.client._shared import (
     verify_call,
 )
 from rewardserve.client._transport import attempt_deadline, bounded_client, read_capped
+from rewardserve.client.admin import Admin
 from rewardserve.client.protocol import (
     Aggregation,
     CompareItem,
@@ -122,6 +123,11 @@ class RewardClient(BaseClient):
     def compare(self, model: str, items: Iterable[CompareItem | Mapping[str, Any]], **options: Any) -> CompareResponse:
         """Preference between responses (``POST /v1/compare``)."""
         return self._list_call(compare_call(model, items, options))
+
+    @property
+    def admin(self) -> Admin:
+        """The admin API (sleep, wake, load a version): the client's key must be an admin key."""
+        return Admin(self)
 
     def models(self) -> ModelList:
         return ModelList.model_validate_json(self._request("GET", "/v1/models").content)

@@ -54,6 +54,11 @@ class ModelSpec(BaseModel):
     adapter: str | None = None
     options: dict[str, Any] = Field(default_factory=dict)
     shadow: ShadowSpec | None = None
+    # What results call this model's weights (``model_version``); an admin load names the
+    # next one. Unset: the revision, else "0".
+    version: str | None = Field(default=None, min_length=1, max_length=128)
+    # Asleep (the admin API), a request wakes it rather than getting a 503.
+    wake_on_request: bool = False
 
 
 def describe_spec_error(entry: Any, where: str, exc: ValidationError) -> str:

@@ -30,7 +30,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from rewardserve.client.protocol import ERROR_STATUS, ErrorBody, ErrorDetail, ErrorType
 from rewardserve.models.request_scope import RequestScope
-from rewardserve.service.auth import AuthError, bearer_token, check_bearer
+from rewardserve.service.auth import AuthError, bearer_token, check_bearer, has_valid_key
 from rewardserve.service.tenants import label, named
 
 if TYPE_CHECKING:
@@ -39,6 +39,8 @@ if TYPE_CHECKING:
 # /version is open as in vLLM (a probe may read it with no key); /metrics shows a keyless caller no
 # tenant's work (service/routes.py).
 OPEN_PATHS = frozenset({"/health", "/ready", "/metrics", "/version", "/"})
+# The admin API takes admin keys only (settings admin_keys), never the scoring keys.
+ADMIN_PREFIX = "/v1/admin/"
 DEADLINE_HEADER = "x-deadline-ms"
 
 
@@ -130,6 +132,17 @@ class Admission:
                 headers={"connection": "close"},
             )
             return
+        if path.startswith(ADMIN_PREFIX):
+            refused = self._admin_refusal(headers.get("authorization"))
+            if refused is not None:
+                kind, message = refused
+                extra = {"www-authenticate": "Bearer"} if kind == "authentication_error" else {}
+                await send_error(send, kind, message, headers={**extra, **unread})
+                return
+            request_scope = RequestScope(None)
+            scope.setdefault("state", {})["request_scope"] = request_scope
+            await self._run(scope, receive, send, request_scope)
+            return
         if path not in OPEN_PATHS and method != "OPTIONS":
             try:
                 check_bearer(headers.get("authorization"), self.state.api_keys)
@@ -191,6 +204,19 @@ class Admission:
             await self._run(scope, receive, send, request_scope)
         finally:
             self.state.open_requests[who] -= 1
+
+    def _admin_refusal(self, header: str | None) -> tuple[ErrorType, str] | None:
+        """Why this request may not use the admin API (None: it may)."""
+        admin_keys = self.state.settings.admin_keys
+        if not admin_keys:
+            return "permission_denied", "the admin API is off: start the service with REWARDSERVE_ADMIN_KEYS"
+        try:
+            check_bearer(header, admin_keys)
+        except AuthError as exc:
+            if self.state.api_keys and bearer_token(header) and has_valid_key(header, self.state.api_keys):
+                return "permission_denied", "this key scores; the admin API takes an admin key (REWARDSERVE_ADMIN_KEYS)"
+            return "authentication_error", str(exc)
+        return None
 
     async def _run(self, scope: Scope, receive: Receive, send: Send, request_scope: RequestScope) -> None:
         loop = asyncio.get_running_loop()

@@ -27,12 +27,14 @@ from rewardserve.models.policy_tokenizers import PolicyTokenizers
 from rewardserve.models.reward_model import ModelContext
 from rewardserve.models.rules.runner import RuleRunner
 from rewardserve.models.spec import ModelSpec
+from rewardserve.service.admin_routes import router as admin_routes
 from rewardserve.service.admission import Admission, InFlightRequests
 from rewardserve.service.code_routes import router as code_routes
 from rewardserve.service.compat import router as compat_routes
 from rewardserve.service.dispatch import ClientGone
 from rewardserve.service.errors import install_error_handlers
 from rewardserve.service.judge_routes import router as judging_routes
+from rewardserve.service.lifecycle import Lifecycle
 from rewardserve.service.memory import MallocTrim, freeze_loaded_objects
 from rewardserve.service.metrics import Metrics
 from rewardserve.service.middleware import BodyLimit, RequestLog, RequestMetrics
@@ -57,6 +59,7 @@ class ServiceState:
     gate: FairGate
     health: RewardHealth
     shadowing: Shadowing
+    lifecycle: Lifecycle
     draining: bool = False
     in_flight: InFlightRequests = field(default_factory=InFlightRequests)
     # Requests open now per tenant ("": keys of no tenant, or no key).
@@ -88,23 +91,25 @@ def create_app(settings: Settings | None = None, url: str | None = None) -> Fast
     tenants = Tenants(settings.tenant_specs(), metrics, batch_ms=settings.tenant_batch_ms)
     rule_runner = RuleRunner(settings.rule_limits(), scheduler=tenants.scheduler)
     context = ModelContext(image_policy=settings.image_policy(), rules=rule_runner, compile=settings.compile)
+    registry = ModelRegistry(
+        specs,
+        metrics,
+        context,
+        after_batch=MallocTrim(settings.malloc_trim_seconds),
+        keep_going=settings.keep_going,
+        tenants=tenants,
+    )
     state = ServiceState(
         settings=settings,
         metrics=metrics,
-        registry=ModelRegistry(
-            specs,
-            metrics,
-            context,
-            after_batch=MallocTrim(settings.malloc_trim_seconds),
-            keep_going=settings.keep_going,
-            tenants=tenants,
-        ),
+        registry=registry,
         api_keys=settings.accepted_keys() + tenants.keys(),
         rule_runner=rule_runner,
         tenants=tenants,
         gate=FairGate(tenants, slots=max(2, os.cpu_count() or 2)),
         health=RewardHealth(metrics),
         shadowing=Shadowing(metrics),
+        lifecycle=Lifecycle(registry, settings, metrics),
         policy_tokenizers=PolicyTokenizers(settings.policy_tokenizers),
     )
 
@@ -163,6 +168,7 @@ def create_app(settings: Settings | None = None, url: str | None = None) -> Fast
     app.include_router(judging_routes)
     app.include_router(compat_routes)
     app.include_router(code_routes)
+    app.include_router(admin_routes)
     # The last added runs outermost: the request log and metrics see every response
     # (CORS preflights included); keys are checked before the size limit's 413 and
     # before any byte of the body is read.

@@ -48,6 +48,7 @@ class Executed(Generic[R]):
     inference_s: float = 0.0
     warnings: list[str] = field(default_factory=list)
     revision: str | None = None  # the served model's pinned hub revision
+    model_version: str | None = None  # the version of the served model that ran the plan
 
     def timing_headers(self) -> dict[str, str]:
         # Milliseconds, as TEI reports them.
@@ -60,12 +61,31 @@ class Executed(Generic[R]):
 async def run_plan(
     ctx: RequestContext, served: Served | None, n_items: int, planner: Callable[..., Plan[R]], *args: Any
 ) -> Executed[R]:
-    """``planner(*args)`` off the event loop (it tokenizes), then the plan executed."""
-    async with ctx.svc.gate.slot(ctx.tenant):
-        plan = await run_in_threadpool(planner, *args)
-    done = await execute(ctx, served, plan, n_items)
-    done.revision = served.model.spec.revision if served is not None else None
+    """``planner(*args)`` off the event loop (it tokenizes), then the plan executed, the
+    served model held meanwhile (service/lifecycle.py: no sleep or swap closes it)."""
+    if served is None:
+        async with ctx.svc.gate.slot(ctx.tenant):
+            plan = await run_in_threadpool(planner, *args)
+        return await execute(ctx, served, plan, n_items)
+    captured = served.model
+    async with ctx.svc.lifecycle.using(served):
+        if served.model is not captured:  # woken from a level-2 sleep meanwhile: a new object
+            planner, args = _rebound(planner, args, captured, served.model)
+        async with ctx.svc.gate.slot(ctx.tenant):
+            plan = await run_in_threadpool(planner, *args)
+        done = await execute(ctx, served, plan, n_items)
+    done.revision = served.model.spec.revision
+    done.model_version = served.version
     return done
+
+
+def _rebound(
+    planner: Callable[..., Plan[R]], args: tuple[Any, ...], old: object, new: object
+) -> tuple[Callable[..., Plan[R]], tuple[Any, ...]]:
+    """``planner`` and ``args`` with the model object ``old`` replaced by ``new``."""
+    if getattr(planner, "__self__", None) is old:
+        planner = getattr(new, planner.__name__)
+    return planner, tuple(new if arg is old else arg for arg in args)
 
 
 async def execute(ctx: RequestContext, served: Served | None, plan: Plan[R], n_items: int) -> Executed[R]:

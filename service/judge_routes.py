@@ -26,7 +26,14 @@ async def verify(body: VerifyRequest, request: Request) -> Response:
     """A generative verifier's judgement per item (logprob or generate mode)."""
     done = await application.verify(RequestContext.of(request), body.model, body.items, body.options)
     return answer(
-        VerifyResponse(model=body.model, revision=done.revision, results=done.results, usage=done.usage), done
+        VerifyResponse(
+            model=body.model,
+            revision=done.revision,
+            model_version=done.model_version,
+            results=done.results,
+            usage=done.usage,
+        ),
+        done,
     )
 
 
@@ -45,5 +52,12 @@ async def compare(body: CompareRequest, request: Request) -> Response:
     """Pairwise / listwise preference between each item's responses."""
     done = await application.compare(RequestContext.of(request), body.model, body.items, body.options)
     return answer(
-        CompareResponse(model=body.model, revision=done.revision, results=done.results, usage=done.usage), done
+        CompareResponse(
+            model=body.model,
+            revision=done.revision,
+            model_version=done.model_version,
+            results=done.results,
+            usage=done.usage,
+        ),
+        done,
     )

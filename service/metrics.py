@@ -96,6 +96,23 @@ class Metrics:
         self.model_ready = Gauge(
             "rewardserve_model_ready", "1 when the model is loaded and probed", ["model"], registry=r
         )
+        # The admin API (service/lifecycle.py).
+        self.lifecycle_seconds = Histogram(
+            "rewardserve_model_lifecycle_duration_seconds",
+            "Time of one admin lifecycle call (sleep, wake_up, load)",
+            ["model", "operation", "outcome"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.model_asleep = Gauge(
+            "rewardserve_model_asleep", "The sleep level the model is at (0: awake)", ["model"], registry=r
+        )
+        self.model_memory = Gauge(
+            "rewardserve_model_memory_bytes", "Bytes of weights and buffers the model holds", ["model"], registry=r
+        )
+        self.model_version = Gauge(
+            "rewardserve_model_version_info", "1 for the version each model serves", ["model", "version"], registry=r
+        )
 
     def render(self, by_model: bool = True, tenant: str | None = None) -> bytes:
         """The exposition text; ``by_model=False`` sums every series over its ``model``
@@ -108,7 +125,14 @@ class Metrics:
 
 
 # The families that are not about any tenant's work: what every tenant may read.
-SHARED = frozenset({"rewardserve_model_ready"})
+SHARED = frozenset(
+    {
+        "rewardserve_model_ready",
+        "rewardserve_model_asleep",
+        "rewardserve_model_memory_bytes",
+        "rewardserve_model_version_info",
+    }
+)
 
 
 class _OneTenant:

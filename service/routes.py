@@ -66,6 +66,7 @@ async def score(body: ScoreRequest, request: Request) -> Response:
         ScoreResponse(
             model=body.model,
             revision=done.revision,
+            model_version=done.model_version,
             results=done.results,
             usage=done.usage,
             warnings=done.warnings,
@@ -80,7 +81,12 @@ async def score_steps(body: StepsRequest, request: Request) -> Response:
     done = await application.score_steps(RequestContext.of(request), body.model, body.items, body.options)
     return answer(
         StepsResponse(
-            model=body.model, revision=done.revision, results=done.results, usage=done.usage, warnings=done.warnings
+            model=body.model,
+            revision=done.revision,
+            model_version=done.model_version,
+            results=done.results,
+            usage=done.usage,
+            warnings=done.warnings,
         ),
         done,
     )

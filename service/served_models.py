@@ -43,12 +43,22 @@ def import_torch() -> None:
     import transformers  # noqa: F401
 
 
-@dataclass
+@dataclass(eq=False)
 class Served:
     model: RewardModel
     batcher: Batcher | None = None
     ready: bool = False
     error: str | None = None
+    # Its lifecycle (service/lifecycle.py): the version results name, whether it serves
+    # ("awake"), sleeps, or drains after a newer version replaced it, and the requests
+    # using it now (a sleep or a drain waits for them).
+    version: str = "0"
+    state: str = "awake"
+    sleep_level: int | None = None
+    retired: bool = False  # drained and closed: a newer version serves
+    in_flight: int = 0
+    idle: asyncio.Event = field(default_factory=asyncio.Event)
+    last_operation_s: float | None = None
     # Finished results by job key, lent to the model's plans, each tenant its own part.
     score_cache: LRUCache = field(default_factory=lambda: LRUCache(0))
     # Its scores' running mean and variance per tenant, for plans that normalise against
@@ -120,6 +130,7 @@ class ModelRegistry:
         go_offline_if_unreachable([s.model.spec.source for s in self._served.values() if s.model.runs_torch])
         self.loaded = asyncio.Event()
         self._cpu_thread: ThreadPoolExecutor | None = None  # made with the first CPU model
+        self.context = context
 
     def _executor(self, model: RewardModel) -> ThreadPoolExecutor | None:
         """The shared CPU compute thread for a torch-on-CPU model; None: its own."""
@@ -206,6 +217,23 @@ class ModelRegistry:
             log.debug("model %s failed to load", model.name, exc_info=True)
             self._failed(served, " ".join(f"{type(exc).__name__}: {exc}".split()))
             return
+        self.start_batching(served)
+        served.ready = True
+        self._metrics.model_ready.labels(model.name).set(1)
+        self._metrics.model_version.labels(model.name, served.version).set(1)
+        limit = f", max_tokens {model.max_tokens}" if model.max_tokens else ""
+        startup_log.info(
+            "model %s: ready in %.1fs (%s, %s backend%s)",
+            model.name,
+            time.perf_counter() - start,
+            model.kind,
+            model.backend_name,
+            limit,
+        )
+
+    def start_batching(self, served: Served) -> None:
+        """A batcher for a loaded model: what runs its forwards from now on."""
+        model = served.model
         served.batcher = Batcher(
             model.name,
             model.run,
@@ -216,17 +244,24 @@ class ModelRegistry:
             tenants=self._tenants,
         )
         served.batcher.start()
-        served.ready = True
-        self._metrics.model_ready.labels(model.name).set(1)
-        limit = f", max_tokens {model.max_tokens}" if model.max_tokens else ""
-        startup_log.info(
-            "model %s: ready in %.1fs (%s, %s backend%s)",
-            model.name,
-            time.perf_counter() - start,
-            model.kind,
-            model.backend_name,
-            limit,
-        )
+
+    def build(self, spec: ModelSpec) -> RewardModel:
+        """A model of ``spec`` built as at start (its weights not loaded); ValueError."""
+        return build_checked(spec, self.context)
+
+    def current(self, name: str) -> Served:
+        """The version of ``name`` that new requests get (404 when none is served)."""
+        served = self._served.get(name)
+        if served is None:
+            known = ", ".join(sorted(self._served)) or "none"
+            raise NotFound(f"model {name!r} is not served here; models: {known}", param="name")
+        return served
+
+    def replace(self, name: str, served: Served) -> Served:
+        """``served`` takes ``name``'s place for new requests; the one it replaces is returned."""
+        old = self._served[name]
+        self._served[name] = served
+        return old
 
     def get(self, name: str) -> Served:
         served = self._served.get(name)
@@ -290,4 +325,10 @@ class ModelRegistry:
 
 
 def _served(model: RewardModel) -> Served:
-    return Served(model, score_cache=LRUCache(model.options.score_cache_size))
+    served = Served(model, score_cache=LRUCache(model.options.score_cache_size), version=initial_version(model.spec))
+    served.idle.set()
+    return served
+
+
+def initial_version(spec: ModelSpec) -> str:
+    return spec.version or spec.revision or "0"

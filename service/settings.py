@@ -51,6 +51,13 @@ class Settings(BaseSettings):
     default_model: str | None = None  # for routes that name no model (OpenRLHF /get_reward)
     api_keys: Annotated[list[str], NoDecode] = Field(default_factory=list)
     api_keys_file: Path | None = None
+    # Keys of the admin API (/v1/admin/: sleep, wake, load a new version), apart from the
+    # scoring keys: a scoring key gets 403 there, an admin key cannot score. None: the
+    # admin API answers 403 to everyone.
+    admin_keys: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    # Fault injection for tests of hot swap (Triton's QA does the same): seconds every
+    # admin load waits before it loads.
+    fault_load_delay_s: float = Field(default=0.0, ge=0, le=600)
     # Tenants (service/tenants.py): a YAML file with a `tenants:` list; the config file
     # may hold one too.
     tenants_file: Path | None = None
@@ -135,7 +142,7 @@ class Settings(BaseSettings):
     # reward per token of the items' response_token_ids. A request never names a path.
     policy_tokenizers: dict[str, str] = Field(default_factory=dict)
 
-    @field_validator("api_keys", "image_url_allowlist", "cors_origins", mode="before")
+    @field_validator("api_keys", "admin_keys", "image_url_allowlist", "cors_origins", mode="before")
     @classmethod
     def _split_keys(cls, value: Any) -> Any:
         if isinstance(value, str):

@@ -153,7 +153,13 @@ from rewardserve.client.protocol.errors import (
     ErrorType as ErrorType,
 )
 from rewardserve.client.protocol.models import (
+    AdminModelState as AdminModelState,
+)
+from rewardserve.client.protocol.models import (
     Health as Health,
+)
+from rewardserve.client.protocol.models import (
+    LoadRequest as LoadRequest,
 )
 from rewardserve.client.protocol.models import (
     ModelCard as ModelCard,
@@ -168,6 +174,9 @@ from rewardserve.client.protocol.models import (
     ModelList as ModelList,
 )
 from rewardserve.client.protocol.models import (
+    ModelState as ModelState,
+)
+from rewardserve.client.protocol.models import (
     RunningStats as RunningStats,
 )
 from rewardserve.client.protocol.models import (
@@ -178,6 +187,9 @@ from rewardserve.client.protocol.models import (
 )
 from rewardserve.client.protocol.models import (
     ShadowReport as ShadowReport,
+)
+from rewardserve.client.protocol.models import (
+    SleepRequest as SleepRequest,
 )
 from rewardserve.client.protocol.models import (
     VersionInfo as VersionInfo,

@@ -10,6 +10,7 @@ from rewardserve.client.protocol.common import _Response
 
 ErrorType = Literal[
     "authentication_error",
+    "permission_denied",
     "not_found",
     "method_not_allowed",
     "payload_too_large",
@@ -17,6 +18,7 @@ ErrorType = Literal[
     "invalid_request",
     "overloaded",
     "internal_error",
+    "model_asleep",
     "not_ready",
     "deadline_exceeded",
 ]
@@ -24,6 +26,7 @@ ErrorType = Literal[
 # reads a bodiless status (a proxy's 502) back through it.
 ERROR_STATUS: dict[ErrorType, int] = {
     "authentication_error": 401,
+    "permission_denied": 403,  # a valid key that may not do this (a tenant's on the admin API)
     "not_found": 404,
     "method_not_allowed": 405,
     "payload_too_large": 413,
@@ -31,6 +34,7 @@ ERROR_STATUS: dict[ErrorType, int] = {
     "invalid_request": 422,
     "overloaded": 429,
     "internal_error": 500,
+    "model_asleep": 503,  # put to sleep by the admin API (service/lifecycle.py): retry, or wake it
     "not_ready": 503,
     "deadline_exceeded": 504,
 }

@@ -1,4 +1,4 @@
-"""What the service says of its models: /v1/models, a shadow report, /health."""
+"""What the service says of its models: /v1/models, a shadow report, /health, the admin API."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from rewardserve.client.protocol.common import _Response
+from rewardserve.client.protocol.common import _Request, _Response
 
 # --------------------------------------------------------------------------- /v1/models, health
 
@@ -115,3 +115,37 @@ class ServiceInfo(_Response):
     version: str  # the rewardserve package's version
     models: list[ModelInfo]
     limits: ServiceLimits
+
+
+# --------------------------------------------------------------------------- /v1/admin
+
+ModelState = Literal["awake", "sleeping", "loading", "draining"]
+
+
+class SleepRequest(_Request):
+    """POST /v1/admin/models/{name}/sleep. Level 1 stops serving and frees what the
+    backend holds beside the weights; level 2 frees the weights too (reloaded on wake)."""
+
+    level: Literal[1, 2] = 1
+
+
+class LoadRequest(_Request):
+    """POST /v1/admin/models/{name}/load: a new version from ``source`` (a directory or hub
+    id), loaded beside the serving one, which keeps serving until it is ready."""
+
+    source: str = Field(min_length=1, max_length=4096)
+    version: str = Field(min_length=1, max_length=128)
+
+
+class AdminModelState(_Response):
+    """GET /v1/admin/models/{name}, and what every admin call answers."""
+
+    name: str
+    state: ModelState
+    version: str
+    source: str
+    sleep_level: int | None = None  # while sleeping
+    loading_version: str | None = None  # while a new version loads beside it
+    in_flight: int = 0  # requests using it now
+    memory_bytes: int = 0  # its weights and buffers held in this process
+    last_operation_s: float | None = None  # how long the last lifecycle call took

@@ -39,6 +39,9 @@ class ScoreResponse(_Response):
     model: str
     # The hub revision the model was pinned to (its config's `revision`), when it has one.
     revision: str | None = None
+    # The version that scored every result here (the config's `version`, or the one an
+    # admin load named): a trainer can drop scores of a version it has moved past.
+    model_version: str | None = None
     results: list[ItemResult]
     usage: Usage = Field(default_factory=Usage)
     # What the service noticed about the request that changes what the scores mean
@@ -121,6 +124,9 @@ class StepsResponse(_Response):
     model: str
     # The hub revision the model was pinned to (its config's `revision`), when it has one.
     revision: str | None = None
+    # The version that scored every result here (the config's `version`, or the one an
+    # admin load named): a trainer can drop scores of a version it has moved past.
+    model_version: str | None = None
     results: list[StepsResult]
     usage: Usage = Field(default_factory=Usage)
     # As ScoreResponse's: group normalization or shaping that saw no groups.
@@ -173,6 +179,9 @@ class VerifyResponse(_Response):
     model: str
     # The hub revision the model was pinned to (its config's `revision`), when it has one.
     revision: str | None = None
+    # The version that scored every result here (the config's `version`, or the one an
+    # admin load named): a trainer can drop scores of a version it has moved past.
+    model_version: str | None = None
     results: list[VerifyResult]
     usage: Usage = Field(default_factory=Usage)
 
@@ -340,5 +349,8 @@ class CompareResponse(_Response):
     model: str
     # The hub revision the model was pinned to (its config's `revision`), when it has one.
     revision: str | None = None
+    # The version that scored every result here (the config's `version`, or the one an
+    # admin load named): a trainer can drop scores of a version it has moved past.
+    model_version: str | None = None
     results: list[CompareResult]
     usage: Usage = Field(default_factory=Usage)

@@ -78,7 +78,7 @@ class ImplicitPRMModel(RewardModel):
     default_policy = BatchPolicy(max_batch_tokens=16384, max_wait_ms=5.0)
     endpoints = frozenset({"score", "steps", "compare"})
     backend: Backend  # set in load(), before any other method runs
-    reference: Backend
+    reference: Backend | None = None
 
     def load(self) -> None:
         from rewardserve.models.checkpoints import checkpoint_problem
@@ -101,8 +101,8 @@ class ImplicitPRMModel(RewardModel):
                 "adapter": None,
             }
         )
-        self.reference = make_backend(ref_spec, "lm", self.options.backend())
-        if self.reference.tokenizer.get_vocab() != self.backend.tokenizer.get_vocab():
+        self.reference = reference = make_backend(ref_spec, "lm", self.options.backend())
+        if reference.tokenizer.get_vocab() != self.backend.tokenizer.get_vocab():
             raise ValueError(
                 f"model {self.name!r}: options.reference {self.options.reference} has another tokenizer; "
                 "the log-ratio compares the two models on the same tokens"
@@ -118,7 +118,9 @@ class ImplicitPRMModel(RewardModel):
 
     def close(self) -> None:
         super().close()
-        self.reference.close()
+        reference = getattr(self, "reference", None)  # None before load, and once dropped
+        if reference is not None:
+            reference.close()
 
     # ------------------------------------------------------------------ prepare
 
@@ -253,6 +255,7 @@ class ImplicitPRMModel(RewardModel):
 
     def run(self, units: list[Unit[Any]]) -> list[UnitOutput]:
         policy = read_units(self.backend, units, lambda j: j.payload.seq)
+        assert self.reference is not None, "run() follows load()"
         reference = read_units(self.reference, units, lambda j: j.payload.seq)
         return [
             [self._result(job, mine, ref) for job, mine, ref in zip(jobs_of(unit), mine_rows, ref_rows)]

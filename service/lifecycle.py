@@ -1,0 +1,281 @@
+"""A served model's lifecycle while the service runs: sleep, wake, and a new version
+loaded beside the serving one (the admin API, service/admin_routes.py).
+
+Every request that runs a model's plan holds it (``using``) from the moment it starts;
+a sleep, and the retirement of a replaced version, wait until nobody holds it, so a
+sleep never cuts off a batch in flight, and a request never meets a model closed under
+it. Lifecycle calls on one model are serialised (a lock per name), and each returns when
+its work is done.
+
+    sleep 1    stop serving: requests get a typed 503 (``model_asleep``, retry-after),
+               or wake it when the model says ``wake_on_request``. The weights stay where
+               they are (the transformers backend holds nothing else to free).
+    sleep 2    also free the weights: the model is closed and dropped, its memory handed
+               back (gc, malloc_trim); waking loads and probes it again from its source.
+    load       a new version built and loaded beside the serving one, off the compute
+               thread so the serving one keeps its speed; when its probe passes, new
+               requests get it (atomically: one dict entry), and the old one drains and
+               is closed. A load that fails keeps the old one serving and frees what it
+               loaded (Triton's model control).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import ctypes.util
+import gc
+import logging
+import sys
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from rewardserve.client.protocol import AdminModelState
+from rewardserve.models.cache import LRUCache
+from rewardserve.models.reward_model import RewardModel
+from rewardserve.service.errors import InvalidRequest, ServiceError
+from rewardserve.service.metrics import Metrics
+from rewardserve.service.served_models import ModelRegistry, Served
+from rewardserve.service.settings import Settings
+
+log = logging.getLogger(__name__)
+# How long a sleep or a retirement waits for the requests using the model.
+DRAIN_TIMEOUT_S = 300.0
+
+
+class ModelAsleep(ServiceError):
+    error_type = "model_asleep"
+
+
+class LoadFailed(ServiceError):
+    error_type = "invalid_request"
+
+
+class Lifecycle:
+    def __init__(self, registry: ModelRegistry, settings: Settings, metrics: Metrics):
+        self.registry = registry
+        self.settings = settings
+        self.metrics = metrics
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._loading: dict[str, str] = {}  # name -> the version loading beside it
+
+    def _lock(self, name: str) -> asyncio.Lock:
+        return self._locks.setdefault(name, asyncio.Lock())
+
+    # ------------------------------------------------------------------ requests
+
+    @asynccontextmanager
+    async def using(self, served: Served) -> AsyncIterator[None]:
+        """Hold ``served`` for a request's plan. Awake (or draining, still batching), it is
+        held at once, with no await before (a sleep that starts after cannot miss it)."""
+        while not (served.state == "awake" or (served.state == "draining" and not served.retired)):
+            name = served.model.name
+            self.metrics.rejected.labels(name, "replaced" if served.retired else "asleep").inc()
+            if served.retired:
+                raise ModelAsleep(f"model {name!r} was replaced while this request waited; retry it", headers=_RETRY)
+            if not served.model.spec.wake_on_request:
+                raise ModelAsleep(
+                    f"model {name!r} is asleep (level {served.sleep_level}); retry, or wake it "
+                    f"(POST /v1/admin/models/{name}/wake_up; wake_on_request: true wakes it on a request)",
+                    headers=_RETRY,
+                )
+            await self._wake(served)
+        served.in_flight += 1
+        served.idle.clear()
+        try:
+            yield
+        finally:
+            served.in_flight -= 1
+            if served.in_flight == 0:
+                served.idle.set()
+
+    # ------------------------------------------------------------------ admin calls
+
+    def state(self, name: str) -> AdminModelState:
+        served = self.registry.current(name)
+        state = "loading" if name in self._loading and served.state == "awake" else served.state
+        return AdminModelState(
+            name=name,
+            state=state,  # type: ignore[arg-type]  # one of ModelState's
+            version=served.version,
+            source=served.model.spec.source,
+            sleep_level=served.sleep_level if served.state == "sleeping" else None,
+            loading_version=self._loading.get(name),
+            in_flight=served.in_flight,
+            memory_bytes=held_bytes(served.model),
+            last_operation_s=served.last_operation_s,
+        )
+
+    @asynccontextmanager
+    async def _operation(self, name: str, operation: str) -> AsyncIterator[None]:
+        """The call timed in the metrics, by outcome; the model's gauges after it."""
+        start, outcome = time.perf_counter(), "failed"
+        try:
+            yield
+            outcome = "ok"
+        finally:
+            self.metrics.lifecycle_seconds.labels(name, operation, outcome).observe(time.perf_counter() - start)
+            served = self.registry.current(name)
+            self.metrics.model_asleep.labels(name).set(served.sleep_level or 0 if served.state == "sleeping" else 0)
+            self.metrics.model_memory.labels(name).set(held_bytes(served.model))
+
+    async def sleep(self, name: str, level: int) -> AdminModelState:
+        async with self._operation(name, "sleep"), self._lock(name):
+            served = self.registry.current(name)
+            if served.state == "sleeping" and (served.sleep_level or 0) >= level:
+                return self.state(name)  # idempotent
+            start = time.perf_counter()
+            served.state, served.sleep_level = "sleeping", level
+            await _drained(served)
+            if level == 2 and served.model.runs_torch:
+                fresh = self.registry.build(served.model.spec)  # weights not loaded: read again on wake
+                await self._close(served)
+                served.model = fresh
+            served.last_operation_s = time.perf_counter() - start
+            log.info("model %s: asleep at level %d in %.2fs", name, level, served.last_operation_s)
+        return self.state(name)
+
+    async def wake(self, name: str) -> AdminModelState:
+        async with self._operation(name, "wake_up"):
+            await self._wake(self.registry.current(name))
+        return self.state(name)
+
+    async def _wake(self, served: Served) -> None:
+        async with self._lock(served.model.name):
+            if served.state != "sleeping":
+                return
+            start = time.perf_counter()
+            if served.batcher is None:  # level 2: load, probe, batch again
+                model = served.model
+                await asyncio.to_thread(_load_and_probe, model, 0.0, False)
+                self.registry.start_batching(served)
+            served.state, served.sleep_level = "awake", None
+            served.last_operation_s = time.perf_counter() - start
+            log.info("model %s: awake in %.2fs", served.model.name, served.last_operation_s)
+
+    async def load(self, name: str, source: str, version: str) -> AdminModelState:
+        async with self._operation(name, "load"), self._lock(name):
+            old = self.registry.current(name)
+            if old.model.kind == "rule" or not old.model.runs_torch:
+                raise InvalidRequest(f"model {name!r} is a {old.model.kind} model: it has no weights to load")
+            spec = old.model.spec.model_copy(update={"source": source, "revision": None, "version": version})
+            try:
+                model = self.registry.build(spec)
+            except ValueError as exc:
+                raise LoadFailed(f"version {version!r} of model {name!r}: {exc}", param="source") from None
+            start = time.perf_counter()
+            self._loading[name] = version
+            try:
+                await asyncio.to_thread(_load_and_probe, model, self.settings.fault_load_delay_s, True)
+            except Exception as exc:  # noqa: BLE001 - any failure keeps the old version serving
+                await asyncio.to_thread(_drop, model)
+                raise LoadFailed(
+                    f"version {version!r} of model {name!r} did not load, version {old.version!r} serves on: "
+                    + " ".join(f"{type(exc).__name__}: {exc}".split())[:800],
+                    param="source",
+                ) from None
+            finally:
+                self._loading.pop(name, None)
+            new = Served(model, score_cache=LRUCache(model.options.score_cache_size), version=version)
+            new.ready = True
+            new.idle.set()
+            self.registry.start_batching(new)
+            self.registry.replace(name, new)  # from here new requests get the new version
+            self.metrics.model_version.labels(name, old.version).set(0)
+            self.metrics.model_version.labels(name, version).set(1)
+            new.last_operation_s = time.perf_counter() - start
+            log.info(
+                "model %s: version %s serves (was %s), loaded in %.2fs",
+                name,
+                version,
+                old.version,
+                new.last_operation_s,
+            )
+            old.state = "draining"
+            await _drained(old)
+            old.retired = True  # before any await: nobody holds it from here
+            await self._close(old)
+        return self.state(name)
+
+    async def _close(self, served: Served) -> None:
+        """Stop its batcher, close its model, and hand the memory back."""
+        if served.batcher is not None:
+            await served.batcher.stop()
+            served.batcher = None
+        model = served.model
+        await asyncio.to_thread(_drop, model)
+
+
+_RETRY = {"retry-after": "1"}
+
+
+async def _drained(served: Served) -> None:
+    try:
+        await asyncio.wait_for(served.idle.wait(), DRAIN_TIMEOUT_S)
+    except TimeoutError:
+        log.warning(
+            "model %s: %d requests still use it after %.0fs", served.model.name, served.in_flight, DRAIN_TIMEOUT_S
+        )
+
+
+def _load_and_probe(model: RewardModel, delay_s: float, pin: bool) -> None:
+    """``pin``: a new source, pinned as at start; a model woken again was pinned then."""
+    if delay_s:
+        time.sleep(delay_s)
+    if pin:
+        model.pin_revision()
+    model.load()
+    model.probe()
+
+
+def _drop(model: RewardModel) -> None:
+    """Close the model and free what it held: its backend's modules go with the last
+    reference, then the allocator hands the pages back."""
+    try:
+        model.close()
+    finally:
+        for attr in ("backend", "reference"):
+            if attr in vars(model):
+                setattr(model, attr, None)
+        gc.collect()
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_available():
+            torch.cuda.empty_cache()  # the caching allocator's blocks back to the GPU
+        _trim()
+
+
+def _trim() -> None:
+    name = ctypes.util.find_library("c")
+    if name:
+        libc = ctypes.CDLL(name)
+        if hasattr(libc, "malloc_trim"):
+            libc.malloc_trim(0)
+
+
+def held_bytes(model: RewardModel) -> int:
+    """The bytes of the torch parameters and buffers its backend holds (0 for none)."""
+    seen: set[int] = set()
+    total = 0
+    for backend in (getattr(model, "backend", None), getattr(model, "reference", None)):
+        for value in vars(backend).values() if backend is not None else ():
+            for tensor in _tensors(value):
+                try:
+                    key = tensor.data_ptr()
+                except RuntimeError:  # an opaque tensor (a oneDNN-packed weight): no storage pointer
+                    key = id(tensor)
+                if key not in seen:
+                    seen.add(key)
+                    total += tensor.numel() * tensor.element_size()
+    return total
+
+
+def _tensors(value: object) -> list:  # type: ignore[type-arg]  # torch is untyped here
+    parameters = getattr(value, "parameters", None)
+    buffers = getattr(value, "buffers", None)
+    if not callable(parameters) or not callable(buffers):
+        return []
+    try:
+        return [*parameters(), *buffers()]
+    except Exception:  # noqa: BLE001 - an object with a parameters() of another meaning
+        return []

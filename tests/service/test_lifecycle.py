@@ -1,0 +1,132 @@
+"""The admin API in process (service/lifecycle.py, service/admin_routes.py): who may call
+it, sleep at both levels and wake (scores bitwise the same after), a request meeting a
+sleeping model (a typed 503, or waking it), a new version loaded beside the serving one,
+and a load that fails leaving the old one serving."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from rewardserve.models.spec import ModelSpec
+from rewardserve.service.settings import Settings
+from tests.builders import build_sequence_classifier
+from tests.harness import serve_in_process
+
+ADMIN = {"authorization": "Bearer admin-key"}
+SCORER = {"authorization": "Bearer score-key"}
+ITEMS = [{"prompt": "What is 2+2?", "response": r} for r in ("4", "five", "It is 4.")]
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    root = tmp_path_factory.mktemp("versions")
+    first = build_sequence_classifier(root / "v1", seed=0)
+    second = build_sequence_classifier(root / "v2", seed=1)
+    broken = root / "broken"
+    shutil.copytree(first, broken)
+    weights = broken / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    return first, second, broken
+
+
+def settings(first, **spec) -> Settings:
+    return Settings(
+        builtin_rules=False,
+        api_keys=["score-key"],
+        admin_keys=["admin-key"],
+        compile=False,
+        models=[ModelSpec(name="rm", source=str(first), version="v1", **spec)],
+    )
+
+
+async def scores(http) -> tuple[list[float], str | None]:
+    answer = await http.post("/v1/score", json={"model": "rm", "items": ITEMS}, headers=SCORER)
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    return [r["score"] for r in body["results"]], body["model_version"]
+
+
+async def test_only_admin_keys_reach_the_admin_api(checkpoints):
+    first, _, _ = checkpoints
+    async with serve_in_process(settings(first)) as (_, http):
+        assert (await http.get("/v1/admin/models/rm")).status_code == 401
+        refused = await http.get("/v1/admin/models/rm", headers=SCORER)
+        assert refused.status_code == 403 and refused.json()["error"]["type"] == "permission_denied"
+        assert "admin key" in refused.json()["error"]["message"]
+        assert (await http.get("/v1/admin/models/rm", headers={"authorization": "Bearer nope"})).status_code == 401
+        state = (await http.get("/v1/admin/models/rm", headers=ADMIN)).json()
+        assert state["state"] == "awake" and state["version"] == "v1" and state["memory_bytes"] > 0
+        # An admin key does not score, and a missing model is named.
+        assert (await http.post("/v1/score", json={"model": "rm", "items": ITEMS}, headers=ADMIN)).status_code == 401
+        missing = await http.post("/v1/admin/models/nope/sleep", json={"level": 1}, headers=ADMIN)
+        assert missing.status_code == 404 and "rm" in missing.json()["error"]["message"]
+        bad = await http.post("/v1/admin/models/rm/sleep", json={"level": 3}, headers=ADMIN)
+        assert bad.status_code == 422
+    off = Settings(builtin_rules=False, compile=False, models=[ModelSpec(name="rm", source=str(first))])
+    async with serve_in_process(off) as (_, http):
+        closed = await http.get("/v1/admin/models/rm", headers=ADMIN)
+        assert closed.status_code == 403 and "REWARDSERVE_ADMIN_KEYS" in closed.json()["error"]["message"]
+
+
+async def test_sleep_and_wake_at_both_levels_give_the_same_scores(checkpoints):
+    first, _, _ = checkpoints
+    async with serve_in_process(settings(first)) as (_, http):
+        before, version = await scores(http)
+        assert version == "v1"
+        for level in (1, 2):
+            asleep = await http.post("/v1/admin/models/rm/sleep", json={"level": level}, headers=ADMIN)
+            assert asleep.status_code == 200 and asleep.json()["state"] == "sleeping"
+            assert asleep.json()["sleep_level"] == level
+            assert (asleep.json()["memory_bytes"] == 0) == (level == 2)  # level 2 let the weights go
+            again = await http.post("/v1/admin/models/rm/sleep", json={"level": level}, headers=ADMIN)
+            assert again.status_code == 200  # idempotent
+            refused = await http.post("/v1/score", json={"model": "rm", "items": ITEMS}, headers=SCORER)
+            assert refused.status_code == 503 and refused.json()["error"]["type"] == "model_asleep"
+            assert refused.headers["retry-after"] == "1" and "wake_up" in refused.json()["error"]["message"]
+            awake = await http.post("/v1/admin/models/rm/wake_up", headers=ADMIN)
+            assert awake.status_code == 200 and awake.json()["state"] == "awake" and awake.json()["memory_bytes"] > 0
+            after, _ = await scores(http)
+            assert after == before  # bitwise: the same weights, float32
+        metrics = (await http.get("/metrics")).text
+        timed = 'rewardserve_model_lifecycle_duration_seconds_count{model="rm",operation="sleep",outcome="ok"}'
+        assert timed in metrics
+        assert 'rewardserve_requests_rejected_total{model="rm",reason="asleep"} 2.0' in metrics
+
+
+async def test_a_request_wakes_a_model_that_says_so(checkpoints):
+    first, _, _ = checkpoints
+    async with serve_in_process(settings(first, wake_on_request=True)) as (_, http):
+        before, _ = await scores(http)
+        await http.post("/v1/admin/models/rm/sleep", json={"level": 2}, headers=ADMIN)
+        after, _ = await scores(http)  # woke it: no 503
+        assert after == before
+        assert (await http.get("/v1/admin/models/rm", headers=ADMIN)).json()["state"] == "awake"
+
+
+async def test_a_new_version_serves_and_a_broken_one_leaves_the_old_serving(checkpoints):
+    first, second, broken = checkpoints
+    async with serve_in_process(settings(first)) as (_, http):
+        old, _ = await scores(http)
+        failed = await http.post(
+            "/v1/admin/models/rm/load", json={"source": str(broken), "version": "v-broken"}, headers=ADMIN
+        )
+        assert failed.status_code == 422 and "v1' serves on" in failed.json()["error"]["message"]
+        assert await scores(http) == (old, "v1")
+        missing = await http.post(
+            "/v1/admin/models/rm/load", json={"source": str(broken / "nowhere"), "version": "v9"}, headers=ADMIN
+        )
+        assert missing.status_code == 422 and missing.json()["error"]["param"] == "source"
+        body = {"source": str(second), "version": "v2"}
+        loaded = await http.post("/v1/admin/models/rm/load", json=body, headers=ADMIN)
+        assert loaded.status_code == 200, loaded.text
+        assert loaded.json()["version"] == "v2" and loaded.json()["source"] == str(second)
+        new, version = await scores(http)
+        assert version == "v2" and new != old
+        back = await http.post("/v1/admin/models/rm/load", json={"source": str(first), "version": "v3"}, headers=ADMIN)
+        assert back.status_code == 200
+        assert await scores(http) == (old, "v3")  # the first weights again, bitwise
+        metrics = (await http.get("/metrics")).text
+        assert 'rewardserve_model_version_info{model="rm",version="v3"} 1.0' in metrics
+        assert 'rewardserve_model_version_info{model="rm",version="v1"} 0.0' in metrics
