@@ -37,6 +37,123 @@ def decision(chosen: float, rejected: list[float]) -> float:
     return 1.0 / sum(1 for s in [chosen, *rejected] if s == top) if chosen == top else 0.0
 
 
+def checked_rows(fmt: str, rows: list[dict[str, Any]], strict: bool) -> list[str | None]:
+    """Per row, why it is not one of the benchmark's (its line named), or None; with
+    ``strict`` the first bad row stops the run (ValueError, one line)."""
+    from rewardserve.cli import benchmarks
+
+    problems: list[str | None] = []
+    for number, row in enumerate(rows, 1):
+        try:
+            if fmt in benchmarks.STEPS_FORMATS:
+                benchmarks.steps_item(row, number)
+            else:
+                benchmarks.responses(fmt, row, number)
+            problems.append(None)
+        except ValueError as exc:
+            if strict:
+                raise
+            problems.append(str(exc))
+    return problems
+
+
+async def benchmark_scores(
+    client: AsyncRewardClient, model: str, fmt: str, rows: list[dict[str, Any]], problems: list[str | None]
+) -> list[list[float | None] | str]:
+    """Per row, its responses' scores (processbench: its steps' scores), or why not (a
+    bad row is not sent)."""
+    from rewardserve.cli import benchmarks
+
+    good = [(n, row) for n, (row, problem) in enumerate(zip(rows, problems), 1) if problem is None]
+    got: list[list[float | None] | str] = []
+    if fmt in benchmarks.STEPS_FORMATS:
+        items = [benchmarks.steps_item(row, n) for n, row in good]
+        stepped = (
+            (await client.score_steps(model, items, steps_from="steps", truncate="steps")).results if items else []
+        )
+        got = [list(r.step_scores or []) if r.valid else (r.error or "invalid") for r in stepped]
+    else:
+        texts = [benchmarks.responses(fmt, row, n) for n, row in good]
+        flat = [{"prompt": row["prompt"], "response": t} for (_, row), ts in zip(good, texts) for t in ts]
+        results = (await client.score(model, flat)).results if flat else []
+        at = 0
+        for ts in texts:
+            scored = results[at : at + len(ts)]
+            at += len(ts)
+            invalid = [r.error or "invalid" for r in scored if not r.valid or r.score is None]
+            got.append(invalid[0] if invalid else [float(r.score) for r in scored])  # type: ignore[arg-type]
+    answers = iter(got)
+    return [next(answers) if problem is None else problem for problem in problems]
+
+
+async def evaluate_benchmark(
+    client: AsyncRewardClient,
+    model: str,
+    fmt: str,
+    source: Path,
+    out_dir: Path,
+    threshold: float = 0.5,
+    strict: bool = False,
+) -> dict[str, Any]:
+    """A benchmark's rows scored and its own metric computed (cli/benchmarks.py): writes
+    ``rows.jsonl`` (each row's scores, or why not), ``results.json`` and ``results.png``
+    (per subset). A row that is not the benchmark's is named by its line and skipped, or
+    stops the run (``strict``)."""
+    from rewardserve.cli import benchmarks
+
+    rows = read_items(source)
+    problems = checked_rows(fmt, rows, strict)
+    got = await benchmark_scores(client, model, fmt, rows, problems)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    scores: list[list[float | None] | None] = []
+    with open(out_dir / "rows.jsonl", "w", encoding="utf-8") as f:
+        for number, (row, scored) in enumerate(zip(rows, got)):
+            where = row.get("subset", row.get("domain", row.get("split")))
+            line: dict[str, Any] = {"index": number, "id": row.get("id"), "subset": where}
+            if isinstance(scored, str):
+                line.update(valid=False, error=scored)
+                scores.append(None)
+            else:
+                line["scores"] = scored
+                scores.append(scored)
+            f.write(json.dumps(line) + "\n")
+    out = {"model": model, **benchmarks.summary(fmt, rows, scores, threshold)}
+    out["bad_rows"] = [p for p in problems if p is not None][:20]  # the first ones, by line
+    (out_dir / "results.json").write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
+    bars = {
+        "model": model,
+        "pairs": out["rows"],
+        "subsets": {name: {"pairs": out["counts"][name], "accuracy": v} for name, v in out["subsets"].items()},
+    }
+    plot_accuracy(bars, out_dir / "results.png")
+    return out
+
+
+def benchmark_table(out: dict[str, Any]) -> str:
+    rows = [("subset", "rows", "score")]
+    rows += [(name, str(out["counts"][name]), f"{v:.4f}") for name, v in out["subsets"].items()]
+    rows += [(f"section: {name}", "", f"{v:.4f}") for name, v in out.get("sections", {}).items()]
+    rows += [(key, "", f"{out[key]:.4f}") for key in ("hard", "normal", "easy") if out.get(key) is not None]
+    best = out.get("best_threshold")
+    if best:
+        rows.append(
+            (
+                f"F1 at threshold {best['threshold']:g} (chosen on half the rows)",
+                "",
+                f"{best['f1_on_the_other_half']:.4f}",
+            )
+        )
+    score = out["score"]
+    label = out["format"] + ("" if out["complete"] else " (partial: not every subset is here)")
+    rows.append((label, str(out["rows"] - out["invalid"]), "-" if score is None else f"{score:.4f}"))
+    if out["invalid"]:
+        rows.append(("invalid", str(out["invalid"]), "-"))
+    text = table(rows)
+    for problem in out.get("bad_rows", []):
+        text += f"\nskipped: {problem}"
+    return text
+
+
 async def evaluate(client: AsyncRewardClient, model: str, source: Path, out_dir: Path) -> dict[str, Any]:
     """Score every pair, write ``pairs.jsonl``, ``accuracy.json`` and ``accuracy.png``
     to ``out_dir``; returns the accuracy summary."""
