@@ -104,13 +104,16 @@ def serving(ctx: RequestContext, model: str, endpoint: str) -> Served:
     return served
 
 
-def observe(ctx: RequestContext, model: str, items: list[Item], options: ScoreOptions, results: list[Any]) -> None:
-    """Reward health sees the model's scores; its shadow candidate (if any) scores the
-    same items, charged to the same tenant. Not for the service's own work."""
+def observe(ctx: RequestContext, model: str, items: list[Item], options: ScoreOptions, results: list[Any]) -> list[str]:
+    """Reward health sees the model's scores, and the tenant's reward-hacking alarms its
+    groups (the alarms that start, as warnings for the answer); its shadow candidate (if
+    any) scores the same items, charged to the same tenant. Not for the service's own work."""
     if ctx.detached:
-        return
+        return []
     ctx.svc.health.observe(model, items, results)
+    started = ctx.svc.health.alarms(model, label(ctx.tenant), items, results)
     ctx.svc.shadowing.maybe_shadow(ctx, model, items, options, results)
+    return started
 
 
 async def score(
@@ -123,7 +126,7 @@ async def score(
     done = await run_plan(
         ctx, served, len(items), served.model.plan_score, items, options, served.cache(ctx.tenant), peers
     )
-    observe(ctx, model, items, options, done.results)
+    done.warnings += observe(ctx, model, items, options, done.results)
     if options.normalize == "group":
         warn(ctx, done, singleton_groups(items, "normalize: group"))
     return done
@@ -152,7 +155,7 @@ async def score_steps(
     done = await run_plan(ctx, served, len(items), served.model.plan_steps, items, options, served.cache(ctx.tenant))
     if tokenizer is not None:  # decoding the ids is the request's work: off the event loop
         done.results = await run_in_threadpool(with_token_rewards, items, done.results, tokenizer, options.token_spread)
-    observe(ctx, model, items, ScoreOptions(), done.results)
+    done.warnings += observe(ctx, model, items, ScoreOptions(), done.results)
     if options.shaping == "group":
         warn(ctx, done, singleton_groups(items, "shaping: group"))
     return done
@@ -219,6 +222,7 @@ async def rubric(ctx: RequestContext, body: RubricRequest) -> Executed[RubricRes
     if not ctx.detached:
         items: list[Item] = list(body.items)
         ctx.svc.health.observe(observed.RUBRIC, items, done.results)
+        done.warnings += ctx.svc.health.alarms(observed.RUBRIC, label(ctx.tenant), items, done.results)
         for name, scored in observed.criterion_scores(body, done.results).items():
             observe(ctx, name, items, ScoreOptions(), scored)
     return done
@@ -237,7 +241,7 @@ async def compare(
     # A judge's comparison scores are win probabilities, not its scores: not observed.
     if "judge" not in served.model.endpoints:
         responses, scored = observed.response_items(items, done.results)
-        observe(ctx, model, responses, ScoreOptions(), scored)
+        done.warnings += observe(ctx, model, responses, ScoreOptions(), scored)
     return done
 
 

@@ -10,12 +10,17 @@
   reward by writing longer.
 - ``rewardserve_running_{count,mean,std}``: the running statistics ``normalize:
   running`` reads (models/plans/running.py).
+- ``rewardserve_reward_alarm{model,tenant,alarm}``: 1 while a reward-hacking alarm is on
+  (service/hacking_alarms.py: length, variance, dominance, drift, truncation), each
+  model and tenant against its own first window of groups; a warning line in the log
+  when one starts and when it ends, and the start in the answer's ``warnings``.
 
 Every update is O(items of the request): the windows keep running sums.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 from collections import deque
@@ -24,9 +29,12 @@ from collections.abc import Sequence
 from prometheus_client import Gauge, Histogram
 
 from rewardserve.client.protocol import Item, ItemResult
+from rewardserve.service.hacking_alarms import ALARMS, Alarms, Group
 from rewardserve.service.metrics import Metrics
 
+log = logging.getLogger(__name__)
 ITEM_WINDOW = 2000
+MAX_ALARM_SETS = 1024  # (model, tenant) pairs watched: bounded, the oldest let go
 GROUP_WINDOW = 500
 _SCORE_BUCKETS = (-10, -5, -2, -1, -0.5, 0, 0.1, 0.25, 0.5, 0.75, 0.9, 1, 2, 5, 10)
 
@@ -95,9 +103,42 @@ class RewardHealth:
             )
             for stat in ("count", "mean", "std")
         }
+        self.alarm = Gauge(
+            "rewardserve_reward_alarm",
+            "1 while a reward-hacking alarm is on: " + ", ".join(ALARMS),
+            ["model", "tenant", "alarm"],
+            registry=r,
+        )
         self._lock = threading.Lock()
         self._items: dict[str, _Window] = {}
         self._groups: dict[str, deque[bool]] = {}
+        self._alarms: dict[tuple[str, str], Alarms] = {}
+
+    def alarms(self, model: str, tenant: str, items: Sequence[Item], results: Sequence[ItemResult]) -> list[str]:
+        """The request's groups to ``model``'s and ``tenant``'s alarms; a line for each
+        alarm that started (and a log line for each that started or ended)."""
+        groups = _groups(items, results)
+        if not groups:
+            return []
+        with self._lock:
+            key = (model, tenant)
+            watched = self._alarms.pop(key, None) or Alarms()
+            self._alarms[key] = watched  # the most recent last: the oldest goes first
+            while len(self._alarms) > MAX_ALARM_SETS:
+                self._alarms.pop(next(iter(self._alarms)))
+            for group in groups:
+                watched.observe_group(group)
+            started, ended = watched.evaluate()
+        lines = []
+        for name in sorted(started):
+            self.alarm.labels(model, tenant, name).set(1)
+            line = f"reward alarm {name!r} started for model {model!r} ({tenant or 'no tenant'}): {ALARM_MEANING[name]}"
+            log.warning("%s", line)
+            lines.append(line)
+        for name in sorted(ended):
+            self.alarm.labels(model, tenant, name).set(0)
+            log.warning("reward alarm %r ended for model %r (%s)", name, model, tenant or "no tenant")
+        return lines
 
     def observe(self, model: str, items: Sequence[Item], results: Sequence[ItemResult]) -> None:
         members: dict[str, list[float]] = {}
@@ -121,3 +162,35 @@ class RewardHealth:
     def running_stats(self, model: str, tenant: str, count: int, mean: float, std: float) -> None:
         for stat, value in (("count", count), ("mean", mean), ("std", std)):
             self.running[stat].labels(model, tenant).set(value)
+
+
+ALARM_MEANING = {
+    "length": "reward rises with response length within groups, past the run's first window",
+    "variance": "groups score all alike (GRPO learns nothing from them), past the run's first window",
+    "dominance": "one component carries nearly all of the reward's variance",
+    "drift": "the rank agreement with the frozen reference fell, or the proxy-gold gap rose",
+    "truncation": "more items are cut to fit the model's context than in the run's first window",
+}
+
+
+def _components(result: ItemResult) -> dict[str, float]:
+    if result.components:
+        return {name: v for name, v in result.components.items() if v is not None}
+    criteria = getattr(result, "criteria", None) or []
+    return {c.name: c.score * c.weight for c in criteria if c.valid and c.score is not None}
+
+
+def _groups(items: Sequence[Item], results: Sequence[ItemResult]) -> list[Group]:
+    """The request's GRPO groups (items sharing a group_id, scored), as the alarms read them."""
+    by_id: dict[str, Group] = {}
+    for item, result in zip(items, results):
+        if item.group_id is None or not result.valid or result.score is None:
+            continue
+        group = by_id.setdefault(item.group_id, Group([], []))
+        group.rewards.append(float(result.score))
+        group.lengths.append(float(response_length(item)))
+        group.truncated.append(bool(result.truncated))
+        parts = _components(result)
+        if parts:
+            group.components.append(parts)
+    return list(by_id.values())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,6 +14,8 @@ from rewardserve.client.grpo.config import DenseSource, RewardSource
 from rewardserve.client.items import make_item, prompt_group
 from rewardserve.client.protocol import Item, RubricResponse, ScoreResponse, StepsResponse, VerifyResponse
 from rewardserve.client.sync_client import RewardClient
+
+log = logging.getLogger("rewardserve.grpo")
 
 
 class PreflightError(ValueError):
@@ -107,6 +110,9 @@ class RewardMix:
             response = self.client.verify(source.model, items, **source.options)
         else:
             response = self.client.score(source.model, items, **source.options)
+        for warning in getattr(response, "warnings", None) or []:
+            if warning.startswith("reward alarm"):  # the service saw the reward being gamed
+                log.warning("%s", warning)
         return [r.score if r.valid else None for r in response.results]
 
     def score(self, rows: list[dict[str, Any]], texts: list[str]) -> Scored:
