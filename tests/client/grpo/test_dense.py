@@ -90,14 +90,18 @@ def test_a_dense_run_beside_an_outcome_run_on_the_same_seed(tmp_path, live_servi
         "steps: 2\nprompts_per_step: 2\ngroup_size: 4\nmax_new_tokens: 8\nlearning_rate: 0.001\nprogress: false\n"
     )
     outcome = train(load_config(config, {"output_dir": str(tmp_path / "outcome")}))
-    dense = train(load_config(config, {"output_dir": str(tmp_path / "dense"), "dense": {"model": "prm"}}))
+    cli = [sys.executable, "-m", "rewardserve.cli", "grpo", "--config", str(config)]
+    ran = subprocess.run(
+        [*cli, "--output-dir", str(tmp_path / "dense"), "--dense", "prm"], capture_output=True, text=True, timeout=400
+    )
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    dense = [json.loads(line) for line in (tmp_path / "dense" / "metrics.jsonl").read_text().splitlines()]
     assert len(outcome) == len(dense) == 2
     assert all("dense_score" not in row for row in outcome)
     assert all(isinstance(row["dense_score"], float) and row["invalid"] == 0 for row in dense)
-    # The same seed and task: the first step samples the same completions, so the outcome
-    # rewards agree; the process advantages make the updates, and so the losses, differ.
+    # The same seed and task (the dense run through the command line): the process
+    # advantages make the updates, and so the losses, differ.
     assert dense[0]["reward_mean"] == outcome[0]["reward_mean"]
-    assert dense[0]["completion_length"] == outcome[0]["completion_length"]
     assert dense[0]["loss"] != outcome[0]["loss"]
 
     done = subprocess.run(
