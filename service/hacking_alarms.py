@@ -37,6 +37,7 @@ SPREAD_FALL = 0.25  # the window's mean within-group spread under this share of 
 MIN_FLAT_RISE = 0.25
 DOMINANT_SHARE, DOMINANT_RISE = 0.85, 0.2
 MIN_DRIFT_PAIRS = 30
+DRIFT_WINDOW = 256  # reference pairs in the drift window, and in its baseline
 DRIFT_RHO_FALL, DRIFT_GAP_RISE = 0.3, 0.75
 MIN_TRUNCATION_RISE = 0.1
 
@@ -228,12 +229,23 @@ class Alarms:
         self.active: set[str] = set()
         self._base_drift: _Drift | None = None
         self._left = 0  # groups that left the window since its sums were last rebuilt
+        # (score, reference score) pairs, apart from the groups: a reference scores a
+        # sample of the items, later (shadow scoring), so its pairs have windows of their own.
+        self.base_pairs: list[tuple[float, float]] = []
+        self.recent_pairs: deque[tuple[float, float]] = deque(maxlen=DRIFT_WINDOW)
+
+    def observe_reference(self, pairs: Sequence[tuple[float, float]]) -> None:
+        for pair in pairs:
+            if len(self.base_pairs) < DRIFT_WINDOW:
+                self.base_pairs.append(pair)
+            else:
+                self.recent_pairs.append(pair)
 
     def observe_group(self, group: Group) -> None:
         summary = summarise(group)
+        self.observe_reference(summary.drift)
         if self.base_groups < self.window:
             self.base.add(summary)
-            self.base.drift += summary.drift
             self.base_groups += 1
             return
         self.recent.append(summary)
@@ -249,10 +261,11 @@ class Alarms:
     def strengths(self) -> dict[str, float] | None:
         if len(self.recent) < self.window:
             return None
-        if self._base_drift is None:
-            self._base_drift = _Drift.of(self.base.drift)
-        now_drift = _Drift.of([pair for s in self.recent for pair in s.drift])
-        return strengths(self.now, self.base, now_drift, self._base_drift)
+        if self._base_drift is None and len(self.base_pairs) == DRIFT_WINDOW:
+            self._base_drift = _Drift.of(self.base_pairs)
+        base_drift = self._base_drift or _Drift.of([])
+        now_drift = _Drift.of(list(self.recent_pairs)) if len(self.recent_pairs) >= MIN_DRIFT_PAIRS else _Drift.of([])
+        return strengths(self.now, self.base, now_drift, base_drift)
 
     def evaluate(self) -> tuple[set[str], set[str]]:
         """The alarms that started and those that ended since the last call."""

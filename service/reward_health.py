@@ -129,6 +129,33 @@ class RewardHealth:
             for group in groups:
                 watched.observe_group(group)
             started, ended = watched.evaluate()
+        return self._announce(model, tenant, started, ended)
+
+    def reference(
+        self,
+        model: str,
+        tenant: str,
+        results: Sequence[ItemResult],
+        reference: Sequence[ItemResult],
+    ) -> None:
+        """A frozen reference's scores of items ``model`` scored (its shadow candidate):
+        the drift alarm's pairs. The answers went out already: a start is logged only."""
+        pairs = [
+            (float(a.score), float(b.score))
+            for a, b in zip(results, reference)
+            if a.valid and b.valid and a.score is not None and b.score is not None
+        ]
+        if not pairs:
+            return
+        with self._lock:
+            watched = self._alarms.get((model, tenant))
+            if watched is None:
+                return  # no group of this model and tenant seen yet
+            watched.observe_reference(pairs)
+            started, ended = watched.evaluate()
+        self._announce(model, tenant, started, ended)
+
+    def _announce(self, model: str, tenant: str, started: set[str], ended: set[str]) -> list[str]:
         lines = []
         for name in sorted(started):
             self.alarm.labels(model, tenant, name).set(1)

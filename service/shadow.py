@@ -33,6 +33,7 @@ from rewardserve.client.protocol import Item, ItemResult, ScoreOptions, ShadowRe
 from rewardserve.models.plans.groups import normalized
 from rewardserve.service.context import RequestContext
 from rewardserve.service.metrics import Metrics
+from rewardserve.service.tenants import label
 
 log = logging.getLogger(__name__)
 
@@ -208,6 +209,8 @@ class Shadowing:
         for window in self._windows(model, tenant):
             window.add(items, results, done.results)
         self.items.labels(model, candidate).inc(len(items))
+        # The candidate as a frozen reference: the served model's drift alarm reads it.
+        svc.health.reference(model, label(tenant), results, done.results)
 
     def refresh_gauges(self, registry: Any) -> None:
         """The windows' figures on the gauges: computed when /metrics is read (sorting a

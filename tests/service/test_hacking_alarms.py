@@ -114,3 +114,25 @@ def test_reward_health_keeps_alarms_per_model_and_tenant_with_gauges_and_log_lin
     assert 'rewardserve_reward_alarm{alarm="length",model="rm",tenant="team-a"} 1.0' in text
     assert 'tenant="team-b"' not in text  # too few groups for a baseline yet: no alarm
     assert any("reward alarm 'length' started" in r.getMessage() for r in caplog.records)
+
+
+def test_drift_against_a_reference_is_flagged_from_its_own_pairs():
+    """A frozen reference (a shadow candidate) scores a sample of the items later: its
+    pairs have a window of their own. The proxy keeps rising while the reference does not."""
+    rng = random.Random(5)
+    alarms = Alarms()
+    for _ in range(2 * 64):  # a baseline and a full window of groups, no hack
+        alarms.observe_group(step(rng, 0, None)[0])
+    started_at = None
+    for k in range(40):
+        pairs = []
+        for _ in range(32):
+            gold = rng.gauss(0, 1)
+            proxy = gold + rng.gauss(0, 0.5) if k < 12 else rng.gauss(0, 1) + 0.2 * (k - 12)
+            pairs.append((proxy, gold))
+        alarms.observe_reference(pairs)
+        started, _ = alarms.evaluate()
+        if "drift" in started and started_at is None:
+            started_at = k
+    assert started_at is not None and started_at >= 12, started_at  # not before the proxy drifted
+    assert "drift" in alarms.active
