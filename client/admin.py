@@ -42,6 +42,16 @@ class Admin:
         body = LoadRequest(source=source, version=version).model_dump_json().encode()
         return AdminModelState.model_validate_json(self._client._request("POST", _path(model, "load"), body).content)
 
+    def rollback(self, model: str) -> AdminModelState:
+        """The version the last load replaced, loaded again."""
+        answer = self._client._request("POST", _path(model, "rollback"), b"{}")
+        return AdminModelState.model_validate_json(answer.content)
+
+    def promote(self, model: str) -> AdminModelState:
+        """The model's shadow candidate serves under its name."""
+        answer = self._client._request("POST", _path(model, "promote"), b"{}")
+        return AdminModelState.model_validate_json(answer.content)
+
 
 class AsyncAdmin:
     def __init__(self, client: AsyncRewardClient):
@@ -62,4 +72,12 @@ class AsyncAdmin:
     async def load(self, model: str, source: str, version: str) -> AdminModelState:
         body = LoadRequest(source=source, version=version).model_dump_json().encode()
         answer = await self._client._request("POST", _path(model, "load"), body)
+        return AdminModelState.model_validate_json(answer.content)
+
+    async def rollback(self, model: str) -> AdminModelState:
+        answer = await self._client._request("POST", _path(model, "rollback"), b"{}")
+        return AdminModelState.model_validate_json(answer.content)
+
+    async def promote(self, model: str) -> AdminModelState:
+        answer = await self._client._request("POST", _path(model, "promote"), b"{}")
         return AdminModelState.model_validate_json(answer.content)

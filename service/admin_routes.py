@@ -6,6 +6,8 @@ each call answers when its work is done, with the model's state (service/lifecyc
     POST /v1/admin/models/{name}/sleep     {"level": 1 | 2}
     POST /v1/admin/models/{name}/wake_up
     POST /v1/admin/models/{name}/load      {"source", "version"}: hot swap
+    POST /v1/admin/models/{name}/rollback  the version the last load replaced, loaded again
+    POST /v1/admin/models/{name}/promote   its shadow candidate serves under its name
 """
 
 from __future__ import annotations
@@ -39,3 +41,13 @@ async def wake_up(name: str, request: Request) -> Response:
 @router.post("/v1/admin/models/{name}/load", response_model=AdminModelState)
 async def load(name: str, body: LoadRequest, request: Request) -> Response:
     return json_response(await RequestContext.of(request).svc.lifecycle.load(name, body.source, body.version))
+
+
+@router.post("/v1/admin/models/{name}/rollback", response_model=AdminModelState)
+async def rollback(name: str, request: Request) -> Response:
+    return json_response(await RequestContext.of(request).svc.lifecycle.rollback(name))
+
+
+@router.post("/v1/admin/models/{name}/promote", response_model=AdminModelState)
+async def promote(name: str, request: Request) -> Response:
+    return json_response(await RequestContext.of(request).svc.lifecycle.promote(name))

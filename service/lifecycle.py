@@ -34,6 +34,7 @@ from contextlib import asynccontextmanager
 from rewardserve.client.protocol import AdminModelState
 from rewardserve.models.cache import LRUCache
 from rewardserve.models.reward_model import RewardModel
+from rewardserve.models.spec import ModelSpec
 from rewardserve.service.errors import InvalidRequest, ServiceError
 from rewardserve.service.metrics import Metrics
 from rewardserve.service.served_models import ModelRegistry, Served
@@ -59,6 +60,8 @@ class Lifecycle:
         self.metrics = metrics
         self._locks: dict[str, asyncio.Lock] = {}
         self._loading: dict[str, str] = {}  # name -> the version loading beside it
+        # name -> the (source, version) each load replaced, the latest last: what rollback loads
+        self._history: dict[str, list[tuple[str, str]]] = {}
 
     def _lock(self, name: str) -> asyncio.Lock:
         return self._locks.setdefault(name, asyncio.Lock())
@@ -154,12 +157,36 @@ class Lifecycle:
             served.last_operation_s = time.perf_counter() - start
             log.info("model %s: awake in %.2fs", served.model.name, served.last_operation_s)
 
-    async def load(self, name: str, source: str, version: str) -> AdminModelState:
+    async def rollback(self, name: str) -> AdminModelState:
+        """The version the last load replaced, loaded again (the same way as a load: the
+        current one serves until it is ready)."""
+        history = self._history.get(name)
+        if not history:
+            raise InvalidRequest(f"model {name!r} has no earlier version to roll back to", param="name")
+        source, version = history[-1]
+        state = await self.load(name, source, version, remember=False)
+        history.pop()
+        return state
+
+    async def promote(self, name: str) -> AdminModelState:
+        """The model's shadow candidate serves under its name (the candidate's own spec and
+        version, loaded the way a load is); the shadowing ends with it."""
+        shadow = self.registry.current(name).model.spec.shadow
+        if shadow is None:
+            raise InvalidRequest(f"model {name!r} has no shadow candidate to promote", param="name")
+        candidate = self.registry.current(shadow.model)
+        spec = candidate.model.spec.model_copy(update={"name": name, "shadow": None, "version": candidate.version})
+        return await self.load(name, spec.source, candidate.version, spec=spec)
+
+    async def load(
+        self, name: str, source: str, version: str, remember: bool = True, spec: ModelSpec | None = None
+    ) -> AdminModelState:
         async with self._operation(name, "load"), self._lock(name):
             old = self.registry.current(name)
             if old.model.kind == "rule" or not old.model.runs_torch:
                 raise InvalidRequest(f"model {name!r} is a {old.model.kind} model: it has no weights to load")
-            spec = old.model.spec.model_copy(update={"source": source, "revision": None, "version": version})
+            if spec is None:
+                spec = old.model.spec.model_copy(update={"source": source, "revision": None, "version": version})
             try:
                 model = self.registry.build(spec)
             except ValueError as exc:
@@ -182,6 +209,8 @@ class Lifecycle:
             new.idle.set()
             self.registry.start_batching(new)
             self.registry.replace(name, new)  # from here new requests get the new version
+            if remember:
+                self._history.setdefault(name, []).append((old.model.spec.source, old.version))
             self.metrics.model_version.labels(name, old.version).set(0)
             self.metrics.model_version.labels(name, version).set(1)
             new.last_operation_s = time.perf_counter() - start

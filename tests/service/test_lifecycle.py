@@ -127,6 +127,30 @@ async def test_a_new_version_serves_and_a_broken_one_leaves_the_old_serving(chec
         back = await http.post("/v1/admin/models/rm/load", json={"source": str(first), "version": "v3"}, headers=ADMIN)
         assert back.status_code == 200
         assert await scores(http) == (old, "v3")  # the first weights again, bitwise
+        rolled = await http.post("/v1/admin/models/rm/rollback", headers=ADMIN)
+        assert rolled.status_code == 200 and rolled.json()["version"] == "v2"
+        assert await scores(http) == (new, "v2")
+        assert (await http.post("/v1/admin/models/rm/rollback", headers=ADMIN)).json()["version"] == "v1"
+        nothing = await http.post("/v1/admin/models/rm/rollback", headers=ADMIN)
+        assert nothing.status_code == 422 and "no earlier version" in nothing.json()["error"]["message"]
         metrics = (await http.get("/metrics")).text
-        assert 'rewardserve_model_version_info{model="rm",version="v3"} 1.0' in metrics
-        assert 'rewardserve_model_version_info{model="rm",version="v1"} 0.0' in metrics
+        assert 'rewardserve_model_version_info{model="rm",version="v1"} 1.0' in metrics  # rolled back to it
+        assert 'rewardserve_model_version_info{model="rm",version="v3"} 0.0' in metrics
+
+
+async def test_the_shadow_candidate_is_promoted_to_serve_under_the_name(checkpoints):
+    first, second, _ = checkpoints
+    specs = [
+        ModelSpec(name="rm", source=str(first), version="v1", shadow={"model": "next", "fraction": 1.0}),
+        ModelSpec(name="next", source=str(second), version="cand-7"),
+    ]
+    setup = Settings(builtin_rules=False, api_keys=["score-key"], admin_keys=["admin-key"], compile=False, models=specs)
+    async with serve_in_process(setup) as (_, http):
+        candidate = await http.post("/v1/score", json={"model": "next", "items": ITEMS}, headers=SCORER)
+        promoted = await http.post("/v1/admin/models/rm/promote", headers=ADMIN)
+        assert promoted.status_code == 200 and promoted.json()["version"] == "cand-7"
+        assert await scores(http) == ([r["score"] for r in candidate.json()["results"]], "cand-7")
+        again = await http.post("/v1/admin/models/rm/promote", headers=ADMIN)
+        assert again.status_code == 422 and "no shadow candidate" in again.json()["error"]["message"]
+        back = await http.post("/v1/admin/models/rm/rollback", headers=ADMIN)
+        assert back.status_code == 200 and back.json()["version"] == "v1"
