@@ -25,6 +25,14 @@ scores (tests/cli/test_benchmarks.py, PyPI rewardbench 0.1.4).
                    rejected), normal (the diagonal) and easy (below); safety-refuse and
                    safety-response count as one safety domain; "all" is the mean over the
                    domains (the paper's table).
+    judgebench     JudgeBench (ScalerLab/JudgeBench@12a499c): rows {pair_id, question,
+                   response_A, response_B, label "A>B" | "B>A", source}; a reward model
+                   decides as its reward_model judges do (utils/judges.py: "A>B" when A
+                   scores strictly higher, else "B>A"), in both orders, the second
+                   flipped back; a pair is right when the two decisions net towards the
+                   label (utils/metrics.py compute_final_metrics: a split is a tie);
+                   accuracy overall and per category, the single-game accuracy, and the
+                   share of pairs decided differently in the two orders.
     processbench   ProcessBench (QwenLM/ProcessBench, code/run_eval_prm_trl.py@04d347e):
                    rows {id, problem, steps, label, split}, label the first wrong step or
                    -1; the prediction is the first step scored below the threshold (-1:
@@ -38,7 +46,7 @@ import math
 from collections import defaultdict
 from typing import Any
 
-FORMATS = ("pairs", "rewardbench", "rewardbench2", "rm-bench", "processbench")
+FORMATS = ("pairs", "rewardbench", "rewardbench2", "rm-bench", "judgebench", "processbench")
 STEPS_FORMATS = frozenset({"processbench"})  # scored by /v1/score/steps, a score per step
 
 # RewardBench 1: each section's subsets and their example counts (rewardbench 0.1.4,
@@ -93,7 +101,18 @@ def steps_item(row: dict[str, Any], number: int) -> dict[str, Any]:
 
 
 def responses(fmt: str, row: dict[str, Any], number: int) -> list[str]:
-    """The responses of one row to score, the chosen one(s) first."""
+    """The responses of one row to score, the chosen one(s) first (judgebench: A, B)."""
+    if fmt == "judgebench":
+        for key in ("question", "response_A", "response_B", "label"):
+            if key not in row:
+                raise ValueError(
+                    f"line {number}: no {key!r} (judgebench rows have question, response_A, response_B, label)"
+                )
+        if row["label"] not in ("A>B", "B>A"):
+            raise ValueError(f"line {number}: 'label' is 'A>B' or 'B>A', not {row['label']!r}")
+        if not isinstance(row["response_A"], str) or not isinstance(row["response_B"], str):
+            raise ValueError(f"line {number}: 'response_A' and 'response_B' are strings")
+        return [row["response_A"], row["response_B"]]
     for key in ("prompt", "chosen", "rejected"):
         if key not in row:
             raise ValueError(f"line {number}: no {key!r} ({fmt} rows have prompt, chosen, rejected)")
@@ -128,6 +147,8 @@ def summary(
         out.update(rewardbench2(kept))  # type: ignore[arg-type]
     elif fmt == "rm-bench":
         out.update(rm_bench(kept))  # type: ignore[arg-type]
+    elif fmt == "judgebench":
+        out.update(judgebench(kept))  # type: ignore[arg-type]
     elif fmt == "processbench":
         out.update(processbench(kept, threshold))
     return out
@@ -318,3 +339,44 @@ def defaultdict_counts(kept: list[tuple[dict[str, Any], Any]]) -> dict[str, int]
     for row, _ in kept:
         counts[str(row.get("split", "all"))] += 1
     return dict(counts)
+
+
+# --------------------------------------------------------------------------- JudgeBench
+
+JUDGEBENCH_CATEGORIES = (
+    ("mmlu-pro", "knowledge"),
+    ("livebench-reasoning", "reasoning"),
+    ("livebench-math", "math"),
+    ("livecodebench", "coding"),
+)
+
+
+def _flip(decision: str) -> str:
+    return {"A>B": "B>A", "B>A": "A>B"}.get(decision, decision)
+
+
+def judgebench_category(source: Any) -> str:
+    text = str(source or "all")
+    return next((name for prefix, name in JUDGEBENCH_CATEGORIES if text.startswith(prefix)), text)
+
+
+def judgebench(kept: list[tuple[dict[str, Any], list[float]]]) -> dict[str, Any]:
+    right: dict[str, list[float]] = defaultdict(list)
+    single = inconsistent = 0
+    for row, (a, b) in kept:
+        label = row["label"]
+        first = "A>B" if a > b else "B>A"  # the responses as given
+        second = _flip("A>B" if b > a else "B>A")  # swapped, then read back
+        single += first == label
+        inconsistent += first != second
+        net = sum(1 if d == label else -1 if d == _flip(label) else 0 for d in (first, second))
+        right[judgebench_category(row.get("source"))].append(1.0 if net > 0 else 0.0)
+    every = [v for values in right.values() for v in values]
+    return {
+        "subsets": {name: sum(v) / len(v) for name, v in sorted(right.items())},
+        "counts": {name: len(v) for name, v in right.items()},
+        "score": sum(every) / len(every) if every else None,
+        "single_game": single / len(kept) if kept else None,
+        "inconsistent": inconsistent / len(kept) if kept else None,
+        "complete": {name for _, name in JUDGEBENCH_CATEGORIES} <= set(right),
+    }

@@ -74,7 +74,8 @@ async def benchmark_scores(
         got = [list(r.step_scores or []) if r.valid else (r.error or "invalid") for r in stepped]
     else:
         texts = [benchmarks.responses(fmt, row, n) for n, row in good]
-        flat = [{"prompt": row["prompt"], "response": t} for (_, row), ts in zip(good, texts) for t in ts]
+        prompts = [row["question"] if fmt == "judgebench" else row["prompt"] for _, row in good]
+        flat = [{"prompt": p, "response": t} for p, ts in zip(prompts, texts) for t in ts]
         results = (await client.score(model, flat)).results if flat else []
         at = 0
         for ts in texts:
@@ -108,7 +109,7 @@ async def evaluate_benchmark(
     scores: list[list[float | None] | None] = []
     with open(out_dir / "rows.jsonl", "w", encoding="utf-8") as f:
         for number, (row, scored) in enumerate(zip(rows, got)):
-            where = row.get("subset", row.get("domain", row.get("split")))
+            where = row.get("subset", row.get("domain", row.get("split", row.get("source"))))
             line: dict[str, Any] = {"index": number, "id": row.get("id"), "subset": where}
             if isinstance(scored, str):
                 line.update(valid=False, error=scored)
@@ -133,7 +134,8 @@ def benchmark_table(out: dict[str, Any]) -> str:
     rows = [("subset", "rows", "score")]
     rows += [(name, str(out["counts"][name]), f"{v:.4f}") for name, v in out["subsets"].items()]
     rows += [(f"section: {name}", "", f"{v:.4f}") for name, v in out.get("sections", {}).items()]
-    rows += [(key, "", f"{out[key]:.4f}") for key in ("hard", "normal", "easy") if out.get(key) is not None]
+    keys = ("hard", "normal", "easy", "single_game", "inconsistent")
+    rows += [(key, "", f"{out[key]:.4f}") for key in keys if out.get(key) is not None]
     best = out.get("best_threshold")
     if best:
         rows.append(

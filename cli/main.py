@@ -90,7 +90,7 @@ def _parser() -> argparse.ArgumentParser:
     evaluate.add_argument(
         "--format",
         dest="format",
-        choices=("pairs", "rewardbench", "rewardbench2", "rm-bench", "processbench"),
+        choices=("pairs", "rewardbench", "rewardbench2", "rm-bench", "judgebench", "processbench"),
         default="pairs",
         help="pairs: accuracy on preference pairs; the others: the benchmark's rows and its own metric "
         "(cli/benchmarks.py)",

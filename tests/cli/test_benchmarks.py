@@ -253,3 +253,80 @@ def test_eval_format_processbench_reads_a_prm_s_step_scores(qwen2_prm, tmp_path,
     scored = [json.loads(line)["scores"] for line in (out / "rows.jsonl").read_text().splitlines()]
     assert [len(s) for s in scored] == [3] * 6 and all(0 <= x <= 1 for s in scored for x in s)
     assert results["splits"] == benchmarks.summary("processbench", rows, scored, 0.5)["splits"]
+
+
+def test_judgebench_decides_as_its_reward_model_judges_in_both_orders():
+    """Hand-made pairs whose answers follow ScalerLab/JudgeBench@12a499c: utils/judges.py
+    (a reward model says "A>B" only when A scores strictly higher) and utils/metrics.py
+    compute_final_metrics (both orders, the second flipped back; a split is a tie)."""
+    rows = [
+        {"pair_id": 1, "question": "q", "response_A": "a", "response_B": "b", "label": "A>B", "source": "mmlu-pro-law"},
+        {
+            "pair_id": 2,
+            "question": "q",
+            "response_A": "a",
+            "response_B": "b",
+            "label": "A>B",
+            "source": "livebench-reasoning",
+        },
+        {
+            "pair_id": 3,
+            "question": "q",
+            "response_A": "a",
+            "response_B": "b",
+            "label": "B>A",
+            "source": "livecodebench",
+        },
+        {
+            "pair_id": 4,
+            "question": "q",
+            "response_A": "a",
+            "response_B": "b",
+            "label": "B>A",
+            "source": "livebench-math",
+        },
+    ]
+    scores = [[2.0, 1.0], [1.0, 2.0], [1.0, 1.0], [0.0, 3.0]]
+    out = benchmarks.summary("judgebench", rows, scores)
+    assert out["subsets"] == {"coding": 0.0, "knowledge": 1.0, "math": 1.0, "reasoning": 0.0}
+    assert out["score"] == 0.5 and out["single_game"] == 0.75 and out["inconsistent"] == 0.25 and out["complete"]
+    with pytest.raises(ValueError, match="'label' is 'A>B' or 'B>A'"):
+        benchmarks.responses("judgebench", {**rows[0], "label": "A=B"}, 2)
+
+
+@pytest.mark.parametrize(
+    ("fmt", "row"),
+    [
+        ("rewardbench", {"id": 1, "prompt": "2+2?", "chosen": "4", "rejected": "5", "subset": "math-prm"}),
+        (
+            "rm-bench",
+            {
+                "id": 1,
+                "prompt": "2+2?",
+                "chosen": ["4", "It is 4.", "**4**"],
+                "rejected": ["5", "It is 5.", "**5**"],
+                "domain": "math",
+            },
+        ),
+        (
+            "judgebench",
+            {
+                "pair_id": "p1",
+                "question": "2+2?",
+                "response_A": "4",
+                "response_B": "5",
+                "label": "A>B",
+                "source": "livebench-math",
+            },
+        ),
+    ],
+)
+def test_each_format_end_to_end_on_a_model(qwen3_rm, tmp_path, capsys, fmt, row):
+    source = tmp_path / "rows.jsonl"
+    source.write_text(json.dumps(row) + "\n")
+    out = tmp_path / "out"
+    main(["eval", "--format", fmt, "--serve", f"rm={qwen3_rm}", "--model", "rm", str(source), "-o", str(out)])
+    assert f"{fmt} (partial" in capsys.readouterr().out
+    results = json.loads((out / "results.json").read_text())
+    (scored,) = [json.loads(line)["scores"] for line in (out / "rows.jsonl").read_text().splitlines()]
+    assert results == {"model": "rm", **benchmarks.summary(fmt, [row], [scored]), "bad_rows": []}
