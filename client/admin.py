@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Literal
 from urllib.parse import quote
 
-from rewardserve.client.protocol import AdminModelState, LoadRequest, SleepRequest
+from rewardserve.client.protocol import AdminModelState, CanaryRequest, LoadRequest, SleepRequest
 
 if TYPE_CHECKING:
     from rewardserve.client.async_client import AsyncRewardClient
@@ -47,6 +47,11 @@ class Admin:
         answer = self._client._request("POST", _path(model, "rollback"), b"{}")
         return AdminModelState.model_validate_json(answer.content)
 
+    def canary(self, model: str, percent: float, source: str = "", version: str = "canary") -> AdminModelState:
+        """``percent`` of the model's requests to the version at ``source``; 0 ends it."""
+        body = CanaryRequest(source=source, version=version, percent=percent).model_dump_json().encode()
+        return AdminModelState.model_validate_json(self._client._request("POST", _path(model, "canary"), body).content)
+
     def promote(self, model: str) -> AdminModelState:
         """The model's shadow candidate serves under its name."""
         answer = self._client._request("POST", _path(model, "promote"), b"{}")
@@ -80,4 +85,9 @@ class AsyncAdmin:
 
     async def promote(self, model: str) -> AdminModelState:
         answer = await self._client._request("POST", _path(model, "promote"), b"{}")
+        return AdminModelState.model_validate_json(answer.content)
+
+    async def canary(self, model: str, percent: float, source: str = "", version: str = "canary") -> AdminModelState:
+        body = CanaryRequest(source=source, version=version, percent=percent).model_dump_json().encode()
+        answer = await self._client._request("POST", _path(model, "canary"), body)
         return AdminModelState.model_validate_json(answer.content)

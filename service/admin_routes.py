@@ -8,6 +8,8 @@ each call answers when its work is done, with the model's state (service/lifecyc
     POST /v1/admin/models/{name}/load      {"source", "version"}: hot swap
     POST /v1/admin/models/{name}/rollback  the version the last load replaced, loaded again
     POST /v1/admin/models/{name}/promote   its shadow candidate serves under its name
+    POST /v1/admin/models/{name}/canary    {"source", "version", "percent"}: that share of its
+                                           requests to a version beside it (0: end it)
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from rewardserve.client.protocol import AdminModelState, LoadRequest, SleepRequest
+from rewardserve.client.protocol import AdminModelState, CanaryRequest, LoadRequest, SleepRequest
 from rewardserve.service.body import BoundedRoute
 from rewardserve.service.context import RequestContext
 from rewardserve.service.routes import ERROR_RESPONSES, json_response
@@ -51,3 +53,9 @@ async def rollback(name: str, request: Request) -> Response:
 @router.post("/v1/admin/models/{name}/promote", response_model=AdminModelState)
 async def promote(name: str, request: Request) -> Response:
     return json_response(await RequestContext.of(request).svc.lifecycle.promote(name))
+
+
+@router.post("/v1/admin/models/{name}/canary", response_model=AdminModelState)
+async def canary(name: str, body: CanaryRequest, request: Request) -> Response:
+    lifecycle = RequestContext.of(request).svc.lifecycle
+    return json_response(await lifecycle.canary(name, body.source, body.version, body.percent))

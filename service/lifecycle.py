@@ -97,6 +97,7 @@ class Lifecycle:
 
     def state(self, name: str) -> AdminModelState:
         served = self.registry.current(name)
+        canary = self.registry.canaries.get(name)
         state = "loading" if name in self._loading and served.state == "awake" else served.state
         return AdminModelState(
             name=name,
@@ -108,6 +109,8 @@ class Lifecycle:
             in_flight=served.in_flight,
             memory_bytes=held_bytes(served.model),
             last_operation_s=served.last_operation_s,
+            canary_version=canary[0].version if canary else None,
+            canary_percent=canary[1] * 100 if canary else None,
         )
 
     @asynccontextmanager
@@ -178,36 +181,63 @@ class Lifecycle:
         spec = candidate.model.spec.model_copy(update={"name": name, "shadow": None, "version": candidate.version})
         return await self.load(name, spec.source, candidate.version, spec=spec)
 
+    async def canary(self, name: str, source: str, version: str, percent: float) -> AdminModelState:
+        """``percent`` of the model's requests go to ``version``, loaded beside the serving
+        one (which takes the rest); 0 ends the canary, its version drained and closed."""
+        async with self._operation(name, "canary"), self._lock(name):
+            ending = self.registry.canaries.pop(name, None)
+            if ending is not None:
+                await self._retire(ending[0])
+            if percent > 0:
+                if not source:
+                    raise InvalidRequest("a canary needs the source of its version", param="source")
+                old = self.registry.current(name)
+                new = await self._loaded_beside(name, old, source, version, None)
+                self.registry.canaries[name] = (new, percent / 100)
+        return self.state(name)
+
+    async def _loaded_beside(self, name: str, old: Served, source: str, version: str, spec: ModelSpec | None) -> Served:
+        """A new version built, loaded and probed off the compute thread, batching; the
+        old one untouched. LoadFailed (the old one serving on) when it cannot."""
+        if old.model.kind == "rule" or not old.model.runs_torch:
+            raise InvalidRequest(f"model {name!r} is a {old.model.kind} model: it has no weights to load")
+        if spec is None:
+            spec = old.model.spec.model_copy(update={"source": source, "revision": None, "version": version})
+        try:
+            model = self.registry.build(spec)
+        except ValueError as exc:
+            raise LoadFailed(f"version {version!r} of model {name!r}: {exc}", param="source") from None
+        self._loading[name] = version
+        try:
+            await asyncio.to_thread(_load_and_probe, model, self.settings.fault_load_delay_s, True)
+        except Exception as exc:  # noqa: BLE001 - any failure keeps the old version serving
+            await asyncio.to_thread(_drop, model)
+            raise LoadFailed(
+                f"version {version!r} of model {name!r} did not load, version {old.version!r} serves on: "
+                + " ".join(f"{type(exc).__name__}: {exc}".split())[:800],
+                param="source",
+            ) from None
+        finally:
+            self._loading.pop(name, None)
+        new = Served(model, score_cache=LRUCache(model.options.score_cache_size), version=version)
+        new.ready = True
+        new.idle.set()
+        self.registry.start_batching(new)
+        return new
+
+    async def _retire(self, served: Served) -> None:
+        served.state = "draining"
+        await _drained(served)
+        served.retired = True  # before any await: nobody holds it from here
+        await self._close(served)
+
     async def load(
         self, name: str, source: str, version: str, remember: bool = True, spec: ModelSpec | None = None
     ) -> AdminModelState:
         async with self._operation(name, "load"), self._lock(name):
             old = self.registry.current(name)
-            if old.model.kind == "rule" or not old.model.runs_torch:
-                raise InvalidRequest(f"model {name!r} is a {old.model.kind} model: it has no weights to load")
-            if spec is None:
-                spec = old.model.spec.model_copy(update={"source": source, "revision": None, "version": version})
-            try:
-                model = self.registry.build(spec)
-            except ValueError as exc:
-                raise LoadFailed(f"version {version!r} of model {name!r}: {exc}", param="source") from None
             start = time.perf_counter()
-            self._loading[name] = version
-            try:
-                await asyncio.to_thread(_load_and_probe, model, self.settings.fault_load_delay_s, True)
-            except Exception as exc:  # noqa: BLE001 - any failure keeps the old version serving
-                await asyncio.to_thread(_drop, model)
-                raise LoadFailed(
-                    f"version {version!r} of model {name!r} did not load, version {old.version!r} serves on: "
-                    + " ".join(f"{type(exc).__name__}: {exc}".split())[:800],
-                    param="source",
-                ) from None
-            finally:
-                self._loading.pop(name, None)
-            new = Served(model, score_cache=LRUCache(model.options.score_cache_size), version=version)
-            new.ready = True
-            new.idle.set()
-            self.registry.start_batching(new)
+            new = await self._loaded_beside(name, old, source, version, spec)
             self.registry.replace(name, new)  # from here new requests get the new version
             if remember:
                 self._history.setdefault(name, []).append((old.model.spec.source, old.version))
@@ -221,10 +251,7 @@ class Lifecycle:
                 old.version,
                 new.last_operation_s,
             )
-            old.state = "draining"
-            await _drained(old)
-            old.retired = True  # before any await: nobody holds it from here
-            await self._close(old)
+            await self._retire(old)
         return self.state(name)
 
     async def _close(self, served: Served) -> None:

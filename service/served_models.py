@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -131,6 +132,9 @@ class ModelRegistry:
         self.loaded = asyncio.Event()
         self._cpu_thread: ThreadPoolExecutor | None = None  # made with the first CPU model
         self.context = context
+        # name -> (a version loaded beside the serving one, the share of requests it gets)
+        self.canaries: dict[str, tuple[Served, float]] = {}
+        self._canary_seen: dict[str, int] = {}
 
     def _executor(self, model: RewardModel) -> ThreadPoolExecutor | None:
         """The shared CPU compute thread for a torch-on-CPU model; None: its own."""
@@ -271,6 +275,13 @@ class ModelRegistry:
         if not served.ready:
             state = f"failed to load ({served.error})" if served.error else "is still loading"
             raise NotReady(f"model {name!r} {state}")
+        canary = self.canaries.get(name)
+        if canary is not None:
+            candidate, share = canary
+            seen = self._canary_seen.get(name, 0)
+            self._canary_seen[name] = seen + 1
+            if math.floor((seen + 1) * share) > math.floor(seen * share):  # an exact share, no randomness
+                return candidate
         return served
 
     def shadow_of(self, name: str) -> ShadowSpec | None:
@@ -312,13 +323,14 @@ class ModelRegistry:
         return lookup
 
     async def close(self) -> None:
-        for served in self._served.values():
+        for served in [*self._served.values(), *(c for c, _ in self.canaries.values())]:
             served.ready = False
             if served.batcher is not None:
                 await served.batcher.stop()
         # Side by side: a vLLM engine's process takes ~3 s to go, one model after another
         # would add them up (torch-on-CPU models still close one by one on their thread).
-        await asyncio.gather(*(self._call(s.model, s.model.close) for s in self._served.values()))
+        closing = [*self._served.values(), *(c for c, _ in self.canaries.values())]
+        await asyncio.gather(*(self._call(s.model, s.model.close) for s in closing))
         if self._cpu_thread is not None:
             self._cpu_thread.shutdown(wait=True)
             self._cpu_thread = None

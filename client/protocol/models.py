@@ -137,6 +137,15 @@ class LoadRequest(_Request):
     version: str = Field(min_length=1, max_length=128)
 
 
+class CanaryRequest(_Request):
+    """POST /v1/admin/models/{name}/canary: ``percent`` of the model's requests go to a
+    version loaded from ``source`` beside the serving one; 0 ends the canary."""
+
+    source: str = Field(default="", max_length=4096)
+    version: str = Field(default="canary", min_length=1, max_length=128)
+    percent: float = Field(ge=0, le=100)
+
+
 class AdminModelState(_Response):
     """GET /v1/admin/models/{name}, and what every admin call answers."""
 
@@ -149,3 +158,5 @@ class AdminModelState(_Response):
     in_flight: int = 0  # requests using it now
     memory_bytes: int = 0  # its weights and buffers held in this process
     last_operation_s: float | None = None  # how long the last lifecycle call took
+    canary_version: str | None = None  # a version taking canary_percent of the requests
+    canary_percent: float | None = None

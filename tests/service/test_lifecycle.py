@@ -154,3 +154,23 @@ async def test_the_shadow_candidate_is_promoted_to_serve_under_the_name(checkpoi
         assert again.status_code == 422 and "no shadow candidate" in again.json()["error"]["message"]
         back = await http.post("/v1/admin/models/rm/rollback", headers=ADMIN)
         assert back.status_code == 200 and back.json()["version"] == "v1"
+
+
+async def test_a_canary_takes_its_share_of_requests_and_ends(checkpoints):
+    first, second, broken = checkpoints
+    async with serve_in_process(settings(first)) as (_, http):
+        body = {"source": str(second), "version": "v2-canary", "percent": 25}
+        started = await http.post("/v1/admin/models/rm/canary", json=body, headers=ADMIN)
+        assert started.status_code == 200, started.text
+        assert started.json()["canary_version"] == "v2-canary" and started.json()["canary_percent"] == 25
+        versions = [(await scores(http))[1] for _ in range(200)]
+        share = versions.count("v2-canary")
+        # Within the 99% binomial interval of p = 0.25 over 200 requests (50 +- 15.8).
+        assert 35 <= share <= 65 and set(versions) == {"v1", "v2-canary"}, share
+        failed = await http.post(
+            "/v1/admin/models/rm/canary", json={**body, "source": str(broken), "version": "bad"}, headers=ADMIN
+        )
+        assert failed.status_code == 422  # the broken one never takes a request; the old canary is gone too
+        ended = await http.post("/v1/admin/models/rm/canary", json={"percent": 0}, headers=ADMIN)
+        assert ended.status_code == 200 and ended.json()["canary_version"] is None
+        assert {(await scores(http))[1] for _ in range(20)} == {"v1"}
