@@ -120,6 +120,11 @@ def _parser() -> argparse.ArgumentParser:
     grpo.add_argument(
         "--dense", metavar="MODEL", help="add token-level process advantages from this served PRM or implicit PRM"
     )
+    grpo.add_argument(
+        "--colocate",
+        action="store_true",
+        help="the reward models sleep while the policy generates (admin_key in the config, or REWARDSERVE_ADMIN_KEY)",
+    )
     plot = commands.add_parser("grpo-plot", help="draw GRPO runs side by side (an outcome-only and a dense run)")
     plot.add_argument("runs", nargs="+", help="the runs' output directories (each with its metrics.jsonl)")
     plot.add_argument("-o", "--output", default="grpo-runs.png", help="the PNG to write")
@@ -206,6 +211,8 @@ def grpo(args: argparse.Namespace) -> None:
         "steps": args.steps,
         "resume": False if args.no_resume else None,
         "dense": {"model": args.dense} if args.dense else None,
+        "colocate": True if args.colocate else None,
+        "admin_key": os.environ.get("REWARDSERVE_ADMIN_KEY") if args.colocate else None,
     }
     config = load_config(args.config, overrides)
     problem = checkpoint_problem(config.policy)  # in seconds, not after the hub's retries

@@ -54,6 +54,11 @@ class GRPOConfig(BaseModel):
     api_key: str | None = None
     rewards: list[RewardSource] = Field(min_length=1)
     dense: DenseSource | None = None  # token-level process advantages beside the outcome's
+    # The reward models share the policy's GPU: asleep (at colocate_level) while it
+    # generates, woken to score, through the admin API with admin_key (client/grpo/colocate.py).
+    colocate: bool = False
+    colocate_level: Literal[1, 2] = 2
+    admin_key: str | None = None
 
     steps: int = Field(default=100, ge=1)
     prompts_per_step: int = Field(default=4, ge=1)

@@ -71,6 +71,12 @@ def train(config: GRPOConfig) -> list[dict[str, Any]]:
     reference = frozen_copy(config, policy) if config.kl_coef > 0 else None
     order = list(range(len(prompts)))
     bar = progress(config, start)
+    colocated = None
+    if config.colocate:
+        from rewardserve.client.grpo.colocate import Colocated
+
+        served = [s.model for s in config.rewards if s.model] + ([config.dense.model] if config.dense else [])
+        colocated = Colocated(config.service, config.admin_key, served, config.colocate_level)
 
     # Groups in flight at once: the service batches them together.
     scorer = ThreadPoolExecutor(4, thread_name_prefix="rs-rewards")
@@ -82,16 +88,24 @@ def train(config: GRPOConfig) -> list[dict[str, Any]]:
                 for k in range(config.prompts_per_step)
             ]
             scoring: dict[int, Future[Scored]] = {}
+            held: list[tuple[int, list[dict[str, Any]], list[str]]] = []  # colocated: scored once awake
+            if colocated is not None:
+                colocated.sleep()
             rollout = sample(
                 config,
                 policy,
                 reference,
                 tokenizer,
                 batch,  # 1
-                lambda at, rows, texts, scoring=scoring: scoring.update(
-                    {at: scorer.submit(rewards.score, rows, texts)}
+                lambda at, rows, texts, scoring=scoring, held=held: (
+                    held.append((at, rows, texts))
+                    if colocated is not None
+                    else scoring.update({at: scorer.submit(rewards.score, rows, texts)})
                 ),
             )
+            wake_s = colocated.wake() if colocated is not None else None
+            for at, rows, texts in held:
+                scoring[at] = scorer.submit(rewards.score, rows, texts)
             waited = time.monotonic()
             scored = Scored.joined([scoring[at].result() for at in sorted(scoring)])  # 2
             waited = time.monotonic() - waited
@@ -128,6 +142,7 @@ def train(config: GRPOConfig) -> list[dict[str, Any]]:
                 "seconds": round(time.monotonic() - began, 3),
                 "reward_wait_s": round(waited, 4),
                 **({"dense_score": scored.dense_mean()} if config.dense is not None else {}),
+                **({"rm_wake_s": round(wake_s, 4)} if wake_s is not None else {}),
                 **{f"reward/{k}": v for k, v in per_source.items()},
             }
             history.append(row)  # 5
@@ -141,6 +156,8 @@ def train(config: GRPOConfig) -> list[dict[str, Any]]:
                 bar.set_postfix(reward=f"{row['reward_mean'] or 0:.3f}", kl=f"{kl:.4f}")
     finally:
         scorer.shutdown()
+        if colocated is not None:
+            colocated.close()
     if bar is not None:
         bar.close()
     return history
