@@ -28,6 +28,8 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from rewardserve.service.shadow import spearman
+
 ALARMS = ("length", "variance", "dominance", "drift", "truncation")
 WINDOW_GROUPS = 64  # groups in the window, and in the baseline (the run's first window)
 # How far past the baseline a statistic must be to start an alarm, and below which it ends.
@@ -57,31 +59,6 @@ class Group:
 
 def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else 0.0
-
-
-def _ranks(values: Sequence[float]) -> list[float]:
-    order = sorted(range(len(values)), key=lambda i: values[i])
-    ranks = [0.0] * len(values)
-    k = 0
-    while k < len(order):
-        j = k
-        while j + 1 < len(order) and values[order[j + 1]] == values[order[k]]:
-            j += 1
-        for m in range(k, j + 1):
-            ranks[order[m]] = (k + j) / 2
-        k = j + 1
-    return ranks
-
-
-def _pearson(xs: Sequence[float], ys: Sequence[float]) -> float | None:
-    if len(xs) < 3:
-        return None
-    mx, my = _mean(xs), _mean(ys)
-    vx = sum((x - mx) ** 2 for x in xs)
-    vy = sum((y - my) ** 2 for y in ys)
-    if vx <= 1e-12 or vy <= 1e-12:
-        return None
-    return max(-1.0, min(1.0, sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / math.sqrt(vx * vy)))
 
 
 # The sums a set of groups is read from: a group's are added when it arrives and taken
@@ -167,7 +144,7 @@ class _Drift:
     @classmethod
     def of(cls, pairs: list[tuple[float, float]]) -> _Drift:
         proxy, gold = [p for p, _ in pairs], [g for _, g in pairs]
-        rho = _pearson(_ranks(proxy), _ranks(gold)) if len(pairs) >= MIN_DRIFT_PAIRS else None
+        rho = spearman(proxy, gold) if len(pairs) >= MIN_DRIFT_PAIRS else None
         return cls(len(pairs), rho, (_mean(proxy), _sd(proxy)), (_mean(gold), _sd(gold)))
 
 
