@@ -33,11 +33,8 @@ scores (tests/cli/test_benchmarks.py, PyPI rewardbench 0.1.4).
                    label (utils/metrics.py compute_final_metrics: a split is a tie);
                    accuracy overall and per category, the single-game accuracy, and the
                    share of pairs decided differently in the two orders.
-    processbench   ProcessBench (QwenLM/ProcessBench, code/run_eval_prm_trl.py@04d347e):
-                   rows {id, problem, steps, label, split}, label the first wrong step or
-                   -1; the prediction is the first step scored below the threshold (-1:
-                   none); per split the accuracy on rows with an error and on rows without,
-                   and their harmonic mean F1; the score is the mean F1 over the splits.
+    processbench, prmbench: the step benchmarks, in cli/step_benchmarks.py.
+    vl-rewardbench: images beside the prompt, in cli/vl_rewardbench.py.
 """
 
 from __future__ import annotations
@@ -46,8 +43,19 @@ import math
 from collections import defaultdict
 from typing import Any
 
-FORMATS = ("pairs", "rewardbench", "rewardbench2", "rm-bench", "judgebench", "processbench")
-STEPS_FORMATS = frozenset({"processbench"})  # scored by /v1/score/steps, a score per step
+from rewardserve.cli import vl_rewardbench as vl
+from rewardserve.cli.step_benchmarks import prmbench, processbench
+
+FORMATS = (
+    "pairs",
+    "rewardbench",
+    "rewardbench2",
+    "rm-bench",
+    "judgebench",
+    "processbench",
+    "prmbench",
+    "vl-rewardbench",
+)
 
 # RewardBench 1: each section's subsets and their example counts (rewardbench 0.1.4,
 # rewardbench/constants.py EXAMPLE_COUNTS and SUBSET_MAPPING).
@@ -87,17 +95,13 @@ REWARDBENCH_SECTIONS: dict[str, dict[str, int]] = {
 TIES = "Ties"
 
 
-def steps_item(row: dict[str, Any], number: int) -> dict[str, Any]:
-    """ProcessBench: the item whose steps a PRM scores."""
-    for key in ("problem", "steps", "label"):
-        if key not in row:
-            raise ValueError(f"line {number}: no {key!r} (processbench rows have problem, steps, label)")
-    steps, label = row["steps"], row["label"]
-    if not isinstance(steps, list) or not steps or not all(isinstance(s, str) for s in steps):
-        raise ValueError(f"line {number}: 'steps' is a list of strings")
-    if not isinstance(label, int) or not -1 <= label < len(steps):
-        raise ValueError(f"line {number}: 'label' is -1 or the index of a step, not {label!r}")
-    return {"prompt": row["problem"], "steps": steps}
+def row_items(fmt: str, row: dict[str, Any], number: int) -> list[dict[str, Any]]:
+    """The items of one row to score by /v1/score, the chosen one(s) first (judgebench:
+    A, B); ValueError naming the line for a row that is not the benchmark's."""
+    if fmt == "vl-rewardbench":
+        return vl.items(row, number)
+    prompt = row.get("question") if fmt == "judgebench" else row.get("prompt")
+    return [{"prompt": prompt, "response": text} for text in responses(fmt, row, number)]
 
 
 def responses(fmt: str, row: dict[str, Any], number: int) -> list[str]:
@@ -151,6 +155,10 @@ def summary(
         out.update(judgebench(kept))  # type: ignore[arg-type]
     elif fmt == "processbench":
         out.update(processbench(kept, threshold))
+    elif fmt == "prmbench":
+        out.update(prmbench(kept, threshold))
+    elif fmt == "vl-rewardbench":
+        out.update(vl.vl_rewardbench(kept))  # type: ignore[arg-type]
     return out
 
 
@@ -277,68 +285,6 @@ def rm_bench(kept: list[tuple[dict[str, Any], list[float]]]) -> dict[str, Any]:
         "score": overall["score"],
         "complete": set(domains) == {"chat", "code", "math", "safety"},
     }
-
-
-# --------------------------------------------------------------------------- ProcessBench
-
-
-def first_below(step_scores: list[float | None], threshold: float) -> int:
-    """The first step scored below ``threshold``, or -1 (unscored steps are not errors)."""
-    return next((i for i, s in enumerate(step_scores) if s is not None and s < threshold), -1)
-
-
-def processbench_f1(rows: list[tuple[dict[str, Any], list[float | None]]], threshold: float) -> dict[str, Any]:
-    """Per split: the accuracy on rows with an error, on rows without, and their F1."""
-    splits: dict[str, dict[str, list[float]]] = defaultdict(lambda: {"error": [], "correct": []})
-    for row, step_scores in rows:
-        hit = float(first_below(step_scores, threshold) == row["label"])
-        splits[str(row.get("split", "all"))]["error" if row["label"] != -1 else "correct"].append(hit)
-    out = {}
-    for name, parts in sorted(splits.items()):
-        error = sum(parts["error"]) / len(parts["error"]) if parts["error"] else None
-        correct = sum(parts["correct"]) / len(parts["correct"]) if parts["correct"] else None
-        f1 = (
-            2 * error * correct / (error + correct)
-            if error is not None and correct is not None and error + correct
-            else 0.0
-        )
-        out[name] = {"error_accuracy": error, "correct_accuracy": correct, "f1": f1}
-    return out
-
-
-def processbench(kept: list[tuple[dict[str, Any], list[float | None]]], threshold: float) -> dict[str, Any]:
-    splits = processbench_f1(kept, threshold)
-    mean_f1 = sum(s["f1"] for s in splits.values()) / len(splits) if splits else None
-    # The threshold that maximises the mean F1 on every other row, and the F1 it gives on
-    # the rest: chosen on one part, reported on the other.
-    held_out, evaluated = kept[::2], kept[1::2]
-    scores = sorted({s for _, steps in held_out for s in steps if s is not None})
-    candidates = [k / 20 for k in range(21)] if scores and 0 <= scores[0] and scores[-1] <= 1 else scores
-    best = None
-    if held_out and evaluated and candidates:
-
-        def mean_f1_at(part: list[tuple[dict[str, Any], list[float | None]]], t: float) -> float:
-            f1s = [float(s["f1"]) for s in processbench_f1(part, t).values()]
-            return sum(f1s) / len(f1s)
-
-        chosen = max(candidates, key=lambda t: mean_f1_at(held_out, t))
-        best = {"threshold": chosen, "f1_on_the_other_half": mean_f1_at(evaluated, chosen)}
-    return {
-        "threshold": threshold,
-        "splits": splits,
-        "subsets": {name: s["f1"] for name, s in splits.items()},
-        "counts": defaultdict_counts(kept),
-        "score": mean_f1,
-        "best_threshold": best,
-        "complete": set(splits) == {"gsm8k", "math", "olympiadbench", "omnimath"},
-    }
-
-
-def defaultdict_counts(kept: list[tuple[dict[str, Any], Any]]) -> dict[str, int]:
-    counts: dict[str, int] = defaultdict(int)
-    for row, _ in kept:
-        counts[str(row.get("split", "all"))] += 1
-    return dict(counts)
 
 
 # --------------------------------------------------------------------------- JudgeBench

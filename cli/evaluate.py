@@ -10,12 +10,11 @@ one ties k responses at the top (rewardbench/utils.py, reroll_and_score_dataset)
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from rewardserve.cli.score import read_items, table
+from rewardserve.cli.score import table
 from rewardserve.client import AsyncRewardClient
 
 
@@ -41,14 +40,15 @@ def checked_rows(fmt: str, rows: list[dict[str, Any]], strict: bool) -> list[str
     """Per row, why it is not one of the benchmark's (its line named), or None; with
     ``strict`` the first bad row stops the run (ValueError, one line)."""
     from rewardserve.cli import benchmarks
+    from rewardserve.cli.step_benchmarks import STEPS_FORMATS, steps_item
 
     problems: list[str | None] = []
     for number, row in enumerate(rows, 1):
         try:
-            if fmt in benchmarks.STEPS_FORMATS:
-                benchmarks.steps_item(row, number)
+            if fmt in STEPS_FORMATS:
+                steps_item(row, number, fmt)
             else:
-                benchmarks.responses(fmt, row, number)
+                benchmarks.row_items(fmt, row, number)
             problems.append(None)
         except ValueError as exc:
             if strict:
@@ -63,22 +63,22 @@ async def benchmark_scores(
     """Per row, its responses' scores (processbench: its steps' scores), or why not (a
     bad row is not sent)."""
     from rewardserve.cli import benchmarks
+    from rewardserve.cli.step_benchmarks import STEPS_FORMATS, steps_item
 
     good = [(n, row) for n, (row, problem) in enumerate(zip(rows, problems), 1) if problem is None]
     got: list[list[float | None] | str] = []
-    if fmt in benchmarks.STEPS_FORMATS:
-        items = [benchmarks.steps_item(row, n) for n, row in good]
+    if fmt in STEPS_FORMATS:
+        items = [steps_item(row, n, fmt) for n, row in good]
         stepped = (
             (await client.score_steps(model, items, steps_from="steps", truncate="steps")).results if items else []
         )
         got = [list(r.step_scores or []) if r.valid else (r.error or "invalid") for r in stepped]
     else:
-        texts = [benchmarks.responses(fmt, row, n) for n, row in good]
-        prompts = [row["question"] if fmt == "judgebench" else row["prompt"] for _, row in good]
-        flat = [{"prompt": p, "response": t} for p, ts in zip(prompts, texts) for t in ts]
+        per_row = [benchmarks.row_items(fmt, row, n) for n, row in good]
+        flat = [item for items in per_row for item in items]
         results = (await client.score(model, flat)).results if flat else []
         at = 0
-        for ts in texts:
+        for ts in per_row:
             scored = results[at : at + len(ts)]
             at += len(ts)
             invalid = [r.error or "invalid" for r in scored if not r.valid or r.score is None]
@@ -87,47 +87,57 @@ async def benchmark_scores(
     return [next(answers) if problem is None else problem for problem in problems]
 
 
-async def evaluate_benchmark(
-    client: AsyncRewardClient,
+def benchmark_line(index: int, row: dict[str, Any], scored: list[float | None] | str) -> dict[str, Any]:
+    """A row's line of ``rows.jsonl``: its scores, or why it has none."""
+    where = row.get("subset", row.get("domain", row.get("split", row.get("source"))))
+    line: dict[str, Any] = {"index": index, "id": row.get("id"), "subset": where}
+    if isinstance(scored, str):
+        line.update(valid=False, error=scored)
+    else:
+        line["scores"] = scored
+    return line
+
+
+def line_scores(lines: list[dict[str, Any]]) -> list[list[float | None] | None]:
+    return [line.get("scores") if line.get("valid", True) else None for line in lines]
+
+
+def benchmark_summary(
     model: str,
     fmt: str,
-    source: Path,
-    out_dir: Path,
-    threshold: float = 0.5,
-    strict: bool = False,
+    rows: list[dict[str, Any]],
+    lines: list[dict[str, Any]],
+    problems: list[str | None],
+    threshold: float,
 ) -> dict[str, Any]:
-    """A benchmark's rows scored and its own metric computed (cli/benchmarks.py): writes
-    ``rows.jsonl`` (each row's scores, or why not), ``results.json`` and ``results.png``
-    (per subset). A row that is not the benchmark's is named by its line and skipped, or
-    stops the run (``strict``)."""
+    """The benchmark's own metric over the rows' lines (cli/benchmarks.py), with the first
+    rows that were not the benchmark's, by line."""
     from rewardserve.cli import benchmarks
 
-    rows = read_items(source)
-    problems = checked_rows(fmt, rows, strict)
-    got = await benchmark_scores(client, model, fmt, rows, problems)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    scores: list[list[float | None] | None] = []
-    with open(out_dir / "rows.jsonl", "w", encoding="utf-8") as f:
-        for number, (row, scored) in enumerate(zip(rows, got)):
-            where = row.get("subset", row.get("domain", row.get("split", row.get("source"))))
-            line: dict[str, Any] = {"index": number, "id": row.get("id"), "subset": where}
-            if isinstance(scored, str):
-                line.update(valid=False, error=scored)
-                scores.append(None)
-            else:
-                line["scores"] = scored
-                scores.append(scored)
-            f.write(json.dumps(line) + "\n")
-    out = {"model": model, **benchmarks.summary(fmt, rows, scores, threshold)}
-    out["bad_rows"] = [p for p in problems if p is not None][:20]  # the first ones, by line
-    (out_dir / "results.json").write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
+    out = {"model": model, **benchmarks.summary(fmt, rows, line_scores(lines), threshold)}
+    out["bad_rows"] = [p for p in problems if p is not None][:20]
+    return out
+
+
+def plot_benchmark(out: dict[str, Any], out_dir: Path) -> None:
     bars = {
-        "model": model,
+        "model": out["model"],
         "pairs": out["rows"],
         "subsets": {name: {"pairs": out["counts"][name], "accuracy": v} for name, v in out["subsets"].items()},
     }
     plot_accuracy(bars, out_dir / "results.png")
-    return out
+    by_position = out.get("error_by_position")
+    if by_position:  # a PRM's error-step accuracy by where the first error is
+        plot_accuracy(
+            {
+                "model": f"{out['model']}, error-step accuracy by the first error's step",
+                "pairs": sum(v["rows"] for v in by_position.values()),
+                "subsets": {
+                    f"step {k}": {"pairs": v["rows"], "accuracy": v["accuracy"]} for k, v in by_position.items()
+                },
+            },
+            out_dir / "error_by_position.png",
+        )
 
 
 def benchmark_table(out: dict[str, Any]) -> str:
@@ -156,41 +166,43 @@ def benchmark_table(out: dict[str, Any]) -> str:
     return text
 
 
-async def evaluate(client: AsyncRewardClient, model: str, source: Path, out_dir: Path) -> dict[str, Any]:
-    """Score every pair, write ``pairs.jsonl``, ``accuracy.json`` and ``accuracy.png``
-    to ``out_dir``; returns the accuracy summary."""
-    lines = read_items(source)
-    per_line = [pair_items(line, n) for n, line in enumerate(lines, 1)]
+async def pair_lines(
+    client: AsyncRewardClient, model: str, lines: list[dict[str, Any]], first: int
+) -> list[dict[str, Any]]:
+    """``pairs.jsonl``'s lines for preference lines numbered from ``first`` (0-based):
+    each pair's scores and decision, or why it has none."""
+    per_line = [pair_items(line, first + n) for n, line in enumerate(lines, 1)]
     flat = [item for items in per_line for item in items]
-    results = (await client.score(model, flat)).results
-    out_dir.mkdir(parents=True, exist_ok=True)
-    by_subset: dict[str, list[float]] = defaultdict(list)
+    results = (await client.score(model, flat)).results if flat else []
+    out = []
     at = 0
-    with open(out_dir / "pairs.jsonl", "w", encoding="utf-8") as f:
-        for number, (line, items) in enumerate(zip(lines, per_line)):
-            scored = results[at : at + len(items)]
-            at += len(items)
-            subset = str(line.get("subset", "all"))
-            row: dict[str, Any] = {"index": number, "id": line.get("id"), "subset": subset}
-            invalid = [r.error or "invalid" for r in scored if not r.valid or r.score is None]
-            if invalid:
-                row.update(valid=False, error=invalid[0])
-            else:
-                scores = [float(r.score) for r in scored]  # type: ignore[arg-type]
-                row.update(chosen=scores[0], rejected=scores[1:], correct=decision(scores[0], scores[1:]))
-                by_subset[subset].append(row["correct"])
-            f.write(json.dumps(row) + "\n")
+    for number, (line, items) in enumerate(zip(lines, per_line), first):
+        scored = results[at : at + len(items)]
+        at += len(items)
+        row: dict[str, Any] = {"index": number, "id": line.get("id"), "subset": str(line.get("subset", "all"))}
+        invalid = [r.error or "invalid" for r in scored if not r.valid or r.score is None]
+        if invalid:
+            row.update(valid=False, error=invalid[0])
+        else:
+            scores = [float(r.score) for r in scored]  # type: ignore[arg-type]
+            row.update(chosen=scores[0], rejected=scores[1:], correct=decision(scores[0], scores[1:]))
+        out.append(row)
+    return out
+
+
+def pairs_summary(model: str, lines: list[dict[str, Any]]) -> dict[str, Any]:
+    by_subset: dict[str, list[float]] = defaultdict(list)
+    for line in lines:
+        if line.get("valid", True):
+            by_subset[line["subset"]].append(line["correct"])
     decided = [c for values in by_subset.values() for c in values]
-    summary = {
+    return {
         "model": model,
         "pairs": len(lines),
         "invalid": len(lines) - len(decided),
         "accuracy": sum(decided) / len(decided) if decided else None,
         "subsets": {name: {"pairs": len(v), "accuracy": sum(v) / len(v)} for name, v in sorted(by_subset.items())},
     }
-    (out_dir / "accuracy.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-    plot_accuracy(summary, out_dir / "accuracy.png")
-    return summary
 
 
 def accuracy_table(summary: dict[str, Any]) -> str:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
+from rewardserve.cli.eval_command import eval_arguments
 from rewardserve.client import RewardServeError, __version__
 
 if TYPE_CHECKING:
@@ -81,28 +82,8 @@ def _parser() -> argparse.ArgumentParser:
         "--options", default="{}", help='the endpoint\'s options as JSON, e.g. \'{"normalize": "group"}\''
     )
     add_service_args(score)
-    evaluate = commands.add_parser("eval", help="a reward model's accuracy on preference pairs")
-    evaluate.add_argument("input", help="JSONL: prompt, chosen, rejected (one or a list), optional subset")
-    evaluate.add_argument(
-        "-o", "--output", required=True, help="directory for pairs.jsonl, accuracy.json, accuracy.png"
-    )
-    evaluate.add_argument("--model", dest="name", required=True, help="the served reward model")
-    evaluate.add_argument(
-        "--format",
-        dest="format",
-        choices=("pairs", "rewardbench", "rewardbench2", "rm-bench", "judgebench", "processbench"),
-        default="pairs",
-        help="pairs: accuracy on preference pairs; the others: the benchmark's rows and its own metric "
-        "(cli/benchmarks.py)",
-    )
-    evaluate.add_argument(
-        "--threshold", type=float, default=0.5, help="processbench: a step scored below it is the first error"
-    )
-    evaluate.add_argument(
-        "--strict",
-        action="store_true",
-        help="a row that is not the benchmark's stops the run (default: named, skipped)",
-    )
+    evaluate = commands.add_parser("eval", help="a reward model's accuracy on preference pairs or a benchmark")
+    eval_arguments(evaluate)
     add_service_args(evaluate)
     commands.add_parser("paths", help="the files to point verl and OpenRLHF at")
     demo = commands.add_parser(
@@ -326,48 +307,13 @@ def score(args: argparse.Namespace) -> None:
 
 
 def evaluate(args: argparse.Namespace) -> None:
-    import asyncio
-    from pathlib import Path
-
-    from rewardserve.cli.evaluate import accuracy_table, benchmark_table, evaluate_benchmark
-    from rewardserve.cli.evaluate import evaluate as run_eval
-    from rewardserve.cli.score import reward_client
+    from rewardserve.cli.eval_command import run_command
 
     configure_logging(args.log_level)
     if not args.url:
         need_serve("eval without --url loads the models here")
-    if args.format != "pairs":
-
-        async def benchmarked() -> dict[str, Any]:
-            settings = None if args.url else settings_from(args, args.serve_models, builtin_rules=False)
-            async with reward_client(args.url, settings, args.api_key) as client:
-                return await evaluate_benchmark(
-                    client, args.name, args.format, Path(args.input), Path(args.output), args.threshold, args.strict
-                )
-
-        out = asyncio.run(benchmarked())
-        print(benchmark_table(out))
-        print(f"\nwritten to {args.output}: rows.jsonl, results.json, results.png")
-        if out["score"] is None:
-            print(f"rewardserve: error: none of the {out['rows']} rows was scored", file=sys.stderr)
-            raise SystemExit(1)
-        return
-
-    async def evaluated() -> dict[str, Any]:
-        settings = None if args.url else settings_from(args, args.serve_models, builtin_rules=False)
-        async with reward_client(args.url, settings, args.api_key) as client:
-            return await run_eval(client, args.name, Path(args.input), Path(args.output))
-
-    summary = asyncio.run(evaluated())
-    print(accuracy_table(summary))
-    print(f"\nwritten to {args.output}: pairs.jsonl, accuracy.json, accuracy.png")
-    if summary["accuracy"] is None:  # an accuracy of nothing is a failed run, not a result
-        print(
-            f"rewardserve: error: none of the {summary['pairs']} pairs was scored; "
-            f"each one's error is in {Path(args.output) / 'pairs.jsonl'}",
-            file=sys.stderr,
-        )
-        raise SystemExit(1)
+    settings = None if args.url else settings_from(args, args.serve_models, builtin_rules=False)
+    run_command(args, settings)
 
 
 def serve(args: argparse.Namespace) -> None:

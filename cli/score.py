@@ -157,6 +157,7 @@ class Progress:
     stream: TextIO = field(default_factory=lambda: sys.stderr)
     started: float = field(default_factory=time.monotonic)
     counted_from: int = 0
+    unit: str = "items"
 
     def update(self, done: int) -> None:
         self.done = done
@@ -168,8 +169,8 @@ class Progress:
         eta_text = f"{eta:.0f}s" if math.isfinite(eta) else "?"
         end = "\n" if done >= self.total else ""
         self.stream.write(
-            f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{self.total} items "
-            f"{rate:.1f} items/s ETA {eta_text}  {end}"
+            f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{self.total} {self.unit} "
+            f"{rate:.1f} {self.unit}/s ETA {eta_text}  {end}"
         )
         self.stream.flush()
 

@@ -18,6 +18,7 @@ Most kinds implement three smaller steps and let ``plan_items`` assemble the pla
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import math
 import time
@@ -496,5 +497,15 @@ class RewardModel(ABC):
             revision=self.spec.revision,
             preset=self.preset_name,
             max_tokens=self.max_tokens,
+            chat_template_sha256=self.chat_template_digest(),
             ready=ready,
         )
+
+    def chat_template_digest(self) -> str | None:
+        """The sha256 of the chat template this model renders conversations with (its
+        tokenizer's, or the spec's in its place); None without one."""
+        template = getattr(self.text_tokenizer, "chat_template", None)
+        if not template:
+            return None
+        text = template if isinstance(template, str) else json.dumps(template, sort_keys=True)
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()

@@ -29,6 +29,9 @@ class ModelCard(_Response):
     revision: str | None = None  # the hub revision it was pinned to, when the config names one
     preset: str | None = None
     max_tokens: int | None = None
+    # The sha256 of the chat template its conversations are rendered with (None: it
+    # renders none), so an evaluation can record which template scored it.
+    chat_template_sha256: str | None = None
     ready: bool = False
     # Its scores' running statistics (what ``normalize: running`` reads), once it has any.
     running: RunningStats | None = None

@@ -6,6 +6,7 @@ virtualenv (it pins transformers 4.51: ``make rewardbench-venv``)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 import subprocess
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from rewardserve.cli import benchmarks
+from rewardserve.cli import benchmarks, step_benchmarks
 from rewardserve.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -215,7 +216,7 @@ def test_processbench_f1_per_split_and_a_threshold_chosen_on_half():
     best = out["best_threshold"]
     assert best is not None and 0 <= best["threshold"] <= 1
     with pytest.raises(ValueError, match="'label' is -1 or the index of a step"):
-        benchmarks.steps_item({"problem": "q", "steps": ["a"], "label": 3}, 1)
+        step_benchmarks.steps_item({"problem": "q", "steps": ["a"], "label": 3}, 1)
 
 
 def test_eval_format_processbench_reads_a_prm_s_step_scores(qwen2_prm, tmp_path, capsys):
@@ -329,4 +330,12 @@ def test_each_format_end_to_end_on_a_model(qwen3_rm, tmp_path, capsys, fmt, row)
     assert f"{fmt} (partial" in capsys.readouterr().out
     results = json.loads((out / "results.json").read_text())
     (scored,) = [json.loads(line)["scores"] for line in (out / "rows.jsonl").read_text().splitlines()]
+    setup = results.pop("setup")
     assert results == {"model": "rm", **benchmarks.summary(fmt, [row], [scored]), "bad_rows": []}
+    # What scored it is recorded, as RewardBench records its chat template and length.
+    from transformers import AutoConfig, AutoTokenizer
+
+    template = AutoTokenizer.from_pretrained(qwen3_rm).chat_template
+    assert setup["chat_template"] == "tokenizer" and setup["truncate"] == "error"
+    assert setup["chat_template_sha256"] == hashlib.sha256(template.encode()).hexdigest()
+    assert setup["max_length"] == AutoConfig.from_pretrained(qwen3_rm).max_position_embeddings
