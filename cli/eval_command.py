@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,8 @@ def run_command(args: argparse.Namespace, settings: Any) -> None:
 
     if bool(args.name) == bool(args.compare):
         raise ValueError("eval takes --model NAME, or --compare A B")
+    if args.compare and importlib.util.find_spec("scipy") is None:
+        raise ValueError("--compare's bootstrap needs scipy: pip install scipy (or 'rewardserve[serve]')")
     source, out_dir = Path(args.input), Path(args.output)
 
     async def evaluated() -> dict[str, Any]:
