@@ -1,10 +1,14 @@
 """The admin API from a client (``client.admin``): a served model's state, sleep, wake and
 a new version, for a trainer that shares the GPU with its reward model or pushes a new
 checkpoint. The client's key must be an admin key (the service's REWARDSERVE_ADMIN_KEYS).
-``AsyncAdmin`` is the twin of ``Admin``; each call answers when the service is done."""
+``AsyncAdmin`` is the twin of ``Admin``; each call answers when the service is done, or,
+with ``wait=False``, at once (202): ``settled`` then polls the state until the call's
+``operation`` is no longer running."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import TYPE_CHECKING, Literal
 from urllib.parse import quote
 
@@ -15,8 +19,13 @@ if TYPE_CHECKING:
     from rewardserve.client.sync_client import RewardClient
 
 
-def _path(name: str, action: str = "") -> str:
-    return f"/v1/admin/models/{quote(name, safe='')}" + (f"/{action}" if action else "")
+def _path(name: str, action: str = "", wait: bool = True) -> str:
+    path = f"/v1/admin/models/{quote(name, safe='')}" + (f"/{action}" if action else "")
+    return path if wait else path + "?async=true"
+
+
+def _running(state: AdminModelState) -> bool:
+    return state.operation is not None and state.operation.status == "running"
 
 
 class Admin:
@@ -27,35 +36,55 @@ class Admin:
         """State (awake, sleeping, loading, draining), version, requests in flight, memory."""
         return AdminModelState.model_validate_json(self._client._request("GET", _path(model)).content)
 
-    def sleep(self, model: str, level: Literal[1, 2] = 1) -> AdminModelState:
+    def sleep(self, model: str, level: Literal[1, 2] = 1, wait: bool = True) -> AdminModelState:
         """Level 1 stops serving; level 2 also frees the weights (reloaded on wake)."""
         body = SleepRequest(level=level).model_dump_json().encode()
-        return AdminModelState.model_validate_json(self._client._request("POST", _path(model, "sleep"), body).content)
+        return AdminModelState.model_validate_json(
+            self._client._request("POST", _path(model, "sleep", wait), body).content
+        )
 
-    def wake_up(self, model: str) -> AdminModelState:
-        answer = self._client._request("POST", _path(model, "wake_up"), b"{}")
+    def wake_up(self, model: str, wait: bool = True) -> AdminModelState:
+        answer = self._client._request("POST", _path(model, "wake_up", wait), b"{}")
         return AdminModelState.model_validate_json(answer.content)
 
-    def load(self, model: str, source: str, version: str) -> AdminModelState:
+    def load(self, model: str, source: str, version: str, wait: bool = True) -> AdminModelState:
         """A new version from ``source``, swapped in when it has loaded; a failure keeps the
         old one serving (APIStatusError, 422)."""
         body = LoadRequest(source=source, version=version).model_dump_json().encode()
-        return AdminModelState.model_validate_json(self._client._request("POST", _path(model, "load"), body).content)
+        return AdminModelState.model_validate_json(
+            self._client._request("POST", _path(model, "load", wait), body).content
+        )
 
-    def rollback(self, model: str) -> AdminModelState:
+    def rollback(self, model: str, wait: bool = True) -> AdminModelState:
         """The version the last load replaced, loaded again."""
-        answer = self._client._request("POST", _path(model, "rollback"), b"{}")
+        answer = self._client._request("POST", _path(model, "rollback", wait), b"{}")
         return AdminModelState.model_validate_json(answer.content)
 
-    def canary(self, model: str, percent: float, source: str = "", version: str = "canary") -> AdminModelState:
+    def canary(
+        self, model: str, percent: float, source: str = "", version: str = "canary", wait: bool = True
+    ) -> AdminModelState:
         """``percent`` of the model's requests to the version at ``source``; 0 ends it."""
         body = CanaryRequest(source=source, version=version, percent=percent).model_dump_json().encode()
-        return AdminModelState.model_validate_json(self._client._request("POST", _path(model, "canary"), body).content)
+        return AdminModelState.model_validate_json(
+            self._client._request("POST", _path(model, "canary", wait), body).content
+        )
 
-    def promote(self, model: str) -> AdminModelState:
+    def promote(self, model: str, wait: bool = True) -> AdminModelState:
         """The model's shadow candidate serves under its name."""
-        answer = self._client._request("POST", _path(model, "promote"), b"{}")
+        answer = self._client._request("POST", _path(model, "promote", wait), b"{}")
         return AdminModelState.model_validate_json(answer.content)
+
+    def settled(self, model: str, timeout_s: float = 600.0, poll_s: float = 0.5) -> AdminModelState:
+        """The state once the model's latest ``wait=False`` call is done (its
+        ``operation.status`` succeeded or failed); TimeoutError past ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        state = self.state(model)
+        while _running(state):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{state.operation!r} still running after {timeout_s:g}s")
+            time.sleep(poll_s)
+            state = self.state(model)
+        return state
 
 
 class AsyncAdmin:
@@ -65,29 +94,41 @@ class AsyncAdmin:
     async def state(self, model: str) -> AdminModelState:
         return AdminModelState.model_validate_json((await self._client._request("GET", _path(model))).content)
 
-    async def sleep(self, model: str, level: Literal[1, 2] = 1) -> AdminModelState:
+    async def sleep(self, model: str, level: Literal[1, 2] = 1, wait: bool = True) -> AdminModelState:
         body = SleepRequest(level=level).model_dump_json().encode()
-        answer = await self._client._request("POST", _path(model, "sleep"), body)
+        answer = await self._client._request("POST", _path(model, "sleep", wait), body)
         return AdminModelState.model_validate_json(answer.content)
 
-    async def wake_up(self, model: str) -> AdminModelState:
-        answer = await self._client._request("POST", _path(model, "wake_up"), b"{}")
+    async def wake_up(self, model: str, wait: bool = True) -> AdminModelState:
+        answer = await self._client._request("POST", _path(model, "wake_up", wait), b"{}")
         return AdminModelState.model_validate_json(answer.content)
 
-    async def load(self, model: str, source: str, version: str) -> AdminModelState:
+    async def load(self, model: str, source: str, version: str, wait: bool = True) -> AdminModelState:
         body = LoadRequest(source=source, version=version).model_dump_json().encode()
-        answer = await self._client._request("POST", _path(model, "load"), body)
+        answer = await self._client._request("POST", _path(model, "load", wait), body)
         return AdminModelState.model_validate_json(answer.content)
 
-    async def rollback(self, model: str) -> AdminModelState:
-        answer = await self._client._request("POST", _path(model, "rollback"), b"{}")
+    async def rollback(self, model: str, wait: bool = True) -> AdminModelState:
+        answer = await self._client._request("POST", _path(model, "rollback", wait), b"{}")
         return AdminModelState.model_validate_json(answer.content)
 
-    async def promote(self, model: str) -> AdminModelState:
-        answer = await self._client._request("POST", _path(model, "promote"), b"{}")
+    async def promote(self, model: str, wait: bool = True) -> AdminModelState:
+        answer = await self._client._request("POST", _path(model, "promote", wait), b"{}")
         return AdminModelState.model_validate_json(answer.content)
 
-    async def canary(self, model: str, percent: float, source: str = "", version: str = "canary") -> AdminModelState:
+    async def canary(
+        self, model: str, percent: float, source: str = "", version: str = "canary", wait: bool = True
+    ) -> AdminModelState:
         body = CanaryRequest(source=source, version=version, percent=percent).model_dump_json().encode()
-        answer = await self._client._request("POST", _path(model, "canary"), body)
+        answer = await self._client._request("POST", _path(model, "canary", wait), body)
         return AdminModelState.model_validate_json(answer.content)
+
+    async def settled(self, model: str, timeout_s: float = 600.0, poll_s: float = 0.5) -> AdminModelState:
+        deadline = time.monotonic() + timeout_s
+        state = await self.state(model)
+        while _running(state):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{state.operation!r} still running after {timeout_s:g}s")
+            await asyncio.sleep(poll_s)
+            state = await self.state(model)
+        return state

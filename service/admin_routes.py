@@ -1,6 +1,8 @@
 """The admin API (``/v1/admin/``): a served model's lifecycle while the service runs, for
 an operator or a trainer that shares the GPU with it. Admin keys only (service/admission.py);
-each call answers when its work is done, with the model's state (service/lifecycle.py).
+each call answers when its work is done, with the model's state (service/lifecycle.py);
+with ``?async=true`` a POST answers 202 at once, the state's ``operation`` telling how
+the call goes (poll GET /v1/admin/models/{name}).
 
     GET  /v1/admin/models/{name}           state, version, requests in flight, memory held
     POST /v1/admin/models/{name}/sleep     {"level": 1 | 2}
@@ -14,7 +16,10 @@ each call answers when its work is done, with the model's state (service/lifecyc
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from collections.abc import Coroutine
+from typing import Any
+
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
 from rewardserve.client.protocol import AdminModelState, CanaryRequest, LoadRequest, SleepRequest
@@ -22,6 +27,7 @@ from rewardserve.service.body import BoundedRoute
 from rewardserve.service.context import RequestContext
 from rewardserve.service.routes import ERROR_RESPONSES, json_response
 
+ASYNC_ACCEPTED = {"model": AdminModelState, "description": "?async=true: the call runs on; poll the state"}
 router = APIRouter(route_class=BoundedRoute, responses={**ERROR_RESPONSES, 403: ERROR_RESPONSES[401]})
 
 
@@ -30,32 +36,50 @@ async def model_state(name: str, request: Request) -> Response:
     return json_response(RequestContext.of(request).svc.lifecycle.state(name))
 
 
-@router.post("/v1/admin/models/{name}/sleep", response_model=AdminModelState)
-async def sleep(name: str, body: SleepRequest, request: Request) -> Response:
-    return json_response(await RequestContext.of(request).svc.lifecycle.sleep(name, body.level))
+# ?async=true: answer 202 at once; the call runs on, its progress in the state's operation.
+RUN_ASYNC = Query(False, alias="async", description="answer 202 at once; poll the model's state")
 
 
-@router.post("/v1/admin/models/{name}/wake_up", response_model=AdminModelState)
-async def wake_up(name: str, request: Request) -> Response:
-    return json_response(await RequestContext.of(request).svc.lifecycle.wake(name))
+async def _answer(
+    request: Request, name: str, operation: str, call: Coroutine[Any, Any, AdminModelState], run_async: bool
+) -> Response:
+    if run_async:
+        return json_response(RequestContext.of(request).svc.lifecycle.start(name, operation, call), status=202)
+    return json_response(await call)
 
 
-@router.post("/v1/admin/models/{name}/load", response_model=AdminModelState)
-async def load(name: str, body: LoadRequest, request: Request) -> Response:
-    return json_response(await RequestContext.of(request).svc.lifecycle.load(name, body.source, body.version))
-
-
-@router.post("/v1/admin/models/{name}/rollback", response_model=AdminModelState)
-async def rollback(name: str, request: Request) -> Response:
-    return json_response(await RequestContext.of(request).svc.lifecycle.rollback(name))
-
-
-@router.post("/v1/admin/models/{name}/promote", response_model=AdminModelState)
-async def promote(name: str, request: Request) -> Response:
-    return json_response(await RequestContext.of(request).svc.lifecycle.promote(name))
-
-
-@router.post("/v1/admin/models/{name}/canary", response_model=AdminModelState)
-async def canary(name: str, body: CanaryRequest, request: Request) -> Response:
+@router.post("/v1/admin/models/{name}/sleep", response_model=AdminModelState, responses={202: ASYNC_ACCEPTED})
+async def sleep(name: str, body: SleepRequest, request: Request, run_async: bool = RUN_ASYNC) -> Response:
     lifecycle = RequestContext.of(request).svc.lifecycle
-    return json_response(await lifecycle.canary(name, body.source, body.version, body.percent))
+    return await _answer(request, name, "sleep", lifecycle.sleep(name, body.level), run_async)
+
+
+@router.post("/v1/admin/models/{name}/wake_up", response_model=AdminModelState, responses={202: ASYNC_ACCEPTED})
+async def wake_up(name: str, request: Request, run_async: bool = RUN_ASYNC) -> Response:
+    lifecycle = RequestContext.of(request).svc.lifecycle
+    return await _answer(request, name, "wake_up", lifecycle.wake(name), run_async)
+
+
+@router.post("/v1/admin/models/{name}/load", response_model=AdminModelState, responses={202: ASYNC_ACCEPTED})
+async def load(name: str, body: LoadRequest, request: Request, run_async: bool = RUN_ASYNC) -> Response:
+    lifecycle = RequestContext.of(request).svc.lifecycle
+    return await _answer(request, name, "load", lifecycle.load(name, body.source, body.version), run_async)
+
+
+@router.post("/v1/admin/models/{name}/rollback", response_model=AdminModelState, responses={202: ASYNC_ACCEPTED})
+async def rollback(name: str, request: Request, run_async: bool = RUN_ASYNC) -> Response:
+    lifecycle = RequestContext.of(request).svc.lifecycle
+    return await _answer(request, name, "rollback", lifecycle.rollback(name), run_async)
+
+
+@router.post("/v1/admin/models/{name}/promote", response_model=AdminModelState, responses={202: ASYNC_ACCEPTED})
+async def promote(name: str, request: Request, run_async: bool = RUN_ASYNC) -> Response:
+    lifecycle = RequestContext.of(request).svc.lifecycle
+    return await _answer(request, name, "promote", lifecycle.promote(name), run_async)
+
+
+@router.post("/v1/admin/models/{name}/canary", response_model=AdminModelState, responses={202: ASYNC_ACCEPTED})
+async def canary(name: str, body: CanaryRequest, request: Request, run_async: bool = RUN_ASYNC) -> Response:
+    lifecycle = RequestContext.of(request).svc.lifecycle
+    call = lifecycle.canary(name, body.source, body.version, body.percent)
+    return await _answer(request, name, "canary", call, run_async)

@@ -16,7 +16,7 @@ from typing import Any, Generic, TypeVar
 from starlette.concurrency import run_in_threadpool
 
 from rewardserve.client.protocol import Usage
-from rewardserve.models.planning import Part, Plan, Unit
+from rewardserve.models.planning import Part, Plan, RequestError, Unit
 from rewardserve.models.request_scope import RequestScope
 from rewardserve.models.rules.pool import PoolBusy
 from rewardserve.service.batcher import BatchAnswer
@@ -73,7 +73,14 @@ async def run_plan(
             planner, args = _rebound(planner, args, captured, served.model)
         async with ctx.svc.gate.slot(ctx.tenant):
             plan = await run_in_threadpool(planner, *args)
-        done = await execute(ctx, served, plan, n_items)
+        try:
+            done = await execute(ctx, served, plan, n_items)
+        except (RequestError, QueueFull, QueueTooSmall, PoolBusy, ClientGone):
+            raise  # the caller's input, the service's limits, a caller gone: not the version's health
+        except Exception:
+            ctx.svc.lifecycle.observe_failure(served)
+            raise
+    ctx.svc.lifecycle.observe(served, (getattr(r, "valid", True) for r in done.results))
     done.revision = served.model.spec.revision
     done.model_version = served.version
     return done

@@ -17,6 +17,12 @@ its work is done.
                requests get it (atomically: one dict entry), and the old one drains and
                is closed. A load that fails keeps the old one serving and frees what it
                loaded (Triton's model control).
+    canary     a version beside the serving one takes a share of its requests; one that
+               turns out unhealthy on real traffic (service/canary_watch.py) gets 0% at
+               once and is drained and closed.
+
+A call made with ``?async=true`` runs as a task: the answer is 202 with the model's
+state, whose ``operation`` says how the call is going (running, succeeded, failed).
 """
 
 from __future__ import annotations
@@ -28,13 +34,16 @@ import gc
 import logging
 import sys
 import time
-from collections.abc import AsyncIterator
+import uuid
+from collections.abc import AsyncIterator, Coroutine, Iterable
 from contextlib import asynccontextmanager
+from typing import Any
 
-from rewardserve.client.protocol import AdminModelState
+from rewardserve.client.protocol import AdminModelState, AdminOperation
 from rewardserve.models.cache import LRUCache
 from rewardserve.models.reward_model import RewardModel
 from rewardserve.models.spec import ModelSpec
+from rewardserve.service.canary_watch import CanaryWatch
 from rewardserve.service.errors import InvalidRequest, ServiceError
 from rewardserve.service.metrics import Metrics
 from rewardserve.service.served_models import ModelRegistry, Served
@@ -62,6 +71,10 @@ class Lifecycle:
         self._loading: dict[str, str] = {}  # name -> the version loading beside it
         # name -> the (source, version) each load replaced, the latest last: what rollback loads
         self._history: dict[str, list[tuple[str, str]]] = {}
+        self._watches: dict[str, CanaryWatch] = {}  # name -> its canary's health
+        self._stopped: dict[str, str] = {}  # name -> why its last canary was stopped
+        self._operations: dict[str, AdminOperation] = {}  # name -> its latest ?async=true call
+        self._tasks: set[asyncio.Task[Any]] = set()  # held until done (the loop keeps weak refs)
 
     def _lock(self, name: str) -> asyncio.Lock:
         return self._locks.setdefault(name, asyncio.Lock())
@@ -111,7 +124,74 @@ class Lifecycle:
             last_operation_s=served.last_operation_s,
             canary_version=canary[0].version if canary else None,
             canary_percent=canary[1] * 100 if canary else None,
+            canary_stopped=self._stopped.get(name),
+            operation=self._operations.get(name),
         )
+
+    def start(self, name: str, operation: str, call: Coroutine[Any, Any, AdminModelState]) -> AdminModelState:
+        """``call`` run as a task (``?async=true``): the state now, its ``operation``
+        running; polling the model's state shows how it ends."""
+        try:
+            self.registry.current(name)  # an unknown model is a 404 now, not a failed task
+        except Exception:
+            call.close()
+            raise
+        record = AdminOperation(id=uuid.uuid4().hex[:12], operation=operation, status="running", started=time.time())
+        self._operations[name] = record
+
+        async def run() -> None:
+            try:
+                await call
+                record.status = "succeeded"
+            except Exception as exc:  # noqa: BLE001 - the caller reads it from the state
+                record.status, record.error = "failed", " ".join(f"{exc}".split())[:800]
+                log.warning("model %s: %s (async) failed: %s", name, operation, record.error)
+            finally:
+                record.seconds = time.time() - record.started
+
+        task = asyncio.ensure_future(run())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return self.state(name)
+
+    # ------------------------------------------------------------------ canary health
+
+    def observe(self, served: Served, valid: Iterable[bool]) -> None:
+        """A plan's results on a model with a canary, counted on the canary's side or the
+        serving version's; an unhealthy canary is stopped here."""
+        name = served.model.name
+        watch, canary = self._watches.get(name), self.registry.canaries.get(name)
+        if watch is None or canary is None:
+            return
+        watch.observe(served is canary[0], valid)
+        self._judge(name, watch)
+
+    def observe_failure(self, served: Served) -> None:
+        """A plan that failed with a server fault (not the caller's input)."""
+        name = served.model.name
+        watch, canary = self._watches.get(name), self.registry.canaries.get(name)
+        if watch is not None and canary is not None and served is canary[0]:
+            watch.observe_failure()
+            self._judge(name, watch)
+
+    def _judge(self, name: str, watch: CanaryWatch) -> None:
+        reason = watch.verdict()
+        if reason is None:
+            return
+        # 0% from here: no await between the verdict and the entry's removal.
+        stopped, _ = self.registry.canaries.pop(name)
+        self._watches.pop(name, None)
+        self._stopped[name] = reason
+        self.metrics.canary_stopped.labels(name).inc()
+        log.warning("model %s: canary stopped, %s", name, reason)
+
+        async def retire() -> None:
+            async with self._lock(name):
+                await self._retire(stopped)
+
+        task = asyncio.ensure_future(retire())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     @asynccontextmanager
     async def _operation(self, name: str, operation: str) -> AsyncIterator[None]:
@@ -186,6 +266,7 @@ class Lifecycle:
         one (which takes the rest); 0 ends the canary, its version drained and closed."""
         async with self._operation(name, "canary"), self._lock(name):
             ending = self.registry.canaries.pop(name, None)
+            self._watches.pop(name, None)
             if ending is not None:
                 await self._retire(ending[0])
             if percent > 0:
@@ -193,6 +274,8 @@ class Lifecycle:
                     raise InvalidRequest("a canary needs the source of its version", param="source")
                 old = self.registry.current(name)
                 new = await self._loaded_beside(name, old, source, version, None)
+                self._stopped.pop(name, None)
+                self._watches[name] = CanaryWatch(version, old.version)
                 self.registry.canaries[name] = (new, percent / 100)
         return self.state(name)
 

@@ -113,6 +113,12 @@ class Metrics:
         self.model_version = Gauge(
             "rewardserve_model_version_info", "1 for the version each model serves", ["model", "version"], registry=r
         )
+        self.canary_stopped = Counter(
+            "rewardserve_canary_stopped_total",
+            "Canaries stopped (0%) for being unhealthy on real traffic",
+            ["model"],
+            registry=r,
+        )
 
     def render(self, by_model: bool = True, tenant: str | None = None) -> bytes:
         """The exposition text; ``by_model=False`` sums every series over its ``model``
@@ -131,6 +137,7 @@ SHARED = frozenset(
         "rewardserve_model_asleep",
         "rewardserve_model_memory_bytes",
         "rewardserve_model_version_info",
+        "rewardserve_canary_stopped_total",
     }
 )
 

@@ -156,6 +156,9 @@ from rewardserve.client.protocol.models import (
     AdminModelState as AdminModelState,
 )
 from rewardserve.client.protocol.models import (
+    AdminOperation as AdminOperation,
+)
+from rewardserve.client.protocol.models import (
     CanaryRequest as CanaryRequest,
 )
 from rewardserve.client.protocol.models import (

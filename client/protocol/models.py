@@ -149,6 +149,17 @@ class CanaryRequest(_Request):
     percent: float = Field(ge=0, le=100)
 
 
+class AdminOperation(_Response):
+    """An admin call made with ``?async=true``: polled on the model's state."""
+
+    id: str
+    operation: str  # sleep, wake_up, load, rollback, promote, canary
+    status: Literal["running", "succeeded", "failed"]
+    error: str | None = None  # why it failed
+    started: float  # unix time
+    seconds: float | None = None  # how long it took, once done
+
+
 class AdminModelState(_Response):
     """GET /v1/admin/models/{name}, and what every admin call answers."""
 
@@ -163,3 +174,6 @@ class AdminModelState(_Response):
     last_operation_s: float | None = None  # how long the last lifecycle call took
     canary_version: str | None = None  # a version taking canary_percent of the requests
     canary_percent: float | None = None
+    # Why the last canary was stopped (0%) on its own: unhealthy on real traffic.
+    canary_stopped: str | None = None
+    operation: AdminOperation | None = None  # the latest call made with ?async=true

@@ -6,6 +6,7 @@ and a load that fails leaving the old one serving."""
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -174,3 +175,83 @@ async def test_a_canary_takes_its_share_of_requests_and_ends(checkpoints):
         ended = await http.post("/v1/admin/models/rm/canary", json={"percent": 0}, headers=ADMIN)
         assert ended.status_code == 200 and ended.json()["canary_version"] is None
         assert {(await scores(http))[1] for _ in range(20)} == {"v1"}
+
+
+@pytest.fixture(scope="module")
+def flaky(checkpoints, tmp_path_factory) -> Path:
+    """A checkpoint that passes its load probe and fails on real traffic: the embedding
+    rows of every token the probe does not use are NaN, so other items score NaN."""
+    import torch
+    from safetensors.torch import load_file, save_file
+    from transformers import AutoTokenizer
+
+    _, second, _ = checkpoints
+    flaky = tmp_path_factory.mktemp("flaky") / "v2-flaky"
+    shutil.copytree(second, flaky)
+    tok = AutoTokenizer.from_pretrained(flaky)
+    probe = [{"role": "user", "content": "1+1?"}, {"role": "assistant", "content": "2"}]  # RewardModel.probe's item
+    kept = set(tok(tok.apply_chat_template(probe, tokenize=False), add_special_tokens=True)["input_ids"])
+    tensors = load_file(flaky / "model.safetensors")
+    (key,) = [k for k in tensors if k.endswith("embed_tokens.weight")]
+    rows = torch.tensor([i for i in range(tensors[key].shape[0]) if i not in kept])
+    tensors[key][rows] = float("nan")
+    save_file(tensors, flaky / "model.safetensors", metadata={"format": "pt"})
+    return flaky
+
+
+async def test_an_unhealthy_canary_gets_0_percent_by_itself(checkpoints, flaky):
+    from rewardserve.service.canary_watch import CANARY_ITEMS
+
+    first, _, _ = checkpoints
+    async with serve_in_process(settings(first)) as (_, http):
+        body = {"source": str(flaky), "version": "v2-flaky", "percent": 50}
+        started = await http.post("/v1/admin/models/rm/canary", json=body, headers=ADMIN)
+        assert started.status_code == 200 and started.json()["canary_version"] == "v2-flaky"  # it passed its probe
+        versions, invalid = [], []
+        for _ in range(40):
+            answer = await http.post("/v1/score", json={"model": "rm", "items": ITEMS}, headers=SCORER)
+            assert answer.status_code == 200, answer.text
+            versions.append(answer.json()["model_version"])
+            invalid += [r["error"] for r in answer.json()["results"] if not r["valid"]]
+        state = (await http.get("/v1/admin/models/rm", headers=ADMIN)).json()
+        assert state["canary_version"] is None and state["canary_percent"] is None
+        assert "v2-flaky" in state["canary_stopped"] and "invalid" in state["canary_stopped"], state
+        # Judged once it had CANARY_ITEMS items: at most that, and the request that tipped it,
+        # went wrong; from then on none reach it.
+        last = max(i for i, v in enumerate(versions) if v == "v2-flaky")
+        assert sum(v == "v2-flaky" for v in versions) * len(ITEMS) <= CANARY_ITEMS + len(ITEMS)
+        assert set(versions[last + 1 :]) == {"v1"} and len(versions) - last > 20
+        assert invalid and all("non-finite" in e for e in invalid)
+        metrics = (await http.get("/metrics")).text
+        assert 'rewardserve_canary_stopped_total{model="rm"} 1.0' in metrics
+
+
+async def test_async_calls_answer_202_and_their_state_tells_how_they_ended(checkpoints):
+    from rewardserve.client import AsyncRewardClient
+
+    first, second, broken = checkpoints
+    slow = settings(first).model_copy(update={"fault_load_delay_s": 1.0})
+    async with serve_in_process(slow) as (_, http):
+        load = {"source": str(second), "version": "v2"}
+        accepted = await http.post("/v1/admin/models/rm/load?async=true", json=load, headers=ADMIN)
+        assert accepted.status_code == 202, accepted.text
+        operation = accepted.json()["operation"]
+        assert operation["operation"] == "load" and operation["status"] == "running"
+        assert (await scores(http))[1] == "v1"  # serving on while it loads
+        admin = AsyncRewardClient("http://rewardserve", api_key="admin-key", http_client=http).admin
+        done = await admin.settled("rm", timeout_s=120, poll_s=0.1)
+        assert done.operation is not None and done.operation.id == operation["id"]
+        assert done.operation.status == "succeeded" and done.version == "v2" and done.operation.seconds >= 1.0
+        assert (await scores(http))[1] == "v2"
+
+        started = await admin.load("rm", str(broken), "v3-broken", wait=False)
+        assert started.operation is not None and started.operation.status == "running"
+        failed = await admin.settled("rm", timeout_s=120, poll_s=0.1)
+        assert failed.operation is not None and failed.operation.status == "failed"
+        assert "did not load" in (failed.operation.error or "") and failed.version == "v2"
+        assert (await scores(http))[1] == "v2"
+
+        unknown = await http.post("/v1/admin/models/nope/sleep?async=true", json={"level": 1}, headers=ADMIN)
+        assert unknown.status_code == 404
+        tenant = await http.post("/v1/admin/models/rm/sleep?async=true", json={"level": 1}, headers=SCORER)
+        assert tenant.status_code == 403
