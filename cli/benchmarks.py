@@ -138,7 +138,11 @@ def responses(fmt: str, row: dict[str, Any], number: int) -> list[str]:
 
 
 def summary(
-    fmt: str, rows: list[dict[str, Any]], scores: list[list[float | None] | None], threshold: float = 0.5
+    fmt: str,
+    rows: list[dict[str, Any]],
+    scores: list[list[float | None] | None],
+    threshold: float = 0.5,
+    judged: bool = False,
 ) -> dict[str, Any]:
     """The benchmark's metric over the rows whose responses all have scores (None: a row
     with a response that could not be scored, left out and counted). ``scores``: per
@@ -152,7 +156,7 @@ def summary(
     elif fmt == "rm-bench":
         out.update(rm_bench(kept))  # type: ignore[arg-type]
     elif fmt == "judgebench":
-        out.update(judgebench(kept))  # type: ignore[arg-type]
+        out.update(judgebench(kept, judged))  # type: ignore[arg-type]
     elif fmt == "processbench":
         out.update(processbench(kept, threshold))
     elif fmt == "prmbench":
@@ -306,13 +310,20 @@ def judgebench_category(source: Any) -> str:
     return next((name for prefix, name in JUDGEBENCH_CATEGORIES if text.startswith(prefix)), text)
 
 
-def judgebench(kept: list[tuple[dict[str, Any], list[float]]]) -> dict[str, Any]:
+def judgebench(kept: list[tuple[dict[str, Any], list[float]]], judged: bool = False) -> dict[str, Any]:
+    """``judged``: each row's two numbers are a judge's verdicts, P(A better) with A shown
+    first and P(B better) with B shown first (/v1/compare's first_shown), each order
+    decided on its own; else a reward model's scores of A and B."""
     right: dict[str, list[float]] = defaultdict(list)
     single = inconsistent = 0
     for row, (a, b) in kept:
         label = row["label"]
-        first = "A>B" if a > b else "B>A"  # the responses as given
-        second = _flip("A>B" if b > a else "B>A")  # swapped, then read back
+        if judged:
+            first = "A>B" if a > 0.5 else "B>A"
+            second = "B>A" if b > 0.5 else "A>B"  # B was shown first: read back
+        else:
+            first = "A>B" if a > b else "B>A"  # the responses as given
+            second = _flip("A>B" if b > a else "B>A")  # swapped, then read back
         single += first == label
         inconsistent += first != second
         net = sum(1 if d == label else -1 if d == _flip(label) else 0 for d in (first, second))

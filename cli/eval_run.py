@@ -114,6 +114,8 @@ async def run_model(
     stream = stream or sys.stderr
     if done:
         stream.write(f"{out_dir}: resuming after {len(done)} of {len(rows)} rows\n")
+    # A judge (a verifier) is asked JudgeBench's pairs as a judge is: both orders, each decided.
+    judge = fmt == "judgebench" and setup.get("model_kind") == "verifier"
     progress = Progress(len(rows), len(done), stream, counted_from=len(done), unit="rows")
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "run.json").write_text(json.dumps(identity) + "\n", encoding="utf-8")
@@ -124,8 +126,10 @@ async def run_model(
             if fmt == "pairs":
                 new = await ev.pair_lines(client, model, rows[start:end], start)
             else:
-                got = await ev.benchmark_scores(client, model, fmt, rows[start:end], problems[start:end])
-                new = [ev.benchmark_line(start + k, row, s) for k, (row, s) in enumerate(zip(rows[start:end], got))]
+                got = await ev.benchmark_scores(client, model, fmt, rows[start:end], problems[start:end], judge)
+                new = [
+                    ev.benchmark_line(start + k, row, s, judge) for k, (row, s) in enumerate(zip(rows[start:end], got))
+                ]
             f.write("".join(json.dumps(line) + "\n" for line in new))
             f.flush()
             lines += new

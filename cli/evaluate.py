@@ -58,16 +58,31 @@ def checked_rows(fmt: str, rows: list[dict[str, Any]], strict: bool) -> list[str
 
 
 async def benchmark_scores(
-    client: AsyncRewardClient, model: str, fmt: str, rows: list[dict[str, Any]], problems: list[str | None]
+    client: AsyncRewardClient,
+    model: str,
+    fmt: str,
+    rows: list[dict[str, Any]],
+    problems: list[str | None],
+    judge: bool = False,
 ) -> list[list[float | None] | str]:
-    """Per row, its responses' scores (processbench: its steps' scores), or why not (a
-    bad row is not sent)."""
+    """Per row, its responses' scores (the step benchmarks: its steps' scores; a judge on
+    JudgeBench: its verdict in each order, by /v1/compare), or why not (a bad row is not
+    sent)."""
     from rewardserve.cli import benchmarks
     from rewardserve.cli.step_benchmarks import STEPS_FORMATS, steps_item
 
     good = [(n, row) for n, (row, problem) in enumerate(zip(rows, problems), 1) if problem is None]
     got: list[list[float | None] | str] = []
-    if fmt in STEPS_FORMATS:
+    if judge:
+        pairs = [{"prompt": row["question"], "responses": benchmarks.responses(fmt, row, n)} for n, row in good]
+        compared = (await client.compare(model, pairs)).results if pairs else []
+        got = [
+            [r.first_shown[0][1], r.first_shown[1][0]]
+            if r.valid and r.first_shown
+            else (r.error or "the model gave no verdict per order (/v1/compare's first_shown)")
+            for r in compared
+        ]
+    elif fmt in STEPS_FORMATS:
         items = [steps_item(row, n, fmt) for n, row in good]
         stepped = (
             (await client.score_steps(model, items, steps_from="steps", truncate="steps")).results if items else []
@@ -87,10 +102,15 @@ async def benchmark_scores(
     return [next(answers) if problem is None else problem for problem in problems]
 
 
-def benchmark_line(index: int, row: dict[str, Any], scored: list[float | None] | str) -> dict[str, Any]:
-    """A row's line of ``rows.jsonl``: its scores, or why it has none."""
+def benchmark_line(
+    index: int, row: dict[str, Any], scored: list[float | None] | str, judge: bool = False
+) -> dict[str, Any]:
+    """A row's line of ``rows.jsonl``: its scores (``judge``: a judge's verdict in each
+    order), or why it has none."""
     where = row.get("subset", row.get("domain", row.get("split", row.get("source"))))
     line: dict[str, Any] = {"index": index, "id": row.get("id"), "subset": where}
+    if judge:
+        line["judge"] = True
     if isinstance(scored, str):
         line.update(valid=False, error=scored)
     else:
@@ -114,7 +134,10 @@ def benchmark_summary(
     rows that were not the benchmark's, by line."""
     from rewardserve.cli import benchmarks
 
-    out = {"model": model, **benchmarks.summary(fmt, rows, line_scores(lines), threshold)}
+    judged = any(line.get("judge") for line in lines)
+    out = {"model": model, **benchmarks.summary(fmt, rows, line_scores(lines), threshold, judged)}
+    if judged:
+        out["judged"] = "by /v1/compare, each pair in both orders"
     out["bad_rows"] = [p for p in problems if p is not None][:20]
     return out
 

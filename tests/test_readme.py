@@ -118,8 +118,14 @@ def test_every_readme_example_runs(tmp_path, sources):
         )
 
     ran = {"bash": 0, "python": 0, "yaml": 0, "serve": 0}
+    took: list[tuple[float, str]] = []  # seconds per block, printed: where the test's time goes
+    last: tuple[float, str] | None = None
     try:
         for lang, body, why in blocks():
+            now = time.monotonic()
+            if last is not None:
+                took.append((now - last[0], last[1]))
+            last = (now, f"{lang}: {body.strip().splitlines()[0][:80] if body.strip() else ''}")
             if why is not None:
                 assert len(why) > 20, "a block that is not run says why"
                 continue
@@ -166,7 +172,10 @@ def test_every_readme_example_runs(tmp_path, sources):
                     assert result["score"] == 1.0 and [t["verdict"] for t in result["tests"]] == ["AC", "AC"]
                 ran["bash"] += 1
     finally:
+        if last is not None:
+            took.append((time.monotonic() - last[0], last[1]))
         server.stop()
+        print("".join(f"{seconds:6.1f}s  {what}\n" for seconds, what in sorted(took, reverse=True)[:12]))
     assert ran["serve"] >= 3 and ran["python"] >= 6 and ran["bash"] >= 5 and ran["yaml"] >= 3, ran
     # What the examples wrote is what they say.
     scores = [json.loads(line) for line in (tmp_path / "scores.jsonl").read_text().splitlines()]

@@ -343,6 +343,11 @@ class CompareResult(_Response):
     scores: list[float] | None = None
     preference: list[list[float]] | None = None
     ranking: list[int] | None = None  # best first
+    # A judge's own verdicts before both orders are averaged: ``first_shown[i][j]`` =
+    # P(response i is better) judged with i shown first, j second (0.5 on the diagonal).
+    # Where it and 1 - first_shown[j][i] part, the judge leans on the order (JudgeBench's
+    # inconsistency). None for models that score each response on its own.
+    first_shown: list[list[float]] | None = None
 
 
 class CompareResponse(_Response):

@@ -116,7 +116,9 @@ def compare_by_judge(judge: VerifierModel, items: list[CompareItem], options: Co
                 [0.5 if i == j else (p_first[(i, j)] + 1.0 - p_first[(j, i)]) / 2.0 for j in range(n)] for i in range(n)
             ]
             scores = [sum(preference[i][j] for j in range(n) if j != i) / (n - 1) for i in range(n)]
-            results.append(_preference_result(item.id, scores, preference))
+            result = _preference_result(item.id, scores, preference)
+            result.first_shown = [[0.5 if i == j else p_first[(i, j)] for j in range(n)] for i in range(n)]
+            results.append(result)
         return results
 
     return Plan(units=units, finish=finish, prompt_tokens=sum(u.length for u in units))

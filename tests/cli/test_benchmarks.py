@@ -6,6 +6,7 @@ virtualenv (it pins transformers 4.51: ``make rewardbench-venv``)."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import random
@@ -293,6 +294,66 @@ def test_judgebench_decides_as_its_reward_model_judges_in_both_orders():
     assert out["score"] == 0.5 and out["single_game"] == 0.75 and out["inconsistent"] == 0.25 and out["complete"]
     with pytest.raises(ValueError, match="'label' is 'A>B' or 'B>A'"):
         benchmarks.responses("judgebench", {**rows[0], "label": "A=B"}, 2)
+
+
+def test_a_judge_s_verdicts_are_decided_in_each_order_on_its_own():
+    """A judge's two numbers are P(A better) with A first and P(B better) with B first:
+    JudgeBench's two games (utils/metrics.py), a split between them a tie."""
+    rows = [
+        {"question": "q", "response_A": "a", "response_B": "b", "label": label, "source": "mmlu-pro-x"}
+        for label in ("A>B", "A>B", "B>A", "B>A")
+    ]
+    verdicts = [[0.9, 0.2], [0.7, 0.6], [0.4, 0.8], [0.5, 0.5]]
+    # Row 1: A>B, A>B, right. Row 2: A>B then B>A: a split, wrong, inconsistent. Row 3:
+    # B>A twice, right. Row 4: neither order says its first is better: B>A, then A>B, a
+    # split. Every first game matches the label.
+    out = benchmarks.summary("judgebench", rows, verdicts, judged=True)
+    assert out["score"] == 0.5 and out["single_game"] == 1.0 and out["inconsistent"] == 0.5
+
+
+async def test_eval_asks_a_judge_judgebench_s_pairs_through_compare_in_both_orders(judge_lm, tmp_path):
+    from rewardserve.models.spec import ModelSpec
+    from rewardserve.service.settings import Settings
+    from tests.harness import serve_in_process
+
+    answers = ["4", "five", "It is 4.", "22"]
+    rows = [
+        {
+            "pair_id": k,
+            "question": "What is 2+2?",
+            "response_A": answers[k],
+            "response_B": answers[(k + 1) % 4],
+            "label": ["A>B", "B>A"][k % 2],
+            "source": ["mmlu-pro-math", "livebench-math"][k % 2],
+        }
+        for k in range(4)
+    ]
+    source = tmp_path / "jb.jsonl"
+    source.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "out"
+    args = ["eval", "--format", "judgebench", "--serve", f"judge={judge_lm}:verifier", "--model", "judge"]
+    await asyncio.to_thread(main, [*args, str(source), "-o", str(out)])
+    lines = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()]
+    results = json.loads((out / "results.json").read_text())
+    assert all(line["judge"] for line in lines) and results["judged"].startswith("by /v1/compare")
+    # Each order as /v1/verify judges it with the pairwise template /v1/compare uses.
+    settings = Settings(models=[ModelSpec(name="judge", kind="verifier", source=str(judge_lm))], builtin_rules=False)
+    async with serve_in_process(settings) as (_, http):
+        for row, line in zip(rows, lines):
+            for (a, b), got in zip(
+                ((row["response_A"], row["response_B"]), (row["response_B"], row["response_A"])), line["scores"]
+            ):
+                body = {
+                    "model": "judge",
+                    "items": [{"prompt": row["question"], "response": a}],
+                    "options": {"template": "prometheus_relative", "variables": {"response_a": a, "response_b": b}},
+                }
+                verified = (await http.post("/v1/verify", json=body)).json()["results"][0]["score"]
+                assert got == pytest.approx(verified, abs=1e-5)
+    expected = benchmarks.summary("judgebench", rows, [line["scores"] for line in lines], judged=True)
+    assert {k: results[k] for k in ("subsets", "score", "single_game", "inconsistent")} == {
+        k: expected[k] for k in ("subsets", "score", "single_game", "inconsistent")
+    }
 
 
 @pytest.mark.parametrize(

@@ -283,7 +283,8 @@ async def test_compare_with_a_judge_averages_both_orders(service):
     for i in range(3):
         for j in range(3):
             if i != j:
-                expected = (await p_a(r[i], r[j]) + 1 - await p_a(r[j], r[i])) / 2
-                assert pref[i][j] == pytest.approx(expected, abs=1e-5)
+                first, second = await p_a(r[i], r[j]), await p_a(r[j], r[i])
+                assert result["first_shown"][i][j] == pytest.approx(first, abs=1e-5)  # each order, as judged
+                assert pref[i][j] == pytest.approx((first + 1 - second) / 2, abs=1e-5)
                 assert pref[i][j] + pref[j][i] == pytest.approx(1.0)
     assert sorted(result["ranking"]) == [0, 1, 2]
