@@ -12,7 +12,7 @@ import time
 from typing import TYPE_CHECKING, Literal
 from urllib.parse import quote
 
-from rewardserve.client.protocol import AdminModelState, CanaryRequest, LoadRequest, SleepRequest
+from rewardserve.client.protocol import AdminModelState, CanaryRequest, LoadRequest, SleepRequest, WeightsRequest
 
 if TYPE_CHECKING:
     from rewardserve.client.async_client import AsyncRewardClient
@@ -54,6 +54,13 @@ class Admin:
         return AdminModelState.model_validate_json(
             self._client._request("POST", _path(model, "load", wait), body).content
         )
+
+    def weights(self, model: str, path: str, version: str, wait: bool = True) -> AdminModelState:
+        """The weights a trainer wrote at ``path`` serve as ``version``: written into the
+        serving model's own where its backend can (``weights_update`` says how)."""
+        body = WeightsRequest(path=path, version=version).model_dump_json().encode()
+        answer = self._client._request("POST", _path(model, "weights", wait), body)
+        return AdminModelState.model_validate_json(answer.content)
 
     def rollback(self, model: str, wait: bool = True) -> AdminModelState:
         """The version the last load replaced, loaded again."""
@@ -106,6 +113,11 @@ class AsyncAdmin:
     async def load(self, model: str, source: str, version: str, wait: bool = True) -> AdminModelState:
         body = LoadRequest(source=source, version=version).model_dump_json().encode()
         answer = await self._client._request("POST", _path(model, "load", wait), body)
+        return AdminModelState.model_validate_json(answer.content)
+
+    async def weights(self, model: str, path: str, version: str, wait: bool = True) -> AdminModelState:
+        body = WeightsRequest(path=path, version=version).model_dump_json().encode()
+        answer = await self._client._request("POST", _path(model, "weights", wait), body)
         return AdminModelState.model_validate_json(answer.content)
 
     async def rollback(self, model: str, wait: bool = True) -> AdminModelState:

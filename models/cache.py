@@ -37,6 +37,11 @@ class LRUCache:
     def __len__(self) -> int:
         return len(self._data)
 
+    def clear(self) -> None:
+        """Forget every entry (results of weights that no longer serve)."""
+        with self._lock:
+            self._data.clear()
+
 
 class TenantCache(LRUCache):
     """One tenant's part of a shared cache: every key is taken with the tenant's name, so

@@ -147,3 +147,22 @@ def read_chat_template(template: str) -> str:
     if "{" not in template and path.is_file():
         return path.read_text(encoding="utf-8")
     return template
+
+
+def read_weights(path: str) -> dict[str, Any]:
+    """The tensors of a checkpoint a trainer wrote (a directory of ``*.safetensors``
+    files, or one such file), on the host. Safetensors only: a pickled ``.bin`` runs code
+    when it is read. ValueError saying what is wrong."""
+    from safetensors.torch import load_file
+
+    where = Path(path).expanduser()
+    files = sorted(where.glob("*.safetensors")) if where.is_dir() else [where]
+    if not files or not all(f.is_file() and f.suffix == ".safetensors" for f in files):
+        raise ValueError(f"{path}: no *.safetensors weights there (a directory of them, or one such file)")
+    tensors: dict[str, Any] = {}
+    for file in files:
+        try:
+            tensors.update(load_file(str(file)))
+        except Exception as exc:  # noqa: BLE001 - a torn or foreign file, said in one line
+            raise ValueError(f"{file}: not a readable safetensors file ({type(exc).__name__}: {exc})") from None
+    return tensors

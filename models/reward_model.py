@@ -342,6 +342,28 @@ class RewardModel(ABC):
         if not result.valid:
             raise RuntimeError(f"probe failed: {result.error}")
 
+    def weights_in_place(self) -> str | None:
+        """Why new weights cannot be written into this model's own (None: they can)."""
+        if self.backend is None:
+            return f"model {self.name!r} holds no weights here"
+        why: str | None = self.backend.weights_in_place()
+        return why
+
+    def check_weights(self, tensors: dict[str, Any]) -> None:
+        """ValueError when ``tensors`` are not a checkpoint of this model (names, shapes,
+        finite values)."""
+        assert self.backend is not None  # weights_in_place said it has weights
+        self.backend.check_weights(tensors)
+
+    def update_weights(self, tensors: dict[str, Any]) -> None:
+        """``tensors`` (checked) written into the weights its backend reads; every cache
+        the kind keeps (a judge's verdicts, a CLIP goal's text) forgets the old weights'."""
+        assert self.backend is not None
+        self.backend.update_weights(tensors)
+        for value in vars(self).values():
+            if isinstance(value, LRUCache):
+                value.clear()
+
     def close(self) -> None:
         """Release pools and processes (a vLLM engine's among them). Weights go with the
         object."""

@@ -8,6 +8,7 @@ the call goes (poll GET /v1/admin/models/{name}).
     POST /v1/admin/models/{name}/sleep     {"level": 1 | 2}
     POST /v1/admin/models/{name}/wake_up
     POST /v1/admin/models/{name}/load      {"source", "version"}: hot swap
+    POST /v1/admin/models/{name}/weights   {"path", "version"}: new weights, in place where it can
     POST /v1/admin/models/{name}/rollback  the version the last load replaced, loaded again
     POST /v1/admin/models/{name}/promote   its shadow candidate serves under its name
     POST /v1/admin/models/{name}/canary    {"source", "version", "percent"}: that share of its
@@ -22,7 +23,7 @@ from typing import Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
-from rewardserve.client.protocol import AdminModelState, CanaryRequest, LoadRequest, SleepRequest
+from rewardserve.client.protocol import AdminModelState, CanaryRequest, LoadRequest, SleepRequest, WeightsRequest
 from rewardserve.service.body import BoundedRoute
 from rewardserve.service.context import RequestContext
 from rewardserve.service.routes import ERROR_RESPONSES, json_response
@@ -64,6 +65,12 @@ async def wake_up(name: str, request: Request, run_async: bool = RUN_ASYNC) -> R
 async def load(name: str, body: LoadRequest, request: Request, run_async: bool = RUN_ASYNC) -> Response:
     lifecycle = RequestContext.of(request).svc.lifecycle
     return await _answer(request, name, "load", lifecycle.load(name, body.source, body.version), run_async)
+
+
+@router.post("/v1/admin/models/{name}/weights", response_model=AdminModelState, responses={202: ASYNC_ACCEPTED})
+async def weights(name: str, body: WeightsRequest, request: Request, run_async: bool = RUN_ASYNC) -> Response:
+    lifecycle = RequestContext.of(request).svc.lifecycle
+    return await _answer(request, name, "weights", lifecycle.weights(name, body.path, body.version), run_async)
 
 
 @router.post("/v1/admin/models/{name}/rollback", response_model=AdminModelState, responses={202: ASYNC_ACCEPTED})

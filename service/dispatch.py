@@ -80,9 +80,10 @@ async def run_plan(
         except Exception:
             ctx.svc.lifecycle.observe_failure(served)
             raise
+        # Read while held: weights rewritten in place take a new version only once nobody holds it.
+        done.model_version = served.version
     ctx.svc.lifecycle.observe(served, (getattr(r, "valid", True) for r in done.results))
     done.revision = served.model.spec.revision
-    done.model_version = served.version
     return done
 
 

@@ -17,6 +17,9 @@ its work is done.
                requests get it (atomically: one dict entry), and the old one drains and
                is closed. A load that fails keeps the old one serving and frees what it
                loaded (Triton's model control).
+    weights    a checkpoint the trainer wrote written into the serving model's own tensors
+               where the backend can (new requests wait, those in flight finish on the
+               old weights), else loaded beside as a load is.
     canary     a version beside the serving one takes a share of its requests; one that
                turns out unhealthy on real traffic (service/canary_watch.py) gets 0% at
                once and is drained and closed.
@@ -28,11 +31,7 @@ state, whose ``operation`` says how the call is going (running, succeeded, faile
 from __future__ import annotations
 
 import asyncio
-import ctypes
-import ctypes.util
-import gc
 import logging
-import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Coroutine, Iterable
@@ -41,11 +40,13 @@ from typing import Any
 
 from rewardserve.client.protocol import AdminModelState, AdminOperation
 from rewardserve.models.cache import LRUCache
+from rewardserve.models.checkpoints import read_weights
 from rewardserve.models.reward_model import RewardModel
 from rewardserve.models.spec import ModelSpec
 from rewardserve.service.canary_watch import CanaryWatch
 from rewardserve.service.errors import InvalidRequest, ServiceError
 from rewardserve.service.metrics import Metrics
+from rewardserve.service.model_memory import drop, held_bytes
 from rewardserve.service.served_models import ModelRegistry, Served
 from rewardserve.service.settings import Settings
 
@@ -74,6 +75,7 @@ class Lifecycle:
         self._watches: dict[str, CanaryWatch] = {}  # name -> its canary's health
         self._stopped: dict[str, str] = {}  # name -> why its last canary was stopped
         self._operations: dict[str, AdminOperation] = {}  # name -> its latest ?async=true call
+        self._updates: dict[str, str] = {}  # name -> how its last weights call was applied
         self._tasks: set[asyncio.Task[Any]] = set()  # held until done (the loop keeps weak refs)
 
     def _lock(self, name: str) -> asyncio.Lock:
@@ -85,7 +87,12 @@ class Lifecycle:
     async def using(self, served: Served) -> AsyncIterator[None]:
         """Hold ``served`` for a request's plan. Awake (or draining, still batching), it is
         held at once, with no await before (a sleep that starts after cannot miss it)."""
-        while not (served.state == "awake" or (served.state == "draining" and not served.retired)):
+        while not served.resumed.is_set() or not (
+            served.state == "awake" or (served.state == "draining" and not served.retired)
+        ):
+            if not served.resumed.is_set():  # its weights are being rewritten: wait, then look again
+                await served.resumed.wait()
+                continue
             name = served.model.name
             self.metrics.rejected.labels(name, "replaced" if served.retired else "asleep").inc()
             if served.retired:
@@ -125,6 +132,7 @@ class Lifecycle:
             canary_version=canary[0].version if canary else None,
             canary_percent=canary[1] * 100 if canary else None,
             canary_stopped=self._stopped.get(name),
+            weights_update=self._updates.get(name),
             operation=self._operations.get(name),
         )
 
@@ -294,7 +302,7 @@ class Lifecycle:
         try:
             await asyncio.to_thread(_load_and_probe, model, self.settings.fault_load_delay_s, True)
         except Exception as exc:  # noqa: BLE001 - any failure keeps the old version serving
-            await asyncio.to_thread(_drop, model)
+            await asyncio.to_thread(drop, model)
             raise LoadFailed(
                 f"version {version!r} of model {name!r} did not load, version {old.version!r} serves on: "
                 + " ".join(f"{type(exc).__name__}: {exc}".split())[:800],
@@ -318,23 +326,75 @@ class Lifecycle:
         self, name: str, source: str, version: str, remember: bool = True, spec: ModelSpec | None = None
     ) -> AdminModelState:
         async with self._operation(name, "load"), self._lock(name):
-            old = self.registry.current(name)
-            start = time.perf_counter()
-            new = await self._loaded_beside(name, old, source, version, spec)
-            self.registry.replace(name, new)  # from here new requests get the new version
-            if remember:
-                self._history.setdefault(name, []).append((old.model.spec.source, old.version))
-            self.metrics.model_version.labels(name, old.version).set(0)
-            self.metrics.model_version.labels(name, version).set(1)
-            new.last_operation_s = time.perf_counter() - start
-            log.info(
-                "model %s: version %s serves (was %s), loaded in %.2fs",
-                name,
-                version,
-                old.version,
-                new.last_operation_s,
-            )
-            await self._retire(old)
+            return await self._load_locked(name, source, version, remember, spec)
+
+    async def _load_locked(
+        self, name: str, source: str, version: str, remember: bool, spec: ModelSpec | None
+    ) -> AdminModelState:
+        old = self.registry.current(name)
+        start = time.perf_counter()
+        new = await self._loaded_beside(name, old, source, version, spec)
+        self.registry.replace(name, new)  # from here new requests get the new version
+        if remember:
+            self._history.setdefault(name, []).append((old.model.spec.source, old.version))
+        self.metrics.model_version.labels(name, old.version).set(0)
+        self.metrics.model_version.labels(name, version).set(1)
+        new.last_operation_s = time.perf_counter() - start
+        log.info(
+            "model %s: version %s serves (was %s), loaded in %.2fs",
+            name,
+            version,
+            old.version,
+            new.last_operation_s,
+        )
+        await self._retire(old)
+        return self.state(name)
+
+    async def weights(self, name: str, path: str, version: str) -> AdminModelState:
+        """The weights at ``path`` (a checkpoint of this model the trainer wrote) serve as
+        ``version``. Where the backend can, they are written into the serving model's own
+        tensors (no second copy in device memory): new requests wait, the ones in flight
+        finish on the old weights, then all read the new. Elsewhere (weights packed or
+        compiled on a CPU) the checkpoint is loaded beside and swapped in as a load is,
+        with the serving model's tokenizer. Names or shapes that are not this model's
+        leave it serving as it was."""
+        async with self._operation(name, "weights"), self._lock(name):
+            served = self.registry.current(name)
+            if served.model.kind == "rule" or not served.model.runs_torch:
+                raise InvalidRequest(f"model {name!r} is a {served.model.kind} model: it has no weights")
+            why = served.model.weights_in_place()
+            if why is not None:
+                spec = served.model.spec
+                spec = spec.model_copy(
+                    update={"source": path, "tokenizer": spec.tokenizer or spec.source, "revision": None}
+                )
+                state = await self._load_locked(name, path, version, True, spec)
+                self._updates[name] = f"loaded beside: {why}"
+                return state.model_copy(update={"weights_update": self._updates[name]})
+            self._loading[name] = version
+            try:
+                try:
+                    tensors = await asyncio.to_thread(read_weights, path)
+                    await asyncio.to_thread(served.model.check_weights, tensors)
+                except ValueError as exc:
+                    raise LoadFailed(
+                        f"version {version!r} of model {name!r}: {exc}; version {served.version!r} serves on",
+                        param="path",
+                    ) from None
+                served.resumed.clear()  # from here new requests wait for the new weights
+                try:
+                    await _drained(served)
+                    await asyncio.to_thread(served.model.update_weights, tensors)
+                    served.score_cache.clear()  # scores of the old weights
+                    self.metrics.model_version.labels(name, served.version).set(0)
+                    self.metrics.model_version.labels(name, version).set(1)
+                    served.version = version
+                finally:
+                    served.resumed.set()
+            finally:
+                self._loading.pop(name, None)
+            self._updates[name] = "in place"
+            log.info("model %s: version %s written in place from %s", name, version, path)
         return self.state(name)
 
     async def _close(self, served: Served) -> None:
@@ -343,7 +403,7 @@ class Lifecycle:
             await served.batcher.stop()
             served.batcher = None
         model = served.model
-        await asyncio.to_thread(_drop, model)
+        await asyncio.to_thread(drop, model)
 
 
 _RETRY = {"retry-after": "1"}
@@ -366,55 +426,3 @@ def _load_and_probe(model: RewardModel, delay_s: float, pin: bool) -> None:
         model.pin_revision()
     model.load()
     model.probe()
-
-
-def _drop(model: RewardModel) -> None:
-    """Close the model and free what it held: its backend's modules go with the last
-    reference, then the allocator hands the pages back."""
-    try:
-        model.close()
-    finally:
-        for attr in ("backend", "reference"):
-            if attr in vars(model):
-                setattr(model, attr, None)
-        gc.collect()
-        torch = sys.modules.get("torch")
-        if torch is not None and torch.cuda.is_available():
-            torch.cuda.empty_cache()  # the caching allocator's blocks back to the GPU
-        _trim()
-
-
-def _trim() -> None:
-    name = ctypes.util.find_library("c")
-    if name:
-        libc = ctypes.CDLL(name)
-        if hasattr(libc, "malloc_trim"):
-            libc.malloc_trim(0)
-
-
-def held_bytes(model: RewardModel) -> int:
-    """The bytes of the torch parameters and buffers its backend holds (0 for none)."""
-    seen: set[int] = set()
-    total = 0
-    for backend in (getattr(model, "backend", None), getattr(model, "reference", None)):
-        for value in vars(backend).values() if backend is not None else ():
-            for tensor in _tensors(value):
-                try:
-                    key = tensor.data_ptr()
-                except RuntimeError:  # an opaque tensor (a oneDNN-packed weight): no storage pointer
-                    key = id(tensor)
-                if key not in seen:
-                    seen.add(key)
-                    total += tensor.numel() * tensor.element_size()
-    return total
-
-
-def _tensors(value: object) -> list:  # type: ignore[type-arg]  # torch is untyped here
-    parameters = getattr(value, "parameters", None)
-    buffers = getattr(value, "buffers", None)
-    if not callable(parameters) or not callable(buffers):
-        return []
-    try:
-        return [*parameters(), *buffers()]
-    except Exception:  # noqa: BLE001 - an object with a parameters() of another meaning
-        return []

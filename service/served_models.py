@@ -59,6 +59,8 @@ class Served:
     retired: bool = False  # drained and closed: a newer version serves
     in_flight: int = 0
     idle: asyncio.Event = field(default_factory=asyncio.Event)
+    # Cleared while its weights are rewritten in place: new requests wait (not a 503).
+    resumed: asyncio.Event = field(default_factory=lambda: _set_event())
     last_operation_s: float | None = None
     # Finished results by job key, lent to the model's plans, each tenant its own part.
     score_cache: LRUCache = field(default_factory=lambda: LRUCache(0))
@@ -72,6 +74,12 @@ class Served:
     def cache(self, tenant: str | None) -> LRUCache:
         """The score cache as ``tenant`` sees it."""
         return TenantCache(self.score_cache, tenant)
+
+
+def _set_event() -> asyncio.Event:
+    event = asyncio.Event()
+    event.set()
+    return event
 
 
 class ModelRegistry:

@@ -200,6 +200,9 @@ from rewardserve.client.protocol.models import (
 from rewardserve.client.protocol.models import (
     VersionInfo as VersionInfo,
 )
+from rewardserve.client.protocol.models import (
+    WeightsRequest as WeightsRequest,
+)
 from rewardserve.client.protocol.scoring import (
     Aggregate as Aggregate,
 )

@@ -140,6 +140,15 @@ class LoadRequest(_Request):
     version: str = Field(min_length=1, max_length=128)
 
 
+class WeightsRequest(_Request):
+    """POST /v1/admin/models/{name}/weights: the weights a trainer wrote at ``path`` (a
+    directory of safetensors files of this model, or one file) serve as ``version``,
+    written in place where the backend can."""
+
+    path: str = Field(min_length=1, max_length=4096)
+    version: str = Field(min_length=1, max_length=128)
+
+
 class CanaryRequest(_Request):
     """POST /v1/admin/models/{name}/canary: ``percent`` of the model's requests go to a
     version loaded from ``source`` beside the serving one; 0 ends the canary."""
@@ -177,3 +186,5 @@ class AdminModelState(_Response):
     # Why the last canary was stopped (0%) on its own: unhealthy on real traffic.
     canary_stopped: str | None = None
     operation: AdminOperation | None = None  # the latest call made with ?async=true
+    # How its last weights call was applied: "in place", or "loaded beside: <why>".
+    weights_update: str | None = None

@@ -85,5 +85,18 @@ class Backend(ABC):
         """``n`` sampled continuations of ``prompt`` (causal LMs)."""
         raise NotImplementedError(f"backend {self.name} does not generate")
 
+    def weights_in_place(self) -> str | None:
+        """Why new weights cannot be written into this backend's own tensors (None: they
+        can, ``update_weights``). Most cannot: a new version is loaded beside instead."""
+        return f"the {self.name} backend holds its weights where they cannot be rewritten"
+
+    def check_weights(self, tensors: dict[str, Any]) -> None:
+        """ValueError when ``tensors`` are not this model's weights (names, shapes)."""
+        raise NotImplementedError(self.weights_in_place())
+
+    def update_weights(self, tensors: dict[str, Any]) -> None:
+        """Write ``tensors`` (checked) into the weights this backend reads."""
+        raise NotImplementedError(self.weights_in_place())
+
     def close(self) -> None:  # noqa: B027 (most backends hold nothing more: not abstract)
         """Release what the backend holds beyond its weights (an engine's processes)."""

@@ -83,9 +83,13 @@ class TransformersBackend(Backend):
             )
             self._remote_code = spec.trust_remote_code
             self._adapter = spec.adapter
+            # The module whose state dict a checkpoint of this model holds (None: the
+            # head comes from a file of its own, value_head).
+            self._checkpoint_module: nn.Module | None = None
             self.base, self.head, config, self._whole = self._load(spec.source, task)
         # Packed rows are rounded up to a multiple of this many tokens (packing.pack).
         self._pack_multiple = 1
+        self._linears_packed = 0
         if self.device.type == "cpu" and self.dtype in (torch.float32, torch.bfloat16):
             from rewardserve.models.backends.dtype_probe import advise
 
@@ -108,6 +112,7 @@ class TransformersBackend(Backend):
             packed_in = self.base if self._whole is None else self._whole
             with timed_phase(spec.name, "pack", "linear layers through oneDNN"):
                 packed = pack_linears(packed_in)
+                self._linears_packed = packed
                 if packed:
                     self._pack_multiple = ROW_MULTIPLE
                     build_kernels(packed_in)
@@ -143,6 +148,7 @@ class TransformersBackend(Backend):
         if task == "classify":
             model = AutoModelForSequenceClassification.from_pretrained(source, **kw)
             model = self._merged(model).to(self.device).eval()
+            self._checkpoint_module = model  # its state dict's names are the checkpoint's
             base = getattr(model, model.base_model_prefix, None)
             head = getattr(model, "score", None)
             # Decoder reward models (Llama, Qwen, Gemma, ...) are a base model plus a
@@ -155,6 +161,7 @@ class TransformersBackend(Backend):
             from rewardserve.models.backends.architectures import Qwen2ForProcessRewardModel
 
             model = self._merged(Qwen2ForProcessRewardModel.from_pretrained(source, **kw)).to(self.device).eval()
+            self._checkpoint_module = model
             return model.model, model.score, model.config, None
         if task == "value_head":
             from rewardserve.models.backends.architectures import load_value_head
@@ -165,6 +172,7 @@ class TransformersBackend(Backend):
             return base, head, config, None
         model = self._merged(AutoModelForCausalLM.from_pretrained(source, **kw)).to(self.device).eval()
         self.causal_lm = model  # for generate()
+        self._checkpoint_module = model
         return model.get_decoder(), model.get_output_embeddings(), model.config.get_text_config(), None
 
     def _pad_batch(self, seqs: list[TokenSequence]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -261,6 +269,64 @@ class TransformersBackend(Backend):
         log.info("packing off: a packed read differs from plain reads on this model")
         self.base.set_attn_implementation("sdpa")
         return False
+
+    def weights_in_place(self) -> str | None:
+        if self._checkpoint_module is None:
+            return f"task {self.task}: its head is read from a file of its own"
+        if self._linears_packed:
+            return "its linear layers are packed for oneDNN (cpu_linear: torch keeps them rewritable)"
+        if self.compiled_layers or self.compiled_norms:
+            return "its layers are compiled (compile_layers: false keeps them rewritable)"
+        if self._adapter is not None:
+            return "a LoRA adapter is merged into its weights"
+        return None
+
+    def check_weights(self, tensors: dict[str, Any]) -> None:
+        why = self.weights_in_place()
+        if why is not None:
+            raise NotImplementedError(why)
+        assert self._checkpoint_module is not None  # weights_in_place says so
+        own = self._checkpoint_state()
+        unexpected = sorted(set(tensors) - set(own))
+        # A tied weight (the LM head sharing the embeddings) is saved once, under one name.
+        given = {own[k].data_ptr() for k in tensors if k in own}
+        missing = sorted(k for k in set(own) - set(tensors) if own[k].data_ptr() not in given)
+        if unexpected or missing:
+            raise ValueError(
+                f"not this model's weights: {len(missing)} missing (e.g. {missing[:3]}), "
+                f"{len(unexpected)} unexpected (e.g. {unexpected[:3]})"
+            )
+        for name, tensor in tensors.items():
+            if tuple(tensor.shape) != tuple(own[name].shape):
+                shapes = f"{tuple(tensor.shape)}, this model's {tuple(own[name].shape)}"
+                raise ValueError(f"not this model's weights: {name} has shape {shapes}")
+            if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+                raise ValueError(f"{name}: not finite")
+
+    @torch.no_grad()  # type: ignore[untyped-decorator]  # torch is untyped
+    def update_weights(self, tensors: dict[str, Any]) -> None:
+        own = self._checkpoint_state()  # views of the parameters themselves
+        for name, tensor in tensors.items():
+            own[name].copy_(tensor.to(dtype=own[name].dtype))
+
+    def _checkpoint_state(self) -> dict[str, torch.Tensor]:
+        """The module's state dict under the names its checkpoint gives them: the
+        wrappers put around a layer at load (``.layer``) are not in a checkpoint."""
+        from rewardserve.models.backends.kernels.compiled_layers import CompiledLayer
+        from rewardserve.models.backends.readouts import LastLayerAtReads
+
+        module = self._checkpoint_module
+        assert module is not None
+        wrapped = [
+            f"{name}.layer." for name, m in module.named_modules() if isinstance(m, (CompiledLayer, LastLayerAtReads))
+        ]
+        state = {}
+        for key, tensor in module.state_dict().items():
+            for prefix in sorted(wrapped, key=len, reverse=True):  # the innermost first
+                if key.startswith(prefix):
+                    key = prefix[: -len("layer.")] + key[len(prefix) :]
+            state[key] = tensor
+        return state
 
     def _merged(self, model: Any) -> Any:
         """``model`` with the spec's LoRA adapter merged into its weights (peft): one set

@@ -5,6 +5,7 @@ and a load that fails leaving the old one serving."""
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 from pathlib import Path
 
@@ -255,3 +256,91 @@ async def test_async_calls_answer_202_and_their_state_tells_how_they_ended(check
         assert unknown.status_code == 404
         tenant = await http.post("/v1/admin/models/rm/sleep?async=true", json={"level": 1}, headers=SCORER)
         assert tenant.status_code == 403
+
+
+def two_served(first, second, **options) -> Settings:
+    return Settings(
+        builtin_rules=False,
+        api_keys=["score-key"],
+        admin_keys=["admin-key"],
+        compile=False,
+        models=[
+            ModelSpec(name="rm", source=str(first), version="v1", options={"score_cache_size": 64, **options}),
+            ModelSpec(name="other", source=str(second)),  # what the new weights should score
+        ],
+    )
+
+
+async def scores_of(http, model: str) -> list[float]:
+    answer = await http.post("/v1/score", json={"model": model, "items": ITEMS}, headers=SCORER)
+    assert answer.status_code == 200, answer.text
+    return [r["score"] for r in answer.json()["results"]]
+
+
+async def test_new_weights_are_written_in_place_where_the_backend_can(checkpoints, flaky, tmp_path):
+    first, second, _ = checkpoints
+    # Linears left as torch's and nothing compiled: the weights are plain tensors to rewrite.
+    settings = two_served(first, second, cpu_linear="torch", compile_layers=False)
+    async with serve_in_process(settings) as (app, http):
+        before = await scores_of(http, "rm")  # now in the score cache too
+        held = (await http.get("/v1/admin/models/rm", headers=ADMIN)).json()["memory_bytes"]
+        weights_only = tmp_path / "step-100"  # what a trainer writes: the weights and little else
+        weights_only.mkdir()
+        shutil.copy(second / "model.safetensors", weights_only)
+        other = await scores_of(http, "other")
+
+        answered: list[tuple[str, list[float]]] = []
+        updating = True
+
+        async def caller() -> None:  # scores on while the update runs, and once after
+            while updating or not answered:
+                answer = await http.post("/v1/score", json={"model": "rm", "items": ITEMS}, headers=SCORER)
+                assert answer.status_code == 200, answer.text
+                answered.append((answer.json()["model_version"], [r["score"] for r in answer.json()["results"]]))
+
+        callers = [asyncio.ensure_future(caller()) for _ in range(4)]
+        await asyncio.sleep(0.05)
+        updated = await http.post(
+            "/v1/admin/models/rm/weights", json={"path": str(weights_only), "version": "step-100"}, headers=ADMIN
+        )
+        updating = False
+        assert updated.status_code == 200, updated.text
+        state = updated.json()
+        assert state["weights_update"] == "in place" and state["version"] == "step-100"
+        assert state["memory_bytes"] == held  # the same tensors, rewritten
+        await asyncio.gather(*callers)
+        # Every answer scored by one version's weights alone, and says which.
+        assert {version for version, _ in answered} == {"v1", "step-100"}
+        for version, got in answered:
+            assert got == pytest.approx(before if version == "v1" else other, abs=1e-4), version
+        answer = await http.post("/v1/score", json={"model": "rm", "items": ITEMS}, headers=SCORER)
+        assert answer.json()["model_version"] == "step-100"
+        after = [r["score"] for r in answer.json()["results"]]
+        assert after == pytest.approx(other, abs=1e-4)  # not the cached old ones
+        assert after != pytest.approx(before, abs=1e-3)
+
+        for path, said in (
+            (first.parent / "other-shape", "not this model's weights"),
+            (flaky, "not finite"),
+            (tmp_path / "nothing-here", "no *.safetensors"),
+        ):
+            if said == "not this model's weights" and not path.exists():
+                build_sequence_classifier(path, seed=3, hidden=48)
+            refused = await http.post(
+                "/v1/admin/models/rm/weights", json={"path": str(path), "version": "bad"}, headers=ADMIN
+            )
+            assert refused.status_code == 422 and said in refused.text, refused.text
+            assert "'step-100' serves on" in refused.text
+            assert await scores_of(http, "rm") == pytest.approx(after, abs=1e-6)
+
+
+async def test_weights_are_loaded_beside_where_they_are_packed(checkpoints):
+    first, second, _ = checkpoints
+    async with serve_in_process(two_served(first, second)) as (_, http):
+        updated = await http.post(
+            "/v1/admin/models/rm/weights", json={"path": str(second), "version": "v2"}, headers=ADMIN
+        )
+        assert updated.status_code == 200, updated.text
+        how = updated.json()["weights_update"]
+        assert how.startswith("loaded beside") and "oneDNN" in how, how
+        assert await scores_of(http, "rm") == pytest.approx(await scores_of(http, "other"), abs=1e-4)
