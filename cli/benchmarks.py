@@ -131,6 +131,10 @@ def responses(fmt: str, row: dict[str, Any], number: int) -> list[str]:
             raise ValueError(f"line {number}: a rewardbench2 row names its subset")
         if row["subset"] == TIES and not _ties_id(row.get("id")):
             raise ValueError(f"line {number}: a Ties row's id is 'ref:N' or 'tied:N', not {row.get('id')!r}")
+        correct = row.get("num_correct", 1)
+        total = len(chosen) + len(rejected)
+        if not isinstance(correct, int) or isinstance(correct, bool) or not 1 <= correct < total:
+            raise ValueError(f"line {number}: 'num_correct' is a whole number from 1 to {total - 1}, not {correct!r}")
     texts = [*chosen, *rejected]
     if not chosen or not rejected or not all(isinstance(t, str) for t in texts):
         raise ValueError(f"line {number}: 'chosen' and 'rejected' are strings or lists of them, neither empty")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,11 @@ def eval_arguments(evaluate: argparse.ArgumentParser) -> None:
         help="processbench: a step scored below it is the first error; prmbench: a step above it is valid",
     )
     evaluate.add_argument(
+        "--retry-invalid",
+        action="store_true",
+        help="resuming: send again the rows that came back invalid (kept as they are by default)",
+    )
+    evaluate.add_argument(
         "--strict",
         action="store_true",
         help="a row that is not the benchmark's stops the run (default: named, skipped)",
@@ -55,12 +61,14 @@ def run_command(args: argparse.Namespace, settings: Any) -> None:
     resumes)."""
     import asyncio
 
-    from rewardserve.cli import eval_run
+    from rewardserve.cli import eval_compare, eval_run
     from rewardserve.cli.evaluate import accuracy_table, benchmark_table
     from rewardserve.cli.score import reward_client
 
     if bool(args.name) == bool(args.compare):
         raise ValueError("eval takes --model NAME, or --compare A B")
+    if not math.isfinite(args.threshold):
+        raise ValueError(f"--threshold is a number, not {args.threshold}")
     if args.compare and importlib.util.find_spec("scipy") is None:
         raise ValueError("--compare's bootstrap needs scipy: pip install scipy (or 'rewardserve[serve]')")
     source, out_dir = Path(args.input), Path(args.output)
@@ -68,11 +76,25 @@ def run_command(args: argparse.Namespace, settings: Any) -> None:
     async def evaluated() -> dict[str, Any]:
         async with reward_client(args.url, settings, args.api_key) as client:
             if args.compare:
-                return await eval_run.compare_models(
-                    client, tuple(args.compare), args.format, source, out_dir, args.threshold, args.strict
+                return await eval_compare.compare_models(
+                    client,
+                    tuple(args.compare),
+                    args.format,
+                    source,
+                    out_dir,
+                    args.threshold,
+                    args.strict,
+                    args.retry_invalid,
                 )
             return await eval_run.run_model(
-                client, args.name, args.format, source, out_dir, args.threshold, args.strict
+                client,
+                args.name,
+                args.format,
+                source,
+                out_dir,
+                args.threshold,
+                args.strict,
+                retry_invalid=args.retry_invalid,
             )
 
     try:
@@ -81,8 +103,14 @@ def run_command(args: argparse.Namespace, settings: Any) -> None:
         print(f"\nrewardserve: stopped; the same command resumes from what is in {out_dir}", file=sys.stderr)
         raise SystemExit(130) from None
     if args.compare:
-        print(eval_run.compare_table(out))
+        print(eval_compare.compare_table(out))
         print(f"\nwritten to {out_dir}: compare.json, and each model's run in its own folder")
+        if out["difference"] is None:
+            print(
+                "rewardserve: error: no row was scored by both models; each one's errors are in its folder",
+                file=sys.stderr,
+            )
+            raise SystemExit(1)
         return
     files = eval_run.output_of(args.format)
     print(accuracy_table(out) if args.format == "pairs" else benchmark_table(out))
@@ -91,7 +119,7 @@ def run_command(args: argparse.Namespace, settings: Any) -> None:
         what = "pairs" if args.format == "pairs" else "rows"
         print(
             f"rewardserve: error: none of the {out[what]} {what} was scored; "
-            f"each one's error is in {out_dir / files.lines}",
+            f"each one's error is in {out_dir / files.lines} (--retry-invalid sends them again)",
             file=sys.stderr,
         )
         raise SystemExit(1)

@@ -1,11 +1,13 @@
 """A run of ``rewardserve eval``: rows scored a chunk at a time, with a progress bar and
 an ETA on stderr; each chunk's lines are written as they come, so Ctrl-C loses at most
 the chunk in flight and the same command resumes after the last line written (the rows
-already scored are not sent again). ``--compare A B`` runs both models and puts them
-side by side, with a paired bootstrap interval on the difference of their scores.
+already scored are not sent again; ``--retry-invalid`` sends the invalid ones again).
+A request the service refuses (a row over the model's length, an unreadable image) is
+sent again row by row, so the refusal marks only its own row invalid.
 
-An output folder belongs to one run (``run.json``: the model, the format and the input
-file's digest); a different run into it is refused rather than mixed in.
+``--compare`` is in cli/eval_compare.py. An output folder belongs to one run
+(``run.json``: the model, the format and the input file's digest); a different run into
+it is refused rather than mixed in.
 """
 
 from __future__ import annotations
@@ -18,11 +20,15 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from rewardserve.cli import evaluate as ev
-from rewardserve.cli.score import Progress, lines_written, read_items, table
+from rewardserve.cli.score import Progress, lines_written, read_items
 from rewardserve.client import AsyncRewardClient
+from rewardserve.client.errors import APIStatusError
 
 CHUNK_ROWS = 32  # rows per request: what a Ctrl-C can lose
-BOOTSTRAP_RESAMPLES = 1000
+# Rows with images go a few at a time: each row sends its image once per response, and the
+# service caps the pixels of one request.
+VISION_CHUNK_ROWS = 4
+IMAGE_FORMATS = frozenset({"vl-rewardbench"})
 
 
 @dataclass(frozen=True)
@@ -48,25 +54,32 @@ def run_identity(model: str, fmt: str, source: Path) -> dict[str, Any]:
 
 def resumed_lines(out_dir: Path, fmt: str, identity: dict[str, Any]) -> list[dict[str, Any]]:
     """The lines a stopped run of the same model, format and input left in ``out_dir``
-    (a torn last line cut off); ValueError when the folder holds another run's lines."""
+    (a torn last line cut off); ValueError naming what differs when the folder holds
+    another run's lines (of any format). An empty lines file holds nothing to keep."""
+    held = [out_dir / o.lines for o in (PAIRS_OUTPUT, BENCHMARK_OUTPUT) if _has_lines(out_dir / o.lines)]
+    if held:
+        try:
+            previous = json.loads((out_dir / "run.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            previous = None
+        if previous != identity:
+            if not isinstance(previous, dict):
+                said = "its run.json is missing or unreadable"
+            else:
+                said = ", ".join(
+                    f"{key} {previous.get(key)!r}, not {value!r}"
+                    for key, value in identity.items()
+                    if previous.get(key) != value
+                )
+            raise ValueError(
+                f"{out_dir} holds the rows of another run ({said}); choose another -o, or delete it to start over"
+            )
     path = out_dir / output_of(fmt).lines
-    run_file = out_dir / "run.json"
-    if not path.exists():
-        return []
-    try:
-        previous = json.loads(run_file.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        previous = None
-    if previous != identity:
-        said = (
-            f"model {previous.get('model')!r}, format {previous.get('format')!r}"
-            if isinstance(previous, dict)
-            else "no run.json"
-        )
-        raise ValueError(
-            f"{out_dir} holds the rows of another run ({said}); choose another -o, or delete it to start over"
-        )
-    return lines_written(path)
+    return lines_written(path) if _has_lines(path) else []
+
+
+def _has_lines(path: Path) -> bool:
+    return path.is_file() and path.stat().st_size > 0
 
 
 async def model_setup(client: AsyncRewardClient, model: str) -> dict[str, Any]:
@@ -96,9 +109,11 @@ async def run_model(
     threshold: float = 0.5,
     strict: bool = False,
     stream: TextIO | None = None,
+    retry_invalid: bool = False,
 ) -> dict[str, Any]:
     """Score ``source``'s rows on ``model`` into ``out_dir`` (resuming a stopped run of
-    the same rows) and write the summary and figure; returns the summary."""
+    the same rows; ``retry_invalid``: its invalid rows sent again) and write the summary
+    and figure; returns the summary."""
     rows = read_items(source)
     problems: list[str | None] = ev.checked_rows(fmt, rows, strict) if fmt != "pairs" else [None] * len(rows)
     if fmt == "pairs":
@@ -112,28 +127,68 @@ async def run_model(
     if len(done) > len(rows):
         raise ValueError(f"{out_dir} has {len(done)} lines for {len(rows)} rows: not a run of {source}")
     stream = stream or sys.stderr
+    retried = [line["index"] for line in done if not line.get("valid", True)] if retry_invalid else []
     if done:
-        stream.write(f"{out_dir}: resuming after {len(done)} of {len(rows)} rows\n")
+        again = f"; {len(retried)} invalid ones sent again" if retried else ""
+        stream.write(f"{out_dir}: resuming after {len(done)} of {len(rows)} rows{again}\n")
     # A judge (a verifier) is asked JudgeBench's pairs as a judge is: both orders, each decided.
     judge = fmt == "judgebench" and setup.get("model_kind") == "verifier"
-    progress = Progress(len(rows), len(done), stream, counted_from=len(done), unit="rows")
+    chunk = VISION_CHUNK_ROWS if fmt in IMAGE_FORMATS else CHUNK_ROWS
+
+    async def scored(indices: list[int]) -> list[dict[str, Any]]:
+        """The lines of these rows, sent together; where the service refuses the request
+        (a row over the model's length, an image it cannot read), each row alone, so the
+        refusal marks only its own row invalid."""
+        picked = [rows[i] for i in indices]
+        try:
+            if fmt == "pairs":
+                return await ev.pair_lines_at(client, model, picked, indices)
+            got = await ev.benchmark_scores(client, model, fmt, picked, [problems[i] for i in indices], judge)
+            return [ev.benchmark_line(i, row, s, judge) for i, row, s in zip(indices, picked, got)]
+        except APIStatusError as exc:
+            if exc.status_code not in (413, 422):
+                raise
+            if len(indices) == 1:
+                (i,) = indices
+                why = f"{exc.status_code} {exc.type}: {exc.message}"
+                if fmt == "pairs":
+                    return [
+                        {
+                            "index": i,
+                            "id": rows[i].get("id"),
+                            "subset": str(rows[i].get("subset", "all")),
+                            "valid": False,
+                            "error": why,
+                        }
+                    ]
+                return [ev.benchmark_line(i, rows[i], why, judge)]
+            return [line for i in indices for line in await scored([i])]
+
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "run.json").write_text(json.dumps(identity) + "\n", encoding="utf-8")
     lines = list(done)
-    with open(out_dir / files.lines, "a", encoding="utf-8") as f:
-        for start in range(len(done), len(rows), CHUNK_ROWS):
-            end = min(start + CHUNK_ROWS, len(rows))
-            if fmt == "pairs":
-                new = await ev.pair_lines(client, model, rows[start:end], start)
-            else:
-                got = await ev.benchmark_scores(client, model, fmt, rows[start:end], problems[start:end], judge)
-                new = [
-                    ev.benchmark_line(start + k, row, s, judge) for k, (row, s) in enumerate(zip(rows[start:end], got))
-                ]
+    for start in range(0, len(retried), chunk):
+        for line in await scored(retried[start : start + chunk]):
+            lines[line["index"]] = line
+    if retried:  # the file again whole, the retried rows in their places
+        temporary = out_dir / (files.lines + ".tmp")
+        temporary.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+        temporary.replace(out_dir / files.lines)
+    progress = Progress(len(rows), len(done), stream, counted_from=len(done), unit="rows")
+    f: TextIO | None = None  # opened with the first answer: a failed first call leaves no lines file
+    try:
+        for start in range(len(done), len(rows), chunk):
+            end = min(start + chunk, len(rows))
+            new = await scored(list(range(start, end)))
+            if f is None:
+                f = open(out_dir / files.lines, "a", encoding="utf-8")  # noqa: SIM115 (closed below)
             f.write("".join(json.dumps(line) + "\n" for line in new))
             f.flush()
             lines += new
             progress.update(end)
+    finally:
+        if f is not None:
+            f.close()
     if not rows:
         progress.update(0)
     out = summarise(model, fmt, rows, lines, problems, threshold)
@@ -163,100 +218,3 @@ def headline(fmt: str, summary: dict[str, Any]) -> float | None:
     """The one number a run is ranked by: accuracy on pairs, else the benchmark's score."""
     value = summary["accuracy"] if fmt == "pairs" else summary["score"]
     return None if value is None else float(value)
-
-
-def paired_bootstrap(
-    fmt: str,
-    rows: list[dict[str, Any]],
-    lines_a: list[dict[str, Any]],
-    lines_b: list[dict[str, Any]],
-    threshold: float,
-    resamples: int = BOOTSTRAP_RESAMPLES,
-    seed: int = 0,
-) -> tuple[float, float] | None:
-    """The 95% percentile interval of score(B) - score(A), both models read on the same
-    resampled rows each time (scipy.stats.bootstrap, paired over row indices). None
-    when either model has no score on the rows."""
-    import numpy as np
-    from scipy.stats import bootstrap
-
-    problems: list[str | None] = [None] * len(rows)
-
-    def difference(indices: Any) -> float:
-        picked = [int(i) for i in indices]
-        sub_rows = [rows[i] for i in picked]
-        a = headline(fmt, summarise("a", fmt, sub_rows, [lines_a[i] for i in picked], problems, threshold))
-        b = headline(fmt, summarise("b", fmt, sub_rows, [lines_b[i] for i in picked], problems, threshold))
-        return float("nan") if a is None or b is None else b - a
-
-    if len(rows) < 2 or np.isnan(difference(np.arange(len(rows)))):
-        return None
-    result = bootstrap(
-        (np.arange(len(rows)),),
-        difference,
-        n_resamples=resamples,
-        vectorized=False,
-        method="percentile",
-        confidence_level=0.95,
-        rng=np.random.default_rng(seed),
-    )
-    low, high = result.confidence_interval
-    return float(low), float(high)
-
-
-async def compare_models(
-    client: AsyncRewardClient,
-    models: tuple[str, str],
-    fmt: str,
-    source: Path,
-    out_dir: Path,
-    threshold: float = 0.5,
-    strict: bool = False,
-) -> dict[str, Any]:
-    """Both models' runs (``out_dir/A``, ``out_dir/B``, each resumable) and
-    ``compare.json``: each one's score and B - A with its paired bootstrap interval."""
-    a, b = models
-    if a == b:
-        raise ValueError("--compare takes two different models")
-    summaries = {}
-    for name in models:
-        summaries[name] = await run_model(client, name, fmt, source, out_dir / safe_name(name), threshold, strict)
-    rows = read_items(source)
-    lines = [lines_written(out_dir / safe_name(name) / output_of(fmt).lines) for name in models]
-    score_a, score_b = headline(fmt, summaries[a]), headline(fmt, summaries[b])
-    interval = paired_bootstrap(fmt, rows, lines[0], lines[1], threshold)
-    out = {
-        "format": fmt,
-        "models": [a, b],
-        "scores": {a: score_a, b: score_b},
-        "difference": None if score_a is None or score_b is None else score_b - score_a,
-        "interval_95": interval,
-        "resamples": BOOTSTRAP_RESAMPLES,
-        "rows": len(rows),
-    }
-    (out_dir / "compare.json").write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
-    return out
-
-
-def safe_name(model: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in model) or "_"
-
-
-def compare_table(out: dict[str, Any]) -> str:
-    a, b = out["models"]
-
-    def shown(value: float | None) -> str:
-        return "-" if value is None else f"{value:.4f}"
-
-    interval = out["interval_95"]
-    rows = [
-        ("model", "score"),
-        (a, shown(out["scores"][a])),
-        (b, shown(out["scores"][b])),
-        (f"{b} - {a}", shown(out["difference"])),
-        (
-            f"95% interval (paired bootstrap, {out['resamples']} resamples of {out['rows']} rows)",
-            "-" if interval is None else f"[{interval[0]:.4f}, {interval[1]:.4f}]",
-        ),
-    ]
-    return table(rows)

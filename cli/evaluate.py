@@ -107,8 +107,8 @@ def benchmark_line(
 ) -> dict[str, Any]:
     """A row's line of ``rows.jsonl``: its scores (``judge``: a judge's verdict in each
     order), or why it has none."""
-    where = row.get("subset", row.get("domain", row.get("split", row.get("source"))))
-    line: dict[str, Any] = {"index": index, "id": row.get("id"), "subset": where}
+    where = next((row[k] for k in ("subset", "domain", "split", "source", "classification") if k in row), None)
+    line: dict[str, Any] = {"index": index, "id": row.get("id", row.get("idx", row.get("pair_id"))), "subset": where}
     if judge:
         line["judge"] = True
     if isinstance(scored, str):
@@ -189,17 +189,17 @@ def benchmark_table(out: dict[str, Any]) -> str:
     return text
 
 
-async def pair_lines(
-    client: AsyncRewardClient, model: str, lines: list[dict[str, Any]], first: int
+async def pair_lines_at(
+    client: AsyncRewardClient, model: str, lines: list[dict[str, Any]], indices: list[int]
 ) -> list[dict[str, Any]]:
-    """``pairs.jsonl``'s lines for preference lines numbered from ``first`` (0-based):
-    each pair's scores and decision, or why it has none."""
-    per_line = [pair_items(line, first + n) for n, line in enumerate(lines, 1)]
+    """``pairs.jsonl``'s lines for the preference lines at ``indices`` (0-based): each
+    pair's scores and decision, or why it has none."""
+    per_line = [pair_items(line, index + 1) for index, line in zip(indices, lines)]
     flat = [item for items in per_line for item in items]
     results = (await client.score(model, flat)).results if flat else []
     out = []
     at = 0
-    for number, (line, items) in enumerate(zip(lines, per_line), first):
+    for number, line, items in zip(indices, lines, per_line):
         scored = results[at : at + len(items)]
         at += len(items)
         row: dict[str, Any] = {"index": number, "id": line.get("id"), "subset": str(line.get("subset", "all"))}

@@ -28,6 +28,7 @@ from collections import defaultdict
 from typing import Any
 
 STEPS_FORMATS = frozenset({"processbench", "prmbench"})  # scored by /v1/score/steps, a score per step
+THRESHOLDS_TRIED = 101  # ProcessBench's threshold search: at most this many candidates
 
 
 def steps_item(row: dict[str, Any], number: int, fmt: str = "processbench") -> dict[str, Any]:
@@ -56,10 +57,20 @@ def first_below(step_scores: list[float | None], threshold: float) -> int:
 
 def processbench_f1(rows: list[tuple[dict[str, Any], list[float | None]]], threshold: float) -> dict[str, Any]:
     """Per split: the accuracy on rows with an error, on rows without, and their F1."""
+    return split_f1(
+        [
+            (str(row.get("split", "all")), row["label"] != -1, first_below(step_scores, threshold) == row["label"])
+            for row, step_scores in rows
+        ]
+    )
+
+
+def split_f1(hits: list[tuple[str, bool, bool]]) -> dict[str, Any]:
+    """``hits``: per row its split, whether it has an error, and whether the prediction
+    was right."""
     splits: dict[str, dict[str, list[float]]] = defaultdict(lambda: {"error": [], "correct": []})
-    for row, step_scores in rows:
-        hit = float(first_below(step_scores, threshold) == row["label"])
-        splits[str(row.get("split", "all"))]["error" if row["label"] != -1 else "correct"].append(hit)
+    for split, has_error, hit in hits:
+        splits[split]["error" if has_error else "correct"].append(float(hit))
     out = {}
     for name, parts in sorted(splits.items()):
         error = sum(parts["error"]) / len(parts["error"]) if parts["error"] else None
@@ -73,6 +84,12 @@ def processbench_f1(rows: list[tuple[dict[str, Any], list[float | None]]], thres
     return out
 
 
+def mean_f1(hits: list[tuple[str, bool, bool]]) -> float | None:
+    """ProcessBench's score: the mean F1 over the splits."""
+    splits = split_f1(hits)
+    return sum(s["f1"] for s in splits.values()) / len(splits) if splits else None
+
+
 def processbench(kept: list[tuple[dict[str, Any], list[float | None]]], threshold: float) -> dict[str, Any]:
     splits = processbench_f1(kept, threshold)
     mean_f1 = sum(s["f1"] for s in splits.values()) / len(splits) if splits else None
@@ -81,6 +98,8 @@ def processbench(kept: list[tuple[dict[str, Any], list[float | None]]], threshol
     held_out, evaluated = kept[::2], kept[1::2]
     scores = sorted({s for _, steps in held_out for s in steps if s is not None})
     candidates = [k / 20 for k in range(21)] if scores and 0 <= scores[0] and scores[-1] <= 1 else scores
+    if len(candidates) > THRESHOLDS_TRIED:  # unbounded scores (log-ratios): their quantiles
+        candidates = [candidates[round(k * (len(candidates) - 1) / 100)] for k in range(101)]
     best = None
     if held_out and evaluated and candidates:
 
@@ -142,8 +161,10 @@ def prmbench_item(row: dict[str, Any], number: int) -> dict[str, Any]:
     steps, errors = row["modified_process"], row["error_steps"]
     if not isinstance(steps, list) or not steps or not all(isinstance(s, str) for s in steps):
         raise ValueError(f"line {number}: 'modified_process' is a list of strings")
-    if not isinstance(errors, list) or not all(isinstance(e, int) and not isinstance(e, bool) for e in errors):
-        raise ValueError(f"line {number}: 'error_steps' is a list of step numbers (from 1)")
+    if not isinstance(errors, list) or not all(
+        isinstance(e, int) and not isinstance(e, bool) and e >= 1 for e in errors
+    ):
+        raise ValueError(f"line {number}: 'error_steps' is a list of step numbers, counted from 1")
     question = row.get("modified_question", row.get("question"))
     if not isinstance(question, str):
         raise ValueError(f"line {number}: 'modified_question' is a string")
@@ -182,6 +203,17 @@ def prm_score(counts: dict[str, int], positive_only: bool = False) -> dict[str, 
 
 
 def prmbench(kept: list[tuple[dict[str, Any], list[float | None]]], threshold: float) -> dict[str, Any]:
+    # A (classification, idx) seen again is left out, as PRMBench's loader keeps the first
+    # (five multi_solutions rows of its data come twice).
+    seen: set[tuple[str, str]] = set()
+    first = []
+    for row, step_scores in kept:
+        key = (str(row["classification"]), str(row.get("idx")))
+        if row.get("idx") is None or key not in seen:
+            seen.add(key)
+            first.append((row, step_scores))
+    repeated = len(kept) - len(first)
+    kept = first
     by_category: dict[str, list[tuple[dict[str, Any], list[float | None]]]] = defaultdict(list)
     for row, step_scores in kept:
         by_category[str(row["classification"])].append((row, step_scores))
@@ -205,5 +237,6 @@ def prmbench(kept: list[tuple[dict[str, Any], list[float | None]]], threshold: f
         "f1": overall["f1"],
         "negative_f1": overall["negative_f1"],
         "score": overall["prm_score"] if kept else None,
+        "repeated_rows_left_out": repeated,
         "complete": known <= set(categories),
     }

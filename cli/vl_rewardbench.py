@@ -9,8 +9,8 @@ Each response is scored with the image and the query as the user turn; the row i
 when the preferred response scores strictly higher (a tie decides nothing, so it is
 wrong: a reward model has no unparsed answer to leave out).
 
-The group comes from the id's prefix, the text before its first ``_`` or ``-``, as
-cal.py reads it: RLAIF, RLHF and hallucination (POVID) are hallucination, mathverse and
+The group comes from the id's prefix, the text before its first ``_`` or ``-``, matched
+whole as cal.py matches it: RLAIF, RLHF and hallucination (POVID) are hallucination, mathverse and
 mmmu reasoning, anything else (wildvision, VLFeedback) general. Overall accuracy pools
 the rows; the macro accuracy is the mean of the three groups' accuracies.
 """
@@ -24,18 +24,19 @@ from collections import defaultdict
 from typing import Any
 
 GROUPS = ("general", "hallucination", "reasoning")
-_PREFIX_GROUPS = (
-    ("RLAIF", "hallucination"),
-    ("RLHF", "hallucination"),
-    ("hallucination", "hallucination"),
-    ("mathverse", "reasoning"),
-    ("mmmu", "reasoning"),
-)
+_PREFIX_GROUPS = {
+    "RLAIF": "hallucination",
+    "RLHF": "hallucination",
+    "hallucination": "hallucination",
+    "mathverse": "reasoning",
+    "mmmu": "reasoning",
+}
 
 
 def group_of(row_id: Any) -> str:
+    """cal.py's reading: the whole prefix, matched exactly (case too)."""
     prefix = re.split(r"[_-]", str(row_id or ""), maxsplit=1)[0]
-    return next((group for start, group in _PREFIX_GROUPS if prefix.startswith(start)), "general")
+    return _PREFIX_GROUPS.get(prefix, "general")
 
 
 def image_url(image: Any, number: int) -> str:
@@ -60,7 +61,7 @@ def checked(row: dict[str, Any], number: int) -> None:
     responses, ranking = row["response"], row["human_ranking"]
     if not isinstance(responses, list) or len(responses) != 2 or not all(isinstance(r, str) for r in responses):
         raise ValueError(f"line {number}: 'response' is a list of two strings")
-    if not isinstance(ranking, list) or sorted(ranking) != [0, 1]:
+    if not isinstance(ranking, list) or ranking not in ([0, 1], [1, 0]):
         raise ValueError(f"line {number}: 'human_ranking' is [0, 1] or [1, 0]")
     if not isinstance(row["query"], str):
         raise ValueError(f"line {number}: 'query' is a string")

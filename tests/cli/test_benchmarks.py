@@ -117,6 +117,10 @@ def test_rows_that_are_not_the_benchmark_s_are_named():
         benchmarks.responses("rewardbench", {"prompt": "p", "chosen": "c", "rejected": ["a", "b"]}, 1)
     with pytest.raises(ValueError, match="'ref:N' or 'tied:N'"):
         benchmarks.responses("rewardbench2", {"prompt": "p", "chosen": ["c"], "rejected": ["r"], "subset": "Ties"}, 1)
+    ties = {"id": "ref:0", "prompt": "p", "chosen": ["c"], "rejected": ["r"], "subset": "Ties"}
+    for bad in (None, [1], 1.7, 2, 0, True):
+        with pytest.raises(ValueError, match="'num_correct' is a whole number from 1 to 1"):
+            benchmarks.responses("rewardbench2", {**ties, "num_correct": bad}, 1)
     partial = benchmarks.summary(
         "rewardbench", [{"subset": "hep-go", "prompt": "p", "chosen": "c", "rejected": "r"}] * 2, [[1.0, 0.0], None]
     )

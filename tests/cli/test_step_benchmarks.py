@@ -90,9 +90,24 @@ def test_degenerate_counts_read_as_prmbench_s_task_py_reads_them():
     assert out["negative_f1"] == -1.0 and out["score"] == 0.0 and out["subsets"]["multi_solutions"] == 1.0
 
 
+def test_a_row_seen_again_is_left_out_as_prmbench_s_loader_leaves_it():
+    """task.py keeps the first row of each (classification, idx): five multi_solutions
+    rows of its data come twice, each time with another process."""
+    rows, scores = prmbench_rows(random.Random(3), 30)
+    again = {**rows[8], "modified_process": ["x", "y", "z"]}
+    out = benchmarks.summary("prmbench", [*rows, again], [*scores, [0.1, 0.2, 0.9]])
+    assert out == {**benchmarks.summary("prmbench", rows, scores), "rows": 31, "repeated_rows_left_out": 1}
+
+
 def test_prmbench_rows_that_are_not_its_own_are_named():
     with pytest.raises(ValueError, match="line 3: no 'error_steps'"):
         step_benchmarks.steps_item({"modified_process": ["a"], "classification": "x"}, 3, "prmbench")
+    with pytest.raises(ValueError, match="counted from 1"):  # a 0-based export
+        step_benchmarks.steps_item(
+            {"modified_question": "q", "modified_process": ["a"], "error_steps": [0], "classification": "x"},
+            1,
+            "prmbench",
+        )
     with pytest.raises(ValueError, match="step numbers"):
         step_benchmarks.steps_item(
             {"modified_question": "q", "modified_process": ["a"], "error_steps": ["1"], "classification": "x"},
@@ -117,6 +132,17 @@ def test_error_step_accuracy_by_the_first_error_s_position():
         "2": {"rows": 1, "accuracy": 1.0},
         "10+": {"rows": 1, "accuracy": 0.0},
     }
+
+
+def test_unbounded_step_scores_try_a_bounded_set_of_thresholds():
+    rng = random.Random(9)
+    rows = [
+        {"label": rng.choice([-1, 0, 1, 2]), "split": "math", "problem": "q", "steps": ["s"] * 3} for _ in range(400)
+    ]
+    scores = [[rng.gauss(0, 5) for _ in range(3)] for _ in rows]  # log-ratios, every one distinct
+    out = benchmarks.summary("processbench", rows, scores, 0.0)
+    held_out = sorted({s for steps in scores[::2] for s in steps})
+    assert out["best_threshold"]["threshold"] in held_out  # one of the held-out scores' quantiles
 
 
 def test_eval_format_prmbench_scores_the_modified_process_on_a_prm(qwen2_prm, tmp_path, capsys):

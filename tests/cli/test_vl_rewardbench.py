@@ -31,6 +31,8 @@ def test_the_group_is_read_from_the_id_s_prefix_as_cal_py_reads_it():
         "wildvision-battle-5": "general",
         "VLFeedback-8": "general",
         "rlaif-lowercase": "general",  # cal.py's match is case-sensitive
+        "RLAIFV_1": "general",  # and the whole prefix
+        "mmmu2_4": "general",
     }
     assert {k: vl_rewardbench.group_of(k) for k in expected} == expected
 
@@ -49,6 +51,7 @@ def test_rows_that_are_not_its_own_are_named():
     assert len(benchmarks.row_items("vl-rewardbench", row, 1)) == 2
     for bad, said in (
         ({**row, "human_ranking": [0, 0]}, "human_ranking"),
+        ({**row, "human_ranking": [0, "x"]}, "human_ranking"),
         ({**row, "response": ["a"]}, "two strings"),
         ({**row, "image": {"bytes": "not base64!"}}, "not base64"),
         ({**row, "image": "/etc/passwd"}, "data:image"),
