@@ -58,6 +58,12 @@ def _parser() -> argparse.ArgumentParser:
         help="open the admin API (/v1/admin/: sleep, wake, load a version) to this key (repeatable; "
         "REWARDSERVE_ADMIN_KEYS keeps it out of `ps`)",
     )
+    serve.add_argument(
+        "--admin-port",
+        type=int,
+        help="the admin API on its own listener (on --admin-host, 127.0.0.1 by default), and only there",
+    )
+    serve.add_argument("--admin-host", help="where --admin-port listens")
     serve.add_argument("--no-builtin-rules", action="store_true", help="do not serve math / exact_match")
     serve.add_argument(
         "--keep-going",
@@ -106,6 +112,13 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="the reward models sleep while the policy generates (admin_key in the config, or REWARDSERVE_ADMIN_KEY)",
     )
+    grpo.add_argument(
+        "--update-rm-every",
+        type=int,
+        metavar="N",
+        help="every N steps push the newest checkpoint folder under --rm-checkpoints to the reward model",
+    )
+    grpo.add_argument("--rm-checkpoints", metavar="DIR", help="where a trainer saves the reward model's checkpoints")
     plot = commands.add_parser("grpo-plot", help="draw GRPO runs side by side (an outcome-only and a dense run)")
     plot.add_argument("runs", nargs="+", help="the runs' output directories (each with its metrics.jsonl)")
     plot.add_argument("-o", "--output", default="grpo-runs.png", help="the PNG to write")
@@ -193,7 +206,10 @@ def grpo(args: argparse.Namespace) -> None:
         "resume": False if args.no_resume else None,
         "dense": {"model": args.dense} if args.dense else None,
         "colocate": True if args.colocate else None,
-        "admin_key": os.environ.get("REWARDSERVE_ADMIN_KEY") if args.colocate else None,
+        "admin_key": os.environ.get("REWARDSERVE_ADMIN_KEY") if args.colocate or args.update_rm_every else None,
+        "rm_updates": {"every": args.update_rm_every, "checkpoints": args.rm_checkpoints}
+        if args.update_rm_every
+        else None,
     }
     config = load_config(args.config, overrides)
     problem = checkpoint_problem(config.policy)  # in seconds, not after the hub's retries
@@ -349,6 +365,9 @@ def serve(args: argparse.Namespace) -> None:
         overrides["api_keys"] = args.api_keys
     if args.admin_keys:
         overrides["admin_keys"] = args.admin_keys
+    for field in ("admin_port", "admin_host"):
+        if getattr(args, field) is not None:
+            overrides[field] = getattr(args, field)
     settings = Settings(**overrides)
     configure_logging(settings.log_level, settings.log_format)
     if args.model:

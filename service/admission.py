@@ -132,6 +132,19 @@ class Admission:
                 headers={"connection": "close"},
             )
             return
+        admin_port = self.state.settings.admin_port
+        if admin_port is not None:
+            # The admin API only on its own listener, and that listener only the admin API.
+            on_admin_port = (scope.get("server") or (None, None))[1] == admin_port
+            probe = on_admin_port and path in ("/health", "/ready")
+            if path.startswith(ADMIN_PREFIX) != on_admin_port and not probe:
+                said = (
+                    "this port serves only the admin API (/v1/admin/); score on the service's port"
+                    if on_admin_port
+                    else "the admin API listens on its own port (admin_port), not this one"
+                )
+                await send_error(send, "not_found", f"{path}: {said}", headers=unread)
+                return
         if path.startswith(ADMIN_PREFIX):
             refused = self._admin_refusal(headers.get("authorization"))
             if refused is not None:

@@ -36,6 +36,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Coroutine, Iterable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 from rewardserve.client.protocol import AdminModelState, AdminOperation
@@ -362,6 +363,12 @@ class Lifecycle:
             served = self.registry.current(name)
             if served.model.kind == "rule" or not served.model.runs_torch:
                 raise InvalidRequest(f"model {name!r} is a {served.model.kind} model: it has no weights")
+            if not (Path(path).expanduser() / "config.json").is_file():
+                raise LoadFailed(
+                    f"{path}: not a checkpoint folder as save_pretrained writes it (config.json and "
+                    f"*.safetensors; the tokenizer may be left out); version {served.version!r} serves on",
+                    param="path",
+                )
             why = served.model.weights_in_place()
             if why is not None:
                 spec = served.model.spec
@@ -386,6 +393,11 @@ class Lifecycle:
                     await _drained(served)
                     await asyncio.to_thread(served.model.update_weights, tensors)
                     served.score_cache.clear()  # scores of the old weights
+                    # Where the weights now come from: a level-2 sleep reloads from here.
+                    spec = served.model.spec
+                    served.model.spec = spec.model_copy(
+                        update={"source": path, "tokenizer": spec.tokenizer or spec.source, "revision": None}
+                    )
                     self.metrics.model_version.labels(name, served.version).set(0)
                     self.metrics.model_version.labels(name, version).set(1)
                     served.version = version

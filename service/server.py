@@ -306,5 +306,11 @@ def run(settings: Settings) -> int:
         server.should_exit = True
 
     state.registry.on_failure = stop_on_failure
-    server.run(sockets=[sock])
+    sockets = [sock]
+    if settings.admin_port is not None:
+        if settings.admin_port == sock.getsockname()[1]:
+            raise StartupError([f"admin_port {settings.admin_port} is the scoring port: give the admin API another"])
+        sockets.append(bind(settings.admin_host, settings.admin_port))
+        log.info("admin API at http://%s:%d (only there)", settings.admin_host, settings.admin_port)
+    server.run(sockets=sockets)
     return 1 if failures else 0

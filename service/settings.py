@@ -55,6 +55,11 @@ class Settings(BaseSettings):
     # scoring keys: a scoring key gets 403 there, an admin key cannot score. None: the
     # admin API answers 403 to everyone.
     admin_keys: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    # The admin API on a listener of its own (an internal address a trainer reaches, the
+    # scoring port left public): /v1/admin/ answers only there, and that listener answers
+    # nothing else but /health and /ready. None: the admin API shares the scoring port.
+    admin_port: int | None = Field(default=None, ge=1, le=65535)
+    admin_host: str = "127.0.0.1"
     # Fault injection for tests of hot swap (Triton's QA does the same): seconds every
     # admin load waits before it loads.
     fault_load_delay_s: float = Field(default=0.0, ge=0, le=600)

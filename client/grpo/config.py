@@ -44,6 +44,18 @@ class DenseSource(BaseModel):
     options: dict[str, Any] = Field(default_factory=dict)
 
 
+class RMUpdates(BaseModel):
+    """A reward model trained beside the run: every ``every`` steps the newest checkpoint
+    folder under ``checkpoints`` is pushed to the served ``model`` (the first reward
+    source's by default) through the admin API (client/grpo/rm_updates.py)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    every: int = Field(ge=1)
+    checkpoints: Path
+    model: str | None = None
+
+
 class GRPOConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -59,6 +71,7 @@ class GRPOConfig(BaseModel):
     colocate: bool = False
     colocate_level: Literal[1, 2] = 2
     admin_key: str | None = None
+    rm_updates: RMUpdates | None = None  # needs admin_key too
 
     steps: int = Field(default=100, ge=1)
     prompts_per_step: int = Field(default=4, ge=1)

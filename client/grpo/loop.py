@@ -78,6 +78,17 @@ def train(config: GRPOConfig) -> list[dict[str, Any]]:
         served = [s.model for s in config.rewards if s.model] + ([config.dense.model] if config.dense else [])
         colocated = Colocated(config.service, config.admin_key, served, config.colocate_level)
 
+    updater = None
+    if config.rm_updates is not None:
+        from rewardserve.client.grpo.rm_updates import RMUpdater
+
+        target = config.rm_updates.model or next((s.model for s in config.rewards if s.model), None)
+        if target is None:
+            raise ValueError("rm_updates: name the served reward model to update (rm_updates.model)")
+        updater = RMUpdater(
+            config.service, config.admin_key, target, config.rm_updates.checkpoints, config.rm_updates.every
+        )
+
     # Groups in flight at once: the service batches them together.
     scorer = ThreadPoolExecutor(4, thread_name_prefix="rs-rewards")
     try:
@@ -87,6 +98,7 @@ def train(config: GRPOConfig) -> list[dict[str, Any]]:
                 prompts[order[(step * config.prompts_per_step + k) % len(order)]]
                 for k in range(config.prompts_per_step)
             ]
+            rm_version = updater.at_step(step) if updater is not None else None
             scoring: dict[int, Future[Scored]] = {}
             held: list[tuple[int, list[dict[str, Any]], list[str]]] = []  # colocated: scored once awake
             if colocated is not None:
@@ -143,6 +155,7 @@ def train(config: GRPOConfig) -> list[dict[str, Any]]:
                 "reward_wait_s": round(waited, 4),
                 **({"dense_score": scored.dense_mean()} if config.dense is not None else {}),
                 **({"rm_wake_s": round(wake_s, 4)} if wake_s is not None else {}),
+                **({"rm_update": rm_version} if rm_version is not None else {}),
                 **{f"reward/{k}": v for k, v in per_source.items()},
             }
             history.append(row)  # 5
@@ -158,6 +171,8 @@ def train(config: GRPOConfig) -> list[dict[str, Any]]:
         scorer.shutdown()
         if colocated is not None:
             colocated.close()
+        if updater is not None:
+            updater.close()
     if bar is not None:
         bar.close()
     return history

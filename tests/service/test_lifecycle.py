@@ -284,9 +284,10 @@ async def test_new_weights_are_written_in_place_where_the_backend_can(checkpoint
     async with serve_in_process(settings) as (app, http):
         before = await scores_of(http, "rm")  # now in the score cache too
         held = (await http.get("/v1/admin/models/rm", headers=ADMIN)).json()["memory_bytes"]
-        weights_only = tmp_path / "step-100"  # what a trainer writes: the weights and little else
+        weights_only = tmp_path / "step-100"  # what a trainer writes: the config and weights, no tokenizer
         weights_only.mkdir()
-        shutil.copy(second / "model.safetensors", weights_only)
+        for name in ("config.json", "model.safetensors"):
+            shutil.copy(second / name, weights_only)
         other = await scores_of(http, "other")
 
         answered: list[tuple[str, list[float]]] = []
@@ -318,11 +319,17 @@ async def test_new_weights_are_written_in_place_where_the_backend_can(checkpoint
         after = [r["score"] for r in answer.json()["results"]]
         assert after == pytest.approx(other, abs=1e-4)  # not the cached old ones
         assert after != pytest.approx(before, abs=1e-3)
+        # A level-2 sleep drops the weights; waking reads the new ones, not the first source's.
+        for call, body in (("sleep", {"level": 2}), ("wake_up", {})):
+            answer = await http.post(f"/v1/admin/models/rm/{call}", json=body, headers=ADMIN)
+            assert answer.status_code == 200, answer.text
+        assert answer.json()["source"] == str(weights_only)
+        assert await scores_of(http, "rm") == pytest.approx(after, abs=1e-5)
 
         for path, said in (
             (first.parent / "other-shape", "not this model's weights"),
             (flaky, "not finite"),
-            (tmp_path / "nothing-here", "no *.safetensors"),
+            (tmp_path, "not a checkpoint folder"),
         ):
             if said == "not this model's weights" and not path.exists():
                 build_sequence_classifier(path, seed=3, hidden=48)

@@ -179,3 +179,24 @@ def test_sleep_and_wake_toggled_while_callers_score(versions, tmp_path):
         errors = {(status, error) for _, _, status, _, error in callers.records if status != 200}
         assert callers.records and errors <= allowed, errors
         assert any(status == 200 for _, _, status, _, _ in callers.records)
+
+
+def test_the_admin_api_on_a_listener_of_its_own(tmp_path):
+    """``--admin-port``: /v1/admin/ answers there and nowhere else, and that listener
+    answers nothing but the admin API and the probes."""
+    from tests.harness import free_port, serve_subprocess
+
+    admin_port = free_port()
+    env = {"REWARDSERVE_ADMIN_KEYS": ADMIN_KEY}
+    with serve_subprocess("--admin-port", str(admin_port), env=env) as url:
+        admin = f"http://127.0.0.1:{admin_port}"
+        key = {"authorization": f"Bearer {ADMIN_KEY}"}
+        there = httpx.get(f"{admin}/v1/admin/models/math", headers=key, timeout=10)
+        assert there.status_code == 200 and there.json()["name"] == "math", there.text
+        here = httpx.get(f"{url}/v1/admin/models/math", headers=key, timeout=10)
+        assert here.status_code == 404 and "its own port" in here.json()["error"]["message"]
+        body = {"model": "math", "items": [{"response": "4", "reference": "4"}]}
+        assert httpx.post(f"{url}/v1/score", json=body, timeout=10).status_code == 200
+        scored_there = httpx.post(f"{admin}/v1/score", json=body, timeout=10)
+        assert scored_there.status_code == 404 and "only the admin API" in scored_there.json()["error"]["message"]
+        assert httpx.get(f"{admin}/health", timeout=10).status_code == 200
