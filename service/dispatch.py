@@ -51,11 +51,15 @@ class Executed(Generic[R]):
     model_version: str | None = None  # the version of the served model that ran the plan
 
     def timing_headers(self) -> dict[str, str]:
-        # Milliseconds, as TEI reports them.
-        return {
+        # Milliseconds, as TEI reports them; and the version that scored, on every route
+        # (the compat routes' bodies are their peers' shapes: the header is where it fits).
+        headers = {
             "x-queue-time": f"{self.queue_s * 1000:.3f}",
             "x-inference-time": f"{self.inference_s * 1000:.3f}",
         }
+        if self.model_version is not None:
+            headers["x-model-version"] = self.model_version
+        return headers
 
 
 async def run_plan(

@@ -200,6 +200,20 @@ def flaky(checkpoints, tmp_path_factory) -> Path:
     return flaky
 
 
+async def test_the_compat_routes_name_the_version_in_a_header(checkpoints):
+    first, second, _ = checkpoints
+    async with serve_in_process(settings(first)) as (_, http):
+        answers = [
+            await http.post("/classify", json={"model": "rm", "input": "2+2=4"}, headers=SCORER),
+            await http.post("/get_reward?model=rm", json={"query": ["2+2=4"]}, headers=SCORER),
+            await http.post("/v1/score", json={"model": "rm", "items": ITEMS}, headers=SCORER),
+        ]
+        assert [(a.status_code, a.headers.get("x-model-version")) for a in answers] == [(200, "v1")] * 3
+        await http.post("/v1/admin/models/rm/load", json={"source": str(second), "version": "v2"}, headers=ADMIN)
+        answer = await http.post("/classify", json={"model": "rm", "input": "2+2=4"}, headers=SCORER)
+        assert answer.headers["x-model-version"] == "v2"
+
+
 async def test_an_unhealthy_canary_gets_0_percent_by_itself(checkpoints, flaky):
     from rewardserve.service.canary_watch import CANARY_ITEMS
 
