@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterator
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -149,20 +150,41 @@ def read_chat_template(template: str) -> str:
     return template
 
 
-def read_weights(path: str) -> dict[str, Any]:
+class CheckpointWeights:
     """The tensors of a checkpoint a trainer wrote (a directory of ``*.safetensors``
-    files, or one such file), on the host. Safetensors only: a pickled ``.bin`` runs code
-    when it is read. ValueError saying what is wrong."""
-    from safetensors.torch import load_file
+    files, or one such file), read lazily: names and shapes from the files' headers, each
+    tensor read when asked and let go after, so a model's weights are rewritten with no
+    second copy of them in memory. Safetensors only: a pickled ``.bin`` runs code when it
+    is read. ValueError saying what is wrong."""
 
-    where = Path(path).expanduser()
-    files = sorted(where.glob("*.safetensors")) if where.is_dir() else [where]
-    if not files or not all(f.is_file() and f.suffix == ".safetensors" for f in files):
-        raise ValueError(f"{path}: no *.safetensors weights there (a directory of them, or one such file)")
-    tensors: dict[str, Any] = {}
-    for file in files:
-        try:
-            tensors.update(load_file(str(file)))
-        except Exception as exc:  # noqa: BLE001 - a torn or foreign file, said in one line
-            raise ValueError(f"{file}: not a readable safetensors file ({type(exc).__name__}: {exc})") from None
-    return tensors
+    def __init__(self, path: str):
+        from safetensors import safe_open
+
+        where = Path(path).expanduser()
+        self.files = sorted(where.glob("*.safetensors")) if where.is_dir() else [where]
+        if not self.files or not all(f.is_file() and f.suffix == ".safetensors" for f in self.files):
+            raise ValueError(f"{path}: no *.safetensors weights there (a directory of them, or one such file)")
+        self.shapes: dict[str, tuple[int, ...]] = {}
+        self._where: dict[str, Path] = {}
+        for file in self.files:
+            try:
+                with safe_open(str(file), framework="pt") as f:
+                    for name in f.keys():  # noqa: SIM118 - safe_open has keys(), no iteration
+                        self.shapes[name] = tuple(f.get_slice(name).get_shape())
+                        self._where[name] = file
+            except Exception as exc:  # noqa: BLE001 - a torn or foreign file, said in one line
+                raise ValueError(f"{file}: not a readable safetensors file ({type(exc).__name__}: {exc})") from None
+
+    def tensors(self) -> Iterator[tuple[str, Any]]:
+        """Every (name, tensor), one file open at a time, each tensor read as it comes."""
+        from safetensors import safe_open
+
+        for file in self.files:
+            try:
+                with safe_open(str(file), framework="pt") as f:
+                    for name in f.keys():  # noqa: SIM118
+                        yield name, f.get_tensor(name)
+            except ValueError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - a file torn after its header was read
+                raise ValueError(f"{file}: not a readable safetensors file ({type(exc).__name__}: {exc})") from None

@@ -50,6 +50,7 @@ from rewardserve.models.spec import ModelSpec
 
 if TYPE_CHECKING:
     from rewardserve.models.backends.backend import Backend
+    from rewardserve.models.checkpoints import CheckpointWeights
     from rewardserve.models.images import ImagePolicy
     from rewardserve.models.rules.runner import RuleRunner
 
@@ -349,17 +350,17 @@ class RewardModel(ABC):
         why: str | None = self.backend.weights_in_place()
         return why
 
-    def check_weights(self, tensors: dict[str, Any]) -> None:
-        """ValueError when ``tensors`` are not a checkpoint of this model (names, shapes,
+    def check_weights(self, weights: CheckpointWeights) -> None:
+        """ValueError when ``weights`` are not a checkpoint of this model (names, shapes,
         finite values)."""
         assert self.backend is not None  # weights_in_place said it has weights
-        self.backend.check_weights(tensors)
+        self.backend.check_weights(weights)
 
-    def update_weights(self, tensors: dict[str, Any]) -> None:
-        """``tensors`` (checked) written into the weights its backend reads; every cache
+    def update_weights(self, weights: CheckpointWeights) -> None:
+        """``weights`` (checked) written into the tensors its backend reads; every cache
         the kind keeps (a judge's verdicts, a CLIP goal's text) forgets the old weights'."""
         assert self.backend is not None
-        self.backend.update_weights(tensors)
+        self.backend.update_weights(weights)
         for value in vars(self).values():
             if isinstance(value, LRUCache):
                 value.clear()

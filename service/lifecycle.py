@@ -41,7 +41,7 @@ from typing import Any
 
 from rewardserve.client.protocol import AdminModelState, AdminOperation
 from rewardserve.models.cache import LRUCache
-from rewardserve.models.checkpoints import read_weights
+from rewardserve.models.checkpoints import CheckpointWeights
 from rewardserve.models.reward_model import RewardModel
 from rewardserve.models.spec import ModelSpec
 from rewardserve.service.canary_watch import CanaryWatch
@@ -381,8 +381,8 @@ class Lifecycle:
             self._loading[name] = version
             try:
                 try:
-                    tensors = await asyncio.to_thread(read_weights, path)
-                    await asyncio.to_thread(served.model.check_weights, tensors)
+                    weights = await asyncio.to_thread(CheckpointWeights, path)
+                    await asyncio.to_thread(served.model.check_weights, weights)
                 except ValueError as exc:
                     raise LoadFailed(
                         f"version {version!r} of model {name!r}: {exc}; version {served.version!r} serves on",
@@ -391,7 +391,15 @@ class Lifecycle:
                 served.resumed.clear()  # from here new requests wait for the new weights
                 try:
                     await _drained(served)
-                    await asyncio.to_thread(served.model.update_weights, tensors)
+                    try:
+                        await asyncio.to_thread(served.model.update_weights, weights)
+                    except ValueError as exc:  # the files changed after they were checked
+                        await asyncio.to_thread(_restore, served.model)
+                        raise LoadFailed(
+                            f"version {version!r} of model {name!r}: {exc} while it was written; version "
+                            f"{served.version!r} was read back from {served.model.spec.source} and serves on",
+                            param="path",
+                        ) from None
                     served.score_cache.clear()  # scores of the old weights
                     # Where the weights now come from: a level-2 sleep reloads from here.
                     spec = served.model.spec
@@ -419,6 +427,11 @@ class Lifecycle:
 
 
 _RETRY = {"retry-after": "1"}
+
+
+def _restore(model: RewardModel) -> None:
+    """Weights half written: those it served, read back from where they came from."""
+    model.update_weights(CheckpointWeights(model.spec.source))
 
 
 async def _drained(served: Served) -> None:

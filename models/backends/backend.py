@@ -16,9 +16,12 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from rewardserve.models.checkpoints import CheckpointWeights
 
 TASKS = ("classify", "prm_head", "value_head", "lm")
 
@@ -90,12 +93,12 @@ class Backend(ABC):
         can, ``update_weights``). Most cannot: a new version is loaded beside instead."""
         return f"the {self.name} backend holds its weights where they cannot be rewritten"
 
-    def check_weights(self, tensors: dict[str, Any]) -> None:
-        """ValueError when ``tensors`` are not this model's weights (names, shapes)."""
+    def check_weights(self, weights: CheckpointWeights) -> None:
+        """ValueError when ``weights`` are not this model's (names, shapes, finite values)."""
         raise NotImplementedError(self.weights_in_place())
 
-    def update_weights(self, tensors: dict[str, Any]) -> None:
-        """Write ``tensors`` (checked) into the weights this backend reads."""
+    def update_weights(self, weights: CheckpointWeights) -> None:
+        """Write ``weights`` (checked) into the tensors this backend reads."""
         raise NotImplementedError(self.weights_in_place())
 
     def close(self) -> None:  # noqa: B027 (most backends hold nothing more: not abstract)

@@ -18,7 +18,7 @@ from rewardserve.models.backends.backend import TASKS, Backend, TokenSequence, a
 from rewardserve.models.backends.layer_boundaries import mark_layers
 from rewardserve.models.backends.packing import Unit
 from rewardserve.models.backends.readouts import unwrap_last_layer, wrap_last_layer
-from rewardserve.models.checkpoints import load_tokenizer
+from rewardserve.models.checkpoints import CheckpointWeights, load_tokenizer
 from rewardserve.models.options import BackendOptions
 from rewardserve.models.phases import timed_phase
 from rewardserve.models.spec import ModelSpec
@@ -281,32 +281,32 @@ class TransformersBackend(Backend):
             return "a LoRA adapter is merged into its weights"
         return None
 
-    def check_weights(self, tensors: dict[str, Any]) -> None:
+    def check_weights(self, weights: CheckpointWeights) -> None:
         why = self.weights_in_place()
         if why is not None:
             raise NotImplementedError(why)
-        assert self._checkpoint_module is not None  # weights_in_place says so
         own = self._checkpoint_state()
-        unexpected = sorted(set(tensors) - set(own))
+        unexpected = sorted(set(weights.shapes) - set(own))
         # A tied weight (the LM head sharing the embeddings) is saved once, under one name.
-        given = {own[k].data_ptr() for k in tensors if k in own}
-        missing = sorted(k for k in set(own) - set(tensors) if own[k].data_ptr() not in given)
+        given = {own[k].data_ptr() for k in weights.shapes if k in own}
+        missing = sorted(k for k in set(own) - set(weights.shapes) if own[k].data_ptr() not in given)
         if unexpected or missing:
             raise ValueError(
                 f"not this model's weights: {len(missing)} missing (e.g. {missing[:3]}), "
                 f"{len(unexpected)} unexpected (e.g. {unexpected[:3]})"
             )
-        for name, tensor in tensors.items():
-            if tuple(tensor.shape) != tuple(own[name].shape):
-                shapes = f"{tuple(tensor.shape)}, this model's {tuple(own[name].shape)}"
+        for name, shape in weights.shapes.items():
+            if shape != tuple(own[name].shape):
+                shapes = f"{shape}, this model's {tuple(own[name].shape)}"
                 raise ValueError(f"not this model's weights: {name} has shape {shapes}")
+        for name, tensor in weights.tensors():  # read once to check, then let go
             if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
                 raise ValueError(f"{name}: not finite")
 
     @torch.no_grad()  # type: ignore[untyped-decorator]  # torch is untyped
-    def update_weights(self, tensors: dict[str, Any]) -> None:
+    def update_weights(self, weights: CheckpointWeights) -> None:
         own = self._checkpoint_state()  # views of the parameters themselves
-        for name, tensor in tensors.items():
+        for name, tensor in weights.tensors():
             own[name].copy_(tensor.to(dtype=own[name].dtype))
 
     def _checkpoint_state(self) -> dict[str, torch.Tensor]:

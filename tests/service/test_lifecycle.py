@@ -365,3 +365,34 @@ async def test_weights_are_loaded_beside_where_they_are_packed(checkpoints):
         how = updated.json()["weights_update"]
         assert how.startswith("loaded beside") and "oneDNN" in how, how
         assert await scores_of(http, "rm") == pytest.approx(await scores_of(http, "other"), abs=1e-4)
+
+
+async def test_weights_torn_while_written_are_read_back_from_the_last_source(checkpoints, monkeypatch):
+    """The files change between the check and the write (a trainer saving over them): what
+    was written is undone from the model's own source, and it serves on as it was."""
+    from rewardserve.models.checkpoints import CheckpointWeights
+
+    first, second, _ = checkpoints
+    reads = []
+    tensors = CheckpointWeights.tensors
+
+    def torn(self):
+        reads.append(self.files)
+        for count, pair in enumerate(tensors(self)):
+            if len(reads) == 2 and count == 3:  # the write, three tensors in
+                raise ValueError("the file ends early")
+            yield pair
+
+    monkeypatch.setattr(CheckpointWeights, "tensors", torn)
+    # No score cache: the scores after are read from the weights, not remembered.
+    settings = two_served(first, second, cpu_linear="torch", compile_layers=False, score_cache_size=0)
+    async with serve_in_process(settings) as (_, http):
+        before = await scores_of(http, "rm")
+        answer = await http.post(
+            "/v1/admin/models/rm/weights", json={"path": str(second), "version": "v2"}, headers=ADMIN
+        )
+        assert answer.status_code == 422 and "read back from" in answer.text, answer.text
+        assert len(reads) == 3  # checked, written (torn), read back
+        state = (await http.get("/v1/admin/models/rm", headers=ADMIN)).json()
+        assert state["version"] == "v1" and state["state"] == "awake"
+        assert await scores_of(http, "rm") == pytest.approx(before, abs=1e-5)
