@@ -150,41 +150,90 @@ def read_chat_template(template: str) -> str:
     return template
 
 
+# safetensors' dtype names, as torch dtypes' names (read with a plain file read, no map).
+_SAFETENSORS_DTYPES = {
+    "F64": "float64",
+    "F32": "float32",
+    "F16": "float16",
+    "BF16": "bfloat16",
+    "I64": "int64",
+    "I32": "int32",
+    "I16": "int16",
+    "I8": "int8",
+    "U8": "uint8",
+    "BOOL": "bool",
+    "F8_E4M3": "float8_e4m3fn",
+    "F8_E5M2": "float8_e5m2",
+}
+MAX_HEADER_BYTES = 100 * 1024 * 1024  # safetensors' own bound on a header
+
+
 class CheckpointWeights:
     """The tensors of a checkpoint a trainer wrote (a directory of ``*.safetensors``
-    files, or one such file), read lazily: names and shapes from the files' headers, each
-    tensor read when asked and let go after, so a model's weights are rewritten with no
-    second copy of them in memory. Safetensors only: a pickled ``.bin`` runs code when it
-    is read. ValueError saying what is wrong."""
+    files, or one such file): names, dtypes and shapes from the files' headers, each
+    tensor read when asked (a plain read at its offset, never a memory map: a file a
+    trainer truncates or rewrites meanwhile is a short read, a ValueError, not a SIGBUS
+    that kills the process) and let go after, so no second copy of the weights is held.
+    Safetensors only: a pickled ``.bin`` runs code when it is read."""
 
     def __init__(self, path: str):
-        from safetensors import safe_open
-
-        where = Path(path).expanduser()
-        self.files = sorted(where.glob("*.safetensors")) if where.is_dir() else [where]
-        if not self.files or not all(f.is_file() and f.suffix == ".safetensors" for f in self.files):
+        try:
+            where = Path(path).expanduser()
+            self.files = sorted(where.glob("*.safetensors")) if where.is_dir() else [where]
+            ok = bool(self.files) and all(f.is_file() and f.suffix == ".safetensors" for f in self.files)
+        except (OSError, RuntimeError) as exc:  # an unknown ~user, a name too long
+            raise ValueError(f"{path}: {exc}") from None
+        if not ok:
             raise ValueError(f"{path}: no *.safetensors weights there (a directory of them, or one such file)")
         self.shapes: dict[str, tuple[int, ...]] = {}
-        self._where: dict[str, Path] = {}
+        self._entries: list[tuple[Path, int, str, str, tuple[int, ...], int, int]] = []
         for file in self.files:
-            try:
-                with safe_open(str(file), framework="pt") as f:
-                    for name in f.keys():  # noqa: SIM118 - safe_open has keys(), no iteration
-                        self.shapes[name] = tuple(f.get_slice(name).get_shape())
-                        self._where[name] = file
-            except Exception as exc:  # noqa: BLE001 - a torn or foreign file, said in one line
-                raise ValueError(f"{file}: not a readable safetensors file ({type(exc).__name__}: {exc})") from None
+            for name, dtype, shape, start, end, base in self._header(file):
+                self.shapes[name] = shape
+                self._entries.append((file, base, name, dtype, shape, start, end))
+
+    @staticmethod
+    def _header(file: Path) -> list[tuple[str, str, tuple[int, ...], int, int, int]]:
+        import json
+        import struct
+
+        try:
+            with open(file, "rb") as f:
+                (size,) = struct.unpack("<Q", f.read(8))
+                if size > MAX_HEADER_BYTES:
+                    raise ValueError(f"a header of {size} bytes")
+                header = json.loads(f.read(size))
+            entries = []
+            for name, entry in header.items():
+                if name == "__metadata__":
+                    continue
+                dtype = _SAFETENSORS_DTYPES.get(entry["dtype"])
+                if dtype is None:
+                    raise ValueError(f"{name}: dtype {entry['dtype']} is not one this reads")
+                start, end = entry["data_offsets"]
+                entries.append((name, dtype, tuple(int(d) for d in entry["shape"]), int(start), int(end), 8 + size))
+            return entries
+        except Exception as exc:  # noqa: BLE001 - a torn or foreign file, said in one line
+            raise ValueError(f"{file}: not a readable safetensors file ({type(exc).__name__}: {exc})") from None
 
     def tensors(self) -> Iterator[tuple[str, Any]]:
-        """Every (name, tensor), one file open at a time, each tensor read as it comes."""
-        from safetensors import safe_open
+        """Every (name, tensor), each read as it comes."""
+        import torch
 
-        for file in self.files:
+        for file, base, name, dtype, shape, start, end in self._entries:
             try:
-                with safe_open(str(file), framework="pt") as f:
-                    for name in f.keys():  # noqa: SIM118
-                        yield name, f.get_tensor(name)
-            except ValueError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - a file torn after its header was read
-                raise ValueError(f"{file}: not a readable safetensors file ({type(exc).__name__}: {exc})") from None
+                with open(file, "rb") as f:
+                    f.seek(base + start)
+                    data = f.read(end - start)
+            except OSError as exc:
+                raise ValueError(f"{file}: {exc}") from None
+            if len(data) != end - start:
+                raise ValueError(f"{file}: ends before {name} does (the file changed while it was read)")
+            if not data:
+                yield name, torch.empty(shape, dtype=getattr(torch, dtype))
+                continue
+            try:
+                tensor = torch.frombuffer(bytearray(data), dtype=getattr(torch, dtype)).reshape(shape)
+            except Exception as exc:  # noqa: BLE001 - sizes that do not agree with the header
+                raise ValueError(f"{file}: {name}: {type(exc).__name__}: {exc}") from None
+            yield name, tensor

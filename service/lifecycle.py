@@ -221,10 +221,19 @@ class Lifecycle:
             if served.state == "sleeping" and (served.sleep_level or 0) >= level:
                 return self.state(name)  # idempotent
             start = time.perf_counter()
+            fresh = None
+            if level == 2 and served.model.runs_torch:
+                try:  # built before anything changes: weights not loaded, read again on wake
+                    fresh = self.registry.build(served.model.spec)
+                except (ValueError, OSError, RuntimeError) as exc:
+                    raise LoadFailed(
+                        f"model {name!r} cannot sleep at level 2: waking would reload it from "
+                        f"{served.model.spec.source}, which cannot be read ({exc}); level 1 keeps its weights",
+                        param="level",
+                    ) from None
             served.state, served.sleep_level = "sleeping", level
             await _drained(served)
-            if level == 2 and served.model.runs_torch:
-                fresh = self.registry.build(served.model.spec)  # weights not loaded: read again on wake
+            if fresh is not None:
                 await self._close(served)
                 served.model = fresh
             served.last_operation_s = time.perf_counter() - start
@@ -243,7 +252,16 @@ class Lifecycle:
             start = time.perf_counter()
             if served.batcher is None:  # level 2: load, probe, batch again
                 model = served.model
-                await asyncio.to_thread(_load_and_probe, model, 0.0, False)
+                try:
+                    await asyncio.to_thread(_load_and_probe, model, 0.0, False)
+                except Exception as exc:  # noqa: BLE001 - its source gone or broken: it sleeps on
+                    await asyncio.to_thread(drop, model)  # what it loaded; the next wake loads again
+                    raise LoadFailed(
+                        f"model {model.name!r} did not wake: {model.spec.source}: "
+                        + " ".join(f"{type(exc).__name__}: {exc}".split())[:600]
+                        + "; it sleeps on (POST .../weights or .../load gives it weights that read)",
+                        param="name",
+                    ) from None
                 self.registry.start_batching(served)
             served.state, served.sleep_level = "awake", None
             served.last_operation_s = time.perf_counter() - start
@@ -297,7 +315,7 @@ class Lifecycle:
             spec = old.model.spec.model_copy(update={"source": source, "revision": None, "version": version})
         try:
             model = self.registry.build(spec)
-        except ValueError as exc:
+        except (ValueError, OSError, RuntimeError) as exc:
             raise LoadFailed(f"version {version!r} of model {name!r}: {exc}", param="source") from None
         self._loading[name] = version
         try:
@@ -363,19 +381,37 @@ class Lifecycle:
             served = self.registry.current(name)
             if served.model.kind == "rule" or not served.model.runs_torch:
                 raise InvalidRequest(f"model {name!r} is a {served.model.kind} model: it has no weights")
-            if not (Path(path).expanduser() / "config.json").is_file():
+            try:
+                config_file = Path(path).expanduser() / "config.json"
+                has_config = config_file.is_file()
+            except (OSError, RuntimeError):  # an unknown ~user, a name too long
+                has_config = False
+            if not has_config:
                 raise LoadFailed(
                     f"{path}: not a checkpoint folder as save_pretrained writes it (config.json and "
                     f"*.safetensors; the tokenizer may be left out); version {served.version!r} serves on",
                     param="path",
                 )
+            spec = served.model.spec
+            moved = spec.model_copy(
+                update={"source": path, "tokenizer": spec.tokenizer or spec.source, "revision": None}
+            )
+            if served.state == "sleeping" and served.sleep_level == 2:
+                # Nothing held to write into: the wake loads these weights.
+                served.model = self.registry.build(moved)
+                self._set_version(name, served, version)
+                self._updates[name] = "on wake (asleep at level 2)"
+                return self.state(name)
+            differs = _config_differs(spec.source, path)
+            if differs is not None:
+                raise LoadFailed(
+                    f"version {version!r} of model {name!r}: not this model's weights: {differs} "
+                    f"(POST .../load serves another model); version {served.version!r} serves on",
+                    param="path",
+                )
             why = served.model.weights_in_place()
             if why is not None:
-                spec = served.model.spec
-                spec = spec.model_copy(
-                    update={"source": path, "tokenizer": spec.tokenizer or spec.source, "revision": None}
-                )
-                state = await self._load_locked(name, path, version, True, spec)
+                state = await self._load_locked(name, path, version, True, moved)
                 self._updates[name] = f"loaded beside: {why}"
                 return state.model_copy(update={"weights_update": self._updates[name]})
             self._loading[name] = version
@@ -394,21 +430,25 @@ class Lifecycle:
                     try:
                         await asyncio.to_thread(served.model.update_weights, weights)
                     except ValueError as exc:  # the files changed after they were checked
-                        await asyncio.to_thread(_restore, served.model)
+                        try:
+                            await asyncio.to_thread(_restore, served.model)
+                        except ValueError as lost:  # nothing to read back: no half-written scores
+                            await self._close(served)
+                            served.model = self.registry.build(spec)
+                            served.state, served.sleep_level = "sleeping", 2
+                            raise LoadFailed(
+                                f"version {version!r} of model {name!r}: {exc} while it was written, and "
+                                f"{lost}; it sleeps (level 2) until weights that read are given",
+                                param="path",
+                            ) from None
                         raise LoadFailed(
                             f"version {version!r} of model {name!r}: {exc} while it was written; version "
                             f"{served.version!r} was read back from {served.model.spec.source} and serves on",
                             param="path",
                         ) from None
                     served.score_cache.clear()  # scores of the old weights
-                    # Where the weights now come from: a level-2 sleep reloads from here.
-                    spec = served.model.spec
-                    served.model.spec = spec.model_copy(
-                        update={"source": path, "tokenizer": spec.tokenizer or spec.source, "revision": None}
-                    )
-                    self.metrics.model_version.labels(name, served.version).set(0)
-                    self.metrics.model_version.labels(name, version).set(1)
-                    served.version = version
+                    served.model.spec = moved  # where the weights now come from: a level-2 sleep reloads from here
+                    self._set_version(name, served, version)
                 finally:
                     served.resumed.set()
             finally:
@@ -416,6 +456,11 @@ class Lifecycle:
             self._updates[name] = "in place"
             log.info("model %s: version %s written in place from %s", name, version, path)
         return self.state(name)
+
+    def _set_version(self, name: str, served: Served, version: str) -> None:
+        self.metrics.model_version.labels(name, served.version).set(0)
+        self.metrics.model_version.labels(name, version).set(1)
+        served.version = version
 
     async def _close(self, served: Served) -> None:
         """Stop its batcher, close its model, and hand the memory back."""
@@ -427,6 +472,29 @@ class Lifecycle:
 
 
 _RETRY = {"retry-after": "1"}
+
+
+def _config_differs(source: str, path: str) -> str | None:
+    """Why the checkpoint at ``path`` is another model than ``source`` by its config (its
+    weights then cannot be written into this one's), or None."""
+    import json
+
+    def read(folder: str) -> dict[str, object] | None:
+        try:
+            config = json.loads((Path(folder).expanduser() / "config.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError, RuntimeError):
+            return None
+        if not isinstance(config, dict):
+            return None
+        for key in ("_name_or_path", "transformers_version", "torch_dtype", "dtype", "use_cache"):
+            config.pop(key, None)
+        return config
+
+    old, new = read(source), read(path)
+    if old is None or new is None or old == new:
+        return None
+    differ = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))[:5]
+    return f"its config.json differs from the serving model's ({', '.join(differ)})"
 
 
 def _restore(model: RewardModel) -> None:

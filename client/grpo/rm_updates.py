@@ -18,13 +18,23 @@ log = logging.getLogger("rewardserve.grpo")
 
 def newest_checkpoint(folder: Path) -> Path | None:
     """The most recently written checkpoint folder under ``folder`` (one holding a
-    config.json and safetensors weights), the later name first among equal times."""
-    found = (
-        [p for p in folder.iterdir() if p.is_dir() and (p / "config.json").is_file() and any(p.glob("*.safetensors"))]
-        if folder.is_dir()
-        else []
-    )
-    return max(found, key=lambda p: (max(f.stat().st_mtime for f in p.iterdir()), p.name), default=None)
+    config.json and safetensors weights), the later name first among equal times; a
+    folder the trainer removes while it is looked at is passed over."""
+
+    def written(path: Path) -> float | None:
+        try:
+            if not (path / "config.json").is_file() or not any(path.glob("*.safetensors")):
+                return None
+            return max(f.stat().st_mtime for f in path.iterdir())
+        except (OSError, ValueError):  # gone meanwhile, or emptied
+            return None
+
+    try:
+        candidates = [p for p in folder.iterdir() if p.is_dir()] if folder.is_dir() else []
+    except OSError:
+        return None
+    found = [(when, p.name, p) for p in candidates if (when := written(p)) is not None]
+    return max(found)[2] if found else None
 
 
 class RMUpdater:

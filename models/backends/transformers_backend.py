@@ -64,6 +64,35 @@ def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
     return _DTYPES[dtype]
 
 
+def _fitted(name: str, tensor: torch.Tensor, own: torch.Tensor) -> torch.Tensor:
+    """``tensor`` in ``own``'s dtype, or ValueError: another shape, a whole-number tensor
+    for a floating-point weight, or a value the cast makes infinite (1e300 into float32)."""
+    if tuple(tensor.shape) != tuple(own.shape):
+        raise ValueError(
+            f"not this model's weights: {name} has shape {tuple(tensor.shape)}, this model's {tuple(own.shape)}"
+        )
+    if own.is_floating_point() != tensor.is_floating_point():
+        raise ValueError(f"not this model's weights: {name} is {tensor.dtype}, this model's {own.dtype}")
+    try:
+        cast = tensor.to(dtype=own.dtype)
+    except (RuntimeError, TypeError) as exc:
+        raise ValueError(f"{name}: {tensor.dtype} does not cast to {own.dtype} ({exc})") from None
+    if cast.is_floating_point() and not bool(torch.isfinite(cast).all()):
+        raise ValueError(f"{name}: not finite (in {own.dtype})")
+    return cast
+
+
+def own_memory(module: nn.Module) -> None:
+    """Every parameter of ``module`` in the process's own memory. transformers keeps CPU
+    weights of the checkpoint's dtype as a map of its safetensors file: a trainer saving
+    over that file would change the served scores under the same version, or kill the
+    process (SIGBUS) while the file is shorter than the map. One tensor at a time: no
+    second copy of the weights is held."""
+    with torch.no_grad():
+        for parameter in module.parameters():
+            parameter.data = parameter.data.clone()
+
+
 class TransformersBackend(Backend):
     name = "transformers"
 
@@ -87,6 +116,11 @@ class TransformersBackend(Backend):
             # head comes from a file of its own, value_head).
             self._checkpoint_module: nn.Module | None = None
             self.base, self.head, config, self._whole = self._load(spec.source, task)
+            if self.device.type == "cpu":
+                for module in {
+                    id(m): m for m in (self._checkpoint_module, self._whole, self.base, self.head) if m is not None
+                }.values():
+                    own_memory(module)
         # Packed rows are rounded up to a multiple of this many tokens (packing.pack).
         self._pack_multiple = 1
         self._linears_packed = 0
@@ -300,14 +334,17 @@ class TransformersBackend(Backend):
                 shapes = f"{shape}, this model's {tuple(own[name].shape)}"
                 raise ValueError(f"not this model's weights: {name} has shape {shapes}")
         for name, tensor in weights.tensors():  # read once to check, then let go
-            if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
-                raise ValueError(f"{name}: not finite")
+            _fitted(name, tensor, own[name])
 
     @torch.no_grad()  # type: ignore[untyped-decorator]  # torch is untyped
     def update_weights(self, weights: CheckpointWeights) -> None:
+        """Each tensor checked again as it is written: the files may have changed since
+        ``check_weights`` (a ValueError then, the caller reading the old weights back)."""
         own = self._checkpoint_state()  # views of the parameters themselves
         for name, tensor in weights.tensors():
-            own[name].copy_(tensor.to(dtype=own[name].dtype))
+            if name not in own:
+                raise ValueError(f"{name}: not this model's (the checkpoint changed while it was read)")
+            own[name].copy_(_fitted(name, tensor, own[name]))
 
     def _checkpoint_state(self) -> dict[str, torch.Tensor]:
         """The module's state dict under the names its checkpoint gives them: the
