@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import io
 import re
 from collections import defaultdict
 from typing import Any
@@ -40,16 +41,34 @@ def group_of(row_id: Any) -> str:
 
 
 def image_url(image: Any, number: int) -> str:
-    """The row's image as a ``data:`` URL the service reads."""
-    if isinstance(image, str) and image.startswith("data:image/"):
+    """The row's image as a ``data:`` URL the service reads; ValueError naming the line
+    for an image that is not one, or does not decode."""
+    if isinstance(image, str) and image.startswith("data:image/") and ";base64," in image:
+        encoded = image.split(";base64,", 1)[1]
+    elif isinstance(image, dict) and isinstance(image.get("bytes"), str):
+        encoded = image["bytes"]
+    else:
+        raise ValueError(f"line {number}: 'image' is a data:image/...;base64 URL or {{'bytes': base64}}")
+    try:
+        raw = base64.b64decode(encoded, validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError(f"line {number}: the image is not base64") from None
+    _decodes(raw, number)
+    if isinstance(image, str):
         return image
-    if isinstance(image, dict) and isinstance(image.get("bytes"), str):
-        try:
-            raw = base64.b64decode(image["bytes"], validate=True)
-        except (binascii.Error, ValueError):
-            raise ValueError(f"line {number}: 'image.bytes' is not base64") from None
-        return "data:image/png;base64," + base64.b64encode(raw).decode("ascii")
-    raise ValueError(f"line {number}: 'image' is a data:image/... URL or {{'bytes': base64}}")
+    return "data:image/png;base64," + base64.b64encode(raw).decode("ascii")
+
+
+def _decodes(raw: bytes, number: int) -> None:
+    try:
+        from PIL import Image
+    except ImportError:  # a client-only install: the service says so for the row
+        return
+    try:
+        with Image.open(io.BytesIO(raw)) as image:
+            image.verify()
+    except Exception as exc:  # noqa: BLE001 - any reason PIL has: the row is not scored
+        raise ValueError(f"line {number}: the image does not decode ({type(exc).__name__})") from None
 
 
 def checked(row: dict[str, Any], number: int) -> None:

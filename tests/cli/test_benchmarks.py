@@ -404,3 +404,68 @@ def test_each_format_end_to_end_on_a_model(qwen3_rm, tmp_path, capsys, fmt, row)
     assert setup["chat_template"] == "tokenizer" and setup["truncate"] == "error"
     assert setup["chat_template_sha256"] == hashlib.sha256(template.encode()).hexdigest()
     assert setup["max_length"] == AutoConfig.from_pretrained(qwen3_rm).max_position_embeddings
+
+
+def test_every_format_end_to_end_against_a_running_service(live_service, tmp_path, capsys):
+    """Each format's small file in its benchmark's field names, through the CLI against a
+    real uvicorn process (``--url``): the rows' scores come back, and the metric is the
+    format's own over them."""
+    rows = {
+        "rewardbench": ("qwen", [{"id": 1, "prompt": "2+2?", "chosen": "4", "rejected": "5", "subset": "math-prm"}]),
+        "rewardbench2": (
+            "qwen",
+            [{"id": "m-0", "prompt": "2+2?", "chosen": ["4"], "rejected": ["5", "22", "four?"], "subset": "Math"}],
+        ),
+        "rm-bench": (
+            "qwen",
+            [
+                {
+                    "id": 1,
+                    "prompt": "2+2?",
+                    "chosen": ["4", "It is 4.", "**4**"],
+                    "rejected": ["5", "It is 5.", "**5**"],
+                    "domain": "math",
+                }
+            ],
+        ),
+        "judgebench": (
+            "qwen",
+            [
+                {
+                    "pair_id": "p1",
+                    "question": "2+2?",
+                    "response_A": "4",
+                    "response_B": "5",
+                    "label": "A>B",
+                    "source": "mmlu-pro-math",
+                }
+            ],
+        ),
+        "processbench": (
+            "prm",
+            [{"id": "g0", "problem": "What is 2+2?", "steps": ["2+2", "= 4", "done"], "label": -1, "split": "gsm8k"}],
+        ),
+        "prmbench": (
+            "prm",
+            [
+                {
+                    "idx": "prm_test_p1_0",
+                    "classification": "circular",
+                    "modified_question": "What is 2+2?",
+                    "modified_process": ["2+2", "= 5", "done"],
+                    "error_steps": [2],
+                }
+            ],
+        ),
+    }
+    for fmt, (model, given) in rows.items():
+        source = tmp_path / f"{fmt}.jsonl"
+        source.write_text("".join(json.dumps(r) + "\n" for r in given))
+        out = tmp_path / fmt
+        main(["eval", "--format", fmt, "--url", live_service, "--model", model, str(source), "-o", str(out)])
+        assert fmt in capsys.readouterr().out
+        results = json.loads((out / "results.json").read_text())
+        scores = [json.loads(line)["scores"] for line in (out / "rows.jsonl").read_text().splitlines()]
+        assert results["setup"]["model_source"] and results["invalid"] == 0, fmt
+        expected = benchmarks.summary(fmt, given, scores)
+        assert {k: results[k] for k in expected} == expected, fmt

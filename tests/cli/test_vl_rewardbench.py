@@ -54,6 +54,7 @@ def test_rows_that_are_not_its_own_are_named():
         ({**row, "human_ranking": [0, "x"]}, "human_ranking"),
         ({**row, "response": ["a"]}, "two strings"),
         ({**row, "image": {"bytes": "not base64!"}}, "not base64"),
+        ({**row, "image": {"bytes": base64.b64encode(b"hello, not an image").decode()}}, "does not decode"),
         ({**row, "image": "/etc/passwd"}, "data:image"),
     ):
         with pytest.raises(ValueError, match=said):
