@@ -36,11 +36,16 @@ def cpu_name() -> str:
     return platform.processor() or "unknown"
 
 
-def rss_mib(pid: int) -> float:
+def status_mib(pid: int, field: str) -> float:
+    """A memory field of /proc/PID/status (VmRSS, RssAnon, ...) in MiB."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(field + ":"):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def rss_mib(pid: int) -> float:
+    return status_mib(pid, "VmRSS")
 
 
 def percentile(values: list[float], q: float) -> float:

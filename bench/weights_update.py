@@ -29,14 +29,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
-from bench.lifecycle import ITEMS, cpu_name  # noqa: E402
-
-
-def status_mib(pid: int, field: str) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
+from bench.lifecycle import ITEMS, cpu_name, status_mib  # noqa: E402
 
 
 class PeakRSS:

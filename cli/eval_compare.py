@@ -37,10 +37,7 @@ def headline_reader(
         keys = list(sb.step_counts([], threshold))
         return lambda picked: sb.prm_score(dict(zip(keys, counts[picked].sum(axis=0).tolist())))["prm_score"]
     if fmt == "processbench":
-        hits = [
-            (str(row.get("split", "all")), row["label"] != -1, sb.first_below(s, threshold) == row["label"])
-            for row, s in zip(rows, scores)
-        ]
+        hits = [sb.processbench_hit(row, s, threshold) for row, s in zip(rows, scores)]
         return lambda picked: sb.mean_f1([hits[i] for i in picked])
 
     def read(picked: list[int]) -> float | None:

@@ -152,15 +152,7 @@ async def run_model(
                 (i,) = indices
                 why = f"{exc.status_code} {exc.type}: {exc.message}"
                 if fmt == "pairs":
-                    return [
-                        {
-                            "index": i,
-                            "id": rows[i].get("id"),
-                            "subset": str(rows[i].get("subset", "all")),
-                            "valid": False,
-                            "error": why,
-                        }
-                    ]
+                    return [{**ev.pair_line(i, rows[i]), "valid": False, "error": why}]
                 return [ev.benchmark_line(i, rows[i], why, judge)]
             return [line for i in indices for line in await scored([i])]
 

@@ -202,7 +202,7 @@ async def pair_lines_at(
     for number, line, items in zip(indices, lines, per_line):
         scored = results[at : at + len(items)]
         at += len(items)
-        row: dict[str, Any] = {"index": number, "id": line.get("id"), "subset": str(line.get("subset", "all"))}
+        row = pair_line(number, line)
         invalid = [r.error or "invalid" for r in scored if not r.valid or r.score is None]
         if invalid:
             row.update(valid=False, error=invalid[0])
@@ -211,6 +211,11 @@ async def pair_lines_at(
             row.update(chosen=scores[0], rejected=scores[1:], correct=decision(scores[0], scores[1:]))
         out.append(row)
     return out
+
+
+def pair_line(index: int, line: dict[str, Any]) -> dict[str, Any]:
+    """The start of a preference line's entry in ``pairs.jsonl``: where it is and what."""
+    return {"index": index, "id": line.get("id"), "subset": str(line.get("subset", "all"))}
 
 
 def pairs_summary(model: str, lines: list[dict[str, Any]]) -> dict[str, Any]:

@@ -57,12 +57,12 @@ def first_below(step_scores: list[float | None], threshold: float) -> int:
 
 def processbench_f1(rows: list[tuple[dict[str, Any], list[float | None]]], threshold: float) -> dict[str, Any]:
     """Per split: the accuracy on rows with an error, on rows without, and their F1."""
-    return split_f1(
-        [
-            (str(row.get("split", "all")), row["label"] != -1, first_below(step_scores, threshold) == row["label"])
-            for row, step_scores in rows
-        ]
-    )
+    return split_f1([processbench_hit(row, step_scores, threshold) for row, step_scores in rows])
+
+
+def processbench_hit(row: dict[str, Any], step_scores: list[float | None], threshold: float) -> tuple[str, bool, bool]:
+    """(split, whether the row has an error, whether the first step below the threshold is it)."""
+    return str(row.get("split", "all")), row["label"] != -1, first_below(step_scores, threshold) == row["label"]
 
 
 def split_f1(hits: list[tuple[str, bool, bool]]) -> dict[str, Any]:

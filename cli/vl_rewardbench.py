@@ -71,7 +71,9 @@ def _decodes(raw: bytes, number: int) -> None:
         raise ValueError(f"line {number}: the image does not decode ({type(exc).__name__})") from None
 
 
-def checked(row: dict[str, Any], number: int) -> None:
+def checked(row: dict[str, Any], number: int) -> str:
+    """The row's image as the URL to send; ValueError naming the line for a row that is
+    not VL-RewardBench's."""
     for key in ("query", "image", "response", "human_ranking"):
         if key not in row:
             raise ValueError(
@@ -84,16 +86,16 @@ def checked(row: dict[str, Any], number: int) -> None:
         raise ValueError(f"line {number}: 'human_ranking' is [0, 1] or [1, 0]")
     if not isinstance(row["query"], str):
         raise ValueError(f"line {number}: 'query' is a string")
-    image_url(row["image"], number)
+    return image_url(row["image"], number)
 
 
 def items(row: dict[str, Any], number: int) -> list[dict[str, Any]]:
     """The two responses to score, the preferred one first."""
-    checked(row, number)
+    url = checked(row, number)  # the image read and decoded once
     user = {
         "role": "user",
         "content": [
-            {"type": "image_url", "image_url": {"url": image_url(row["image"], number)}},
+            {"type": "image_url", "image_url": {"url": url}},
             {"type": "text", "text": row["query"]},
         ],
     }
