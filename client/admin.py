@@ -2,8 +2,9 @@
 a new version, for a trainer that shares the GPU with its reward model or pushes a new
 checkpoint. The client's key must be an admin key (the service's REWARDSERVE_ADMIN_KEYS).
 ``AsyncAdmin`` is the twin of ``Admin``; each call answers when the service is done, or,
-with ``wait=False``, at once (202): ``settled`` then polls the state until the call's
-``operation`` is no longer running."""
+with ``wait=False``, at once (202): ``settled`` then polls until the call's
+``operation`` is no longer running (by its id, when given: a later async call on the
+same model does not hide it)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,14 @@ import time
 from typing import TYPE_CHECKING, Literal
 from urllib.parse import quote
 
-from rewardserve.client.protocol import AdminModelState, CanaryRequest, LoadRequest, SleepRequest, WeightsRequest
+from rewardserve.client.protocol import (
+    AdminModelState,
+    AdminOperation,
+    CanaryRequest,
+    LoadRequest,
+    SleepRequest,
+    WeightsRequest,
+)
 
 if TYPE_CHECKING:
     from rewardserve.client.async_client import AsyncRewardClient
@@ -24,8 +32,17 @@ def _path(name: str, action: str = "", wait: bool = True) -> str:
     return path if wait else path + "?async=true"
 
 
+def _operation_path(operation: str | AdminOperation) -> str:
+    operation_id = operation if isinstance(operation, str) else operation.id
+    return f"/v1/admin/operations/{quote(operation_id, safe='')}"
+
+
 def _running(state: AdminModelState) -> bool:
     return state.operation is not None and state.operation.status == "running"
+
+
+def _still_running(what: object, timeout_s: float) -> TimeoutError:
+    return TimeoutError(f"{what!r} still running after {timeout_s:g}s")
 
 
 class Admin:
@@ -81,17 +98,32 @@ class Admin:
         answer = self._client._request("POST", _path(model, "promote", wait), b"{}")
         return AdminModelState.model_validate_json(answer.content)
 
-    def settled(self, model: str, timeout_s: float = 600.0, poll_s: float = 0.5) -> AdminModelState:
-        """The state once the model's latest ``wait=False`` call is done (its
-        ``operation.status`` succeeded or failed); TimeoutError past ``timeout_s``."""
+    def settled(
+        self, model: str, timeout_s: float = 600.0, poll_s: float = 0.5, operation: str | AdminOperation | None = None
+    ) -> AdminModelState:
+        """The state once the call is done (its ``operation.status`` succeeded, failed or
+        cancelled): ``operation`` (an id, or the record a ``wait=False`` call's state
+        carries), else the model's latest. TimeoutError past ``timeout_s``."""
         deadline = time.monotonic() + timeout_s
+        if operation is not None:
+            record = self.operation(operation)
+            while record.status == "running":
+                if time.monotonic() > deadline:
+                    raise _still_running(record, timeout_s)
+                time.sleep(poll_s)
+                record = self.operation(record.id)
+            return self.state(model).model_copy(update={"operation": record})
         state = self.state(model)
         while _running(state):
             if time.monotonic() > deadline:
-                raise TimeoutError(f"{state.operation!r} still running after {timeout_s:g}s")
+                raise _still_running(state.operation, timeout_s)
             time.sleep(poll_s)
             state = self.state(model)
         return state
+
+    def operation(self, operation: str | AdminOperation) -> AdminOperation:
+        """How a ``wait=False`` call is going, by its id."""
+        return AdminOperation.model_validate_json(self._client._request("GET", _operation_path(operation)).content)
 
 
 class AsyncAdmin:
@@ -135,12 +167,26 @@ class AsyncAdmin:
         answer = await self._client._request("POST", _path(model, "canary", wait), body)
         return AdminModelState.model_validate_json(answer.content)
 
-    async def settled(self, model: str, timeout_s: float = 600.0, poll_s: float = 0.5) -> AdminModelState:
+    async def settled(
+        self, model: str, timeout_s: float = 600.0, poll_s: float = 0.5, operation: str | AdminOperation | None = None
+    ) -> AdminModelState:
         deadline = time.monotonic() + timeout_s
+        if operation is not None:
+            record = await self.operation(operation)
+            while record.status == "running":
+                if time.monotonic() > deadline:
+                    raise _still_running(record, timeout_s)
+                await asyncio.sleep(poll_s)
+                record = await self.operation(record.id)
+            return (await self.state(model)).model_copy(update={"operation": record})
         state = await self.state(model)
         while _running(state):
             if time.monotonic() > deadline:
-                raise TimeoutError(f"{state.operation!r} still running after {timeout_s:g}s")
+                raise _still_running(state.operation, timeout_s)
             await asyncio.sleep(poll_s)
             state = await self.state(model)
         return state
+
+    async def operation(self, operation: str | AdminOperation) -> AdminOperation:
+        answer = await self._client._request("GET", _operation_path(operation))
+        return AdminOperation.model_validate_json(answer.content)

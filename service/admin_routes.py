@@ -5,6 +5,7 @@ with ``?async=true`` a POST answers 202 at once, the state's ``operation`` telli
 the call goes (poll GET /v1/admin/models/{name}).
 
     GET  /v1/admin/models/{name}           state, version, requests in flight, memory held
+    GET  /v1/admin/operations/{id}         how a ?async=true call went (its id in the 202's state)
     POST /v1/admin/models/{name}/sleep     {"level": 1 | 2}
     POST /v1/admin/models/{name}/wake_up
     POST /v1/admin/models/{name}/load      {"source", "version"}: hot swap
@@ -23,7 +24,14 @@ from typing import Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
-from rewardserve.client.protocol import AdminModelState, CanaryRequest, LoadRequest, SleepRequest, WeightsRequest
+from rewardserve.client.protocol import (
+    AdminModelState,
+    AdminOperation,
+    CanaryRequest,
+    LoadRequest,
+    SleepRequest,
+    WeightsRequest,
+)
 from rewardserve.service.body import BoundedRoute
 from rewardserve.service.context import RequestContext
 from rewardserve.service.routes import ERROR_RESPONSES, json_response
@@ -35,6 +43,11 @@ router = APIRouter(route_class=BoundedRoute, responses={**ERROR_RESPONSES, 403: 
 @router.get("/v1/admin/models/{name}", response_model=AdminModelState)
 async def model_state(name: str, request: Request) -> Response:
     return json_response(RequestContext.of(request).svc.lifecycle.state(name))
+
+
+@router.get("/v1/admin/operations/{operation_id}", response_model=AdminOperation)
+async def operation_state(operation_id: str, request: Request) -> Response:
+    return json_response(RequestContext.of(request).svc.lifecycle.operations.get(operation_id))
 
 
 # ?async=true: answer 202 at once; the call runs on, its progress in the state's operation.

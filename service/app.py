@@ -138,6 +138,7 @@ def create_app(settings: Settings | None = None, url: str | None = None) -> Fast
             loading.cancel()
             await asyncio.gather(loading, return_exceptions=True)
             await state.shadowing.close()
+            await state.lifecycle.close()  # async admin calls still running: cancelled, awaited
             await state.registry.close()
             await asyncio.to_thread(rule_runner.close)
 

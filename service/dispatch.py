@@ -176,13 +176,18 @@ def charge_work(ctx: RequestContext, work: int) -> None:
 
 async def run_parts(ctx: RequestContext, parts: list[Part[Any]]) -> list[Executed[Any]]:
     """Each part's plan on its own model's batcher, concurrently; its results put in the
-    part. A part's model that is not ready fails the request (503)."""
+    part. A part's model that is not ready fails the request (503). Each part's model is
+    held while its part runs, as a request's own model is: weights rewritten in place wait
+    for the part, and a part waits for them (never half of each)."""
     if not parts:
         return []
     registry = ctx.svc.registry
 
     async def run(part: Part[Any]) -> Executed[Any]:
-        done: Executed[Any] = await execute(ctx, registry.get(part.model), part.plan, 0)
+        served = registry.get(part.model)
+        async with ctx.svc.lifecycle.using(served):
+            done: Executed[Any] = await execute(ctx, served, part.plan, 0)
+            done.model_version = served.version
         part.results = done.results
         return done
 

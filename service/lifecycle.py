@@ -24,26 +24,28 @@ its work is done.
                turns out unhealthy on real traffic (service/canary_watch.py) gets 0% at
                once and is drained and closed.
 
-A call made with ``?async=true`` runs as a task: the answer is 202 with the model's
-state, whose ``operation`` says how the call is going (running, succeeded, failed).
+A call made with ``?async=true`` runs as a task (service/admin_operations.py): the
+answer is 202 with the model's state, whose ``operation`` says how the call is going
+(running, succeeded, failed; cancelled by a shutdown), polled by its id.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import time
-import uuid
 from collections.abc import AsyncIterator, Coroutine, Iterable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from rewardserve.client.protocol import AdminModelState, AdminOperation
+from rewardserve.client.protocol import AdminModelState
 from rewardserve.models.cache import LRUCache
 from rewardserve.models.checkpoints import CheckpointWeights
 from rewardserve.models.reward_model import RewardModel
 from rewardserve.models.spec import ModelSpec
+from rewardserve.service.admin_operations import AdminOperations
 from rewardserve.service.canary_watch import CanaryWatch
 from rewardserve.service.errors import InvalidRequest, ServiceError
 from rewardserve.service.metrics import Metrics
@@ -54,6 +56,8 @@ from rewardserve.service.settings import Settings
 log = logging.getLogger(__name__)
 # How long a sleep or a retirement waits for the requests using the model.
 DRAIN_TIMEOUT_S = 300.0
+# The served models the running request holds (its task's, copied into the tasks it starts).
+_HELD: contextvars.ContextVar[frozenset[int]] = contextvars.ContextVar("held_models", default=frozenset())
 
 
 class ModelAsleep(ServiceError):
@@ -75,9 +79,8 @@ class Lifecycle:
         self._history: dict[str, list[tuple[str, str]]] = {}
         self._watches: dict[str, CanaryWatch] = {}  # name -> its canary's health
         self._stopped: dict[str, str] = {}  # name -> why its last canary was stopped
-        self._operations: dict[str, AdminOperation] = {}  # name -> its latest ?async=true call
+        self.operations = AdminOperations()  # ?async=true calls, and every task started here
         self._updates: dict[str, str] = {}  # name -> how its last weights call was applied
-        self._tasks: set[asyncio.Task[Any]] = set()  # held until done (the loop keeps weak refs)
 
     def _lock(self, name: str) -> asyncio.Lock:
         return self._locks.setdefault(name, asyncio.Lock())
@@ -87,10 +90,11 @@ class Lifecycle:
     @asynccontextmanager
     async def using(self, served: Served) -> AsyncIterator[None]:
         """Hold ``served`` for a request's plan. Awake (or draining, still batching), it is
-        held at once, with no await before (a sleep that starts after cannot miss it)."""
-        while not served.resumed.is_set() or not (
-            served.state == "awake" or (served.state == "draining" and not served.retired)
-        ):
+        held at once, with no await before (a sleep that starts after cannot miss it).
+        Held already by this request (a part of its plan on its own model), it is held
+        again at once: waiting then for weights being written would wait for itself."""
+        held = _HELD.get()
+        while id(served) not in held and not _open(served):
             if not served.resumed.is_set():  # its weights are being rewritten: wait, then look again
                 await served.resumed.wait()
                 continue
@@ -107,9 +111,11 @@ class Lifecycle:
             await self._wake(served)
         served.in_flight += 1
         served.idle.clear()
+        token = _HELD.set(held | {id(served)})
         try:
             yield
         finally:
+            _HELD.reset(token)
             served.in_flight -= 1
             if served.in_flight == 0:
                 served.idle.set()
@@ -134,34 +140,23 @@ class Lifecycle:
             canary_percent=canary[1] * 100 if canary else None,
             canary_stopped=self._stopped.get(name),
             weights_update=self._updates.get(name),
-            operation=self._operations.get(name),
+            operation=self.operations.latest(name),
         )
 
     def start(self, name: str, operation: str, call: Coroutine[Any, Any, AdminModelState]) -> AdminModelState:
         """``call`` run as a task (``?async=true``): the state now, its ``operation``
-        running; polling the model's state shows how it ends."""
+        running; polling the operation (or the model's state) shows how it ends."""
         try:
             self.registry.current(name)  # an unknown model is a 404 now, not a failed task
         except Exception:
             call.close()
             raise
-        record = AdminOperation(id=uuid.uuid4().hex[:12], operation=operation, status="running", started=time.time())
-        self._operations[name] = record
-
-        async def run() -> None:
-            try:
-                await call
-                record.status = "succeeded"
-            except Exception as exc:  # noqa: BLE001 - the caller reads it from the state
-                record.status, record.error = "failed", " ".join(f"{exc}".split())[:800]
-                log.warning("model %s: %s (async) failed: %s", name, operation, record.error)
-            finally:
-                record.seconds = time.time() - record.started
-
-        task = asyncio.ensure_future(run())
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self.operations.start(name, operation, call)
         return self.state(name)
+
+    async def close(self) -> None:
+        """At shutdown: async calls still running are cancelled, and awaited."""
+        await self.operations.close()
 
     # ------------------------------------------------------------------ canary health
 
@@ -198,9 +193,7 @@ class Lifecycle:
             async with self._lock(name):
                 await self._retire(stopped)
 
-        task = asyncio.ensure_future(retire())
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self.operations.spawn(retire())
 
     @asynccontextmanager
     async def _operation(self, name: str, operation: str) -> AsyncIterator[None]:
@@ -495,6 +488,12 @@ def _config_differs(source: str, path: str) -> str | None:
         return None
     differ = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))[:5]
     return f"its config.json differs from the serving model's ({', '.join(differ)})"
+
+
+def _open(served: Served) -> bool:
+    """A request may hold it now: awake (or draining, still batching), its weights whole."""
+    awake = served.state == "awake" or (served.state == "draining" and not served.retired)
+    return awake and served.resumed.is_set()
 
 
 def _restore(model: RewardModel) -> None:

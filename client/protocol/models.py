@@ -159,11 +159,13 @@ class CanaryRequest(_Request):
 
 
 class AdminOperation(_Response):
-    """An admin call made with ``?async=true``: polled on the model's state."""
+    """An admin call made with ``?async=true``: polled by its id
+    (GET /v1/admin/operations/{id}), or on its model's state while it is the latest."""
 
     id: str
-    operation: str  # sleep, wake_up, load, rollback, promote, canary
-    status: Literal["running", "succeeded", "failed"]
+    model: str | None = None
+    operation: str  # sleep, wake_up, load, weights, rollback, promote, canary
+    status: Literal["running", "succeeded", "failed", "cancelled"]  # cancelled: the service shut down
     error: str | None = None  # why it failed
     started: float  # unix time
     seconds: float | None = None  # how long it took, once done

@@ -240,37 +240,6 @@ async def test_an_unhealthy_canary_gets_0_percent_by_itself(checkpoints, flaky):
         assert 'rewardserve_canary_stopped_total{model="rm"} 1.0' in metrics
 
 
-async def test_async_calls_answer_202_and_their_state_tells_how_they_ended(checkpoints):
-    from rewardserve.client import AsyncRewardClient
-
-    first, second, broken = checkpoints
-    slow = settings(first).model_copy(update={"fault_load_delay_s": 1.0})
-    async with serve_in_process(slow) as (_, http):
-        load = {"source": str(second), "version": "v2"}
-        accepted = await http.post("/v1/admin/models/rm/load?async=true", json=load, headers=ADMIN)
-        assert accepted.status_code == 202, accepted.text
-        operation = accepted.json()["operation"]
-        assert operation["operation"] == "load" and operation["status"] == "running"
-        assert (await scores(http))[1] == "v1"  # serving on while it loads
-        admin = AsyncRewardClient("http://rewardserve", api_key="admin-key", http_client=http).admin
-        done = await admin.settled("rm", timeout_s=120, poll_s=0.1)
-        assert done.operation is not None and done.operation.id == operation["id"]
-        assert done.operation.status == "succeeded" and done.version == "v2" and done.operation.seconds >= 1.0
-        assert (await scores(http))[1] == "v2"
-
-        started = await admin.load("rm", str(broken), "v3-broken", wait=False)
-        assert started.operation is not None and started.operation.status == "running"
-        failed = await admin.settled("rm", timeout_s=120, poll_s=0.1)
-        assert failed.operation is not None and failed.operation.status == "failed"
-        assert "did not load" in (failed.operation.error or "") and failed.version == "v2"
-        assert (await scores(http))[1] == "v2"
-
-        unknown = await http.post("/v1/admin/models/nope/sleep?async=true", json={"level": 1}, headers=ADMIN)
-        assert unknown.status_code == 404
-        tenant = await http.post("/v1/admin/models/rm/sleep?async=true", json={"level": 1}, headers=SCORER)
-        assert tenant.status_code == 403
-
-
 def two_served(first, second, **options) -> Settings:
     return Settings(
         builtin_rules=False,
@@ -459,3 +428,77 @@ async def test_weights_asleep_sources_gone_and_casts_that_overflow(checkpoints, 
         assert refused.status_code == 422 and "cannot sleep at level 2" in refused.text, refused.text
         state = (await http.get("/v1/admin/models/rm", headers=ADMIN)).json()
         assert state["state"] == "awake" and await scores_of(http, "rm") == pytest.approx(other, abs=1e-4)
+
+
+async def test_an_ensemble_reads_its_member_whole_while_new_weights_are_written(checkpoints):
+    """A request through an ensemble holds the member it reads, as one on the member does:
+    each answer's member scores are one version's, never a batch run under a write."""
+    first, second, _ = checkpoints
+    settings = two_served(first, second, cpu_linear="torch", compile_layers=False, score_cache_size=0)
+    settings.models.append(ModelSpec(name="mix", kind="ensemble", source="ensemble", options={"members": ["rm"]}))
+    many = [
+        {"prompt": f"Question {i}: what is {i}+{i}?", "response": f"It is {2 * i}. " * (1 + i % 5)} for i in range(24)
+    ]
+
+    async def member_scores() -> list[float]:
+        answer = await http.post("/v1/score", json={"model": "mix", "items": many}, headers=SCORER)
+        assert answer.status_code == 200, answer.text
+        return [r["components"]["rm"] for r in answer.json()["results"]]
+
+    async with serve_in_process(settings) as (_, http):
+        before = await member_scores()
+        answered: list[list[float]] = []
+        writes = 0
+
+        async def caller() -> None:
+            while writes < 6:
+                answered.append(await member_scores())
+
+        callers = [asyncio.ensure_future(caller()) for _ in range(3)]
+        for writes in range(1, 7):  # back and forth, while the callers score through the ensemble
+            await asyncio.sleep(0.02)
+            path, version = (second, f"v2-{writes}") if writes % 2 else (first, f"v1-{writes}")
+            updated = await http.post(
+                "/v1/admin/models/rm/weights", json={"path": str(path), "version": version}, headers=ADMIN
+            )
+            assert updated.status_code == 200 and updated.json()["weights_update"] == "in place", updated.text
+        await asyncio.gather(*callers)
+        answer = await http.post("/v1/score", json={"model": "other", "items": many}, headers=SCORER)
+        other = [r["score"] for r in answer.json()["results"]]
+        assert other != pytest.approx(before, abs=1e-3)
+        assert len(answered) >= 6
+        for got in answered:
+            assert got == pytest.approx(before, abs=1e-4) or got == pytest.approx(other, abs=1e-4), got
+
+
+async def test_a_request_holding_a_model_holds_it_again_while_a_write_waits():
+    """A part of a request's plan on the model the request holds already is held at once
+    (waiting for the write would wait for itself); another request waits for the write."""
+    import contextvars
+    from types import SimpleNamespace
+
+    from rewardserve.service.lifecycle import Lifecycle
+    from rewardserve.service.metrics import Metrics
+    from rewardserve.service.served_models import Served
+
+    lifecycle = Lifecycle(None, Settings(builtin_rules=False), Metrics())  # type: ignore[arg-type]
+    served = Served(SimpleNamespace(name="rm"))  # type: ignore[arg-type]
+    served.idle.set()
+    entered: list[str] = []
+
+    async def other_request() -> None:
+        async with lifecycle.using(served):
+            entered.append("other")
+
+    async with lifecycle.using(served):
+        served.resumed.clear()  # a write began: it waits for this request
+        async with asyncio.timeout(5), lifecycle.using(served):
+            entered.append("again")
+            assert served.in_flight == 2
+        other = asyncio.get_running_loop().create_task(other_request(), context=contextvars.Context())
+        await asyncio.sleep(0.05)
+        assert entered == ["again"] and not other.done()
+    assert served.idle.is_set()
+    served.resumed.set()  # the write is done
+    await asyncio.wait_for(other, 5)
+    assert entered == ["again", "other"] and served.in_flight == 0
