@@ -148,8 +148,26 @@ def plan_chunks(items: Sequence[Any], chunk_size: int) -> list[list[int]]:
     return chunks
 
 
+# How many times the chunks a swapped-out version scored are sent again (a load or a
+# weights call during a chunked call; a canary's share may keep them mixed).
+VERSION_ROUNDS = 2
+
+
+def versions_differ(responses: Sequence[ListResponse], finished: Sequence[int]) -> list[int]:
+    """The chunks to send again so that one version scores the whole call: those not
+    scored by the version that answered last (``finished``: chunk indices in the order
+    their answers came). None when every chunk names the same version."""
+    versions = [getattr(r, "model_version", None) for r in responses]
+    if len(set(versions)) <= 1:
+        return []
+    latest = versions[finished[-1]]
+    return [i for i, version in enumerate(versions) if version != latest]
+
+
 def merge_responses(n_items: int, chunks: list[list[int]], responses: list[R]) -> R:
-    """One response with every chunk's results back at their items' places."""
+    """One response with every chunk's results back at their items' places. Chunks that
+    different versions scored (a canary's share) leave its ``model_version`` None, with a
+    warning naming them: ``model_version`` is the version that scored every result."""
     results: list[Any] = [None] * n_items
     usage = Usage()
     for indices, response in zip(chunks, responses):
@@ -162,7 +180,15 @@ def merge_responses(n_items: int, chunks: list[list[int]], responses: list[R]) -
             prompt_tokens=usage.prompt_tokens + response.usage.prompt_tokens,
             cached_tokens=usage.cached_tokens + response.usage.cached_tokens,
         )
-    return responses[0].model_copy(update={"results": results, "usage": usage})
+    merged: dict[str, Any] = {"results": results, "usage": usage}
+    versions = sorted({str(getattr(r, "model_version", None)) for r in responses})
+    if len(versions) > 1:
+        merged["model_version"] = None
+        said = getattr(responses[0], "warnings", None)  # the responses that carry warnings
+        if isinstance(said, list):
+            warning = f"this call's chunks were scored by versions {', '.join(versions)} (a canary's share)"
+            merged["warnings"] = [*said, warning]
+    return responses[0].model_copy(update=merged)
 
 
 # --------------------------------------------------------------------------- the twins' common half

@@ -9,6 +9,7 @@ from typing import Any
 import httpx
 
 from rewardserve.client._shared import (
+    VERSION_ROUNDS,
     BaseClient,
     ListCall,
     R,
@@ -20,6 +21,7 @@ from rewardserve.client._shared import (
     steps_call,
     turns_call,
     verify_call,
+    versions_differ,
 )
 from rewardserve.client._transport import aread_capped, attempt_deadline, bounded_async_client
 from rewardserve.client.admin import AsyncAdmin
@@ -135,14 +137,23 @@ class AsyncRewardClient(BaseClient):
         chunks = plan_chunks(call.items, self._config.chunk_size)
         gate = asyncio.Semaphore(self._config.max_concurrency)
 
-        async def send(indices: list[int]) -> R:
-            body, sent, given = call.request(indices)
+        finished: list[int] = []
+
+        async def send(at: int) -> R:
+            body, sent, given = call.request(chunks[at])
             async with gate:
                 response = await self._request("POST", call.path, body)
+            finished.append(at)
             return call.answer(response.content, sent, given)
 
-        responses = await asyncio.gather(*(send(c) for c in chunks))
-        return merge_responses(len(call.items), chunks, list(responses))
+        responses = list(await asyncio.gather(*(send(at) for at in range(len(chunks)))))
+        for _ in range(VERSION_ROUNDS):  # a new version served mid-call: its chunks again
+            again = versions_differ(responses, finished)
+            if not again:
+                break
+            for at, response in zip(again, await asyncio.gather(*(send(at) for at in again))):
+                responses[at] = response
+        return merge_responses(len(call.items), chunks, responses)
 
     async def _request(self, method: str, path: str, content: bytes | None = None) -> httpx.Response:
         plan, headers = self._plan(method, path), self._headers(content is not None)

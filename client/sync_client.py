@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 
 from rewardserve.client._shared import (
+    VERSION_ROUNDS,
     BaseClient,
     ListCall,
     R,
@@ -21,6 +22,7 @@ from rewardserve.client._shared import (
     steps_call,
     turns_call,
     verify_call,
+    versions_differ,
 )
 from rewardserve.client._transport import attempt_deadline, bounded_client, read_capped
 from rewardserve.client.admin import Admin
@@ -147,15 +149,24 @@ class RewardClient(BaseClient):
     def _list_call(self, call: ListCall[R]) -> R:
         chunks = plan_chunks(call.items, self._config.chunk_size)
 
-        def send(indices: list[int]) -> R:
-            body, sent, given = call.request(indices)
-            return call.answer(self._request("POST", call.path, body).content, sent, given)
+        finished: list[int] = []
+
+        def send(at: int) -> R:
+            body, sent, given = call.request(chunks[at])
+            answer = call.answer(self._request("POST", call.path, body).content, sent, given)
+            finished.append(at)
+            return answer
 
         if len(chunks) == 1:
-            responses = [send(chunks[0])]
-        else:
-            with ThreadPoolExecutor(min(self._config.max_concurrency, len(chunks))) as pool:
-                responses = list(pool.map(send, chunks))
+            return merge_responses(len(call.items), chunks, [send(0)])
+        with ThreadPoolExecutor(min(self._config.max_concurrency, len(chunks))) as pool:
+            responses = list(pool.map(send, range(len(chunks))))
+            for _ in range(VERSION_ROUNDS):  # a new version served mid-call: its chunks again
+                again = versions_differ(responses, finished)
+                if not again:
+                    break
+                for at, response in zip(again, pool.map(send, again)):
+                    responses[at] = response
         return merge_responses(len(call.items), chunks, responses)
 
     def _request(self, method: str, path: str, content: bytes | None = None) -> httpx.Response:

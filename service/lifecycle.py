@@ -37,12 +37,11 @@ import logging
 import time
 from collections.abc import AsyncIterator, Coroutine, Iterable
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 from rewardserve.client.protocol import AdminModelState
 from rewardserve.models.cache import LRUCache
-from rewardserve.models.checkpoints import CheckpointWeights
+from rewardserve.models.checkpoints import is_local
 from rewardserve.models.reward_model import RewardModel
 from rewardserve.models.spec import ModelSpec
 from rewardserve.service.admin_operations import AdminOperations
@@ -52,6 +51,14 @@ from rewardserve.service.metrics import Metrics
 from rewardserve.service.model_memory import drop, held_bytes
 from rewardserve.service.served_models import ModelRegistry, Served
 from rewardserve.service.settings import Settings
+from rewardserve.service.weights_update import (
+    LoadFailed,
+    WeightsLost,
+    checked,
+    config_differs,
+    refuse_unless_checkpoint,
+    write_or_read_back,
+)
 
 log = logging.getLogger(__name__)
 # How long a sleep or a retirement waits for the requests using the model.
@@ -64,10 +71,6 @@ class ModelAsleep(ServiceError):
     error_type = "model_asleep"
 
 
-class LoadFailed(ServiceError):
-    error_type = "invalid_request"
-
-
 class Lifecycle:
     def __init__(self, registry: ModelRegistry, settings: Settings, metrics: Metrics):
         self.registry = registry
@@ -75,8 +78,9 @@ class Lifecycle:
         self.metrics = metrics
         self._locks: dict[str, asyncio.Lock] = {}
         self._loading: dict[str, str] = {}  # name -> the version loading beside it
-        # name -> the (source, version) each load replaced, the latest last: what rollback loads
-        self._history: dict[str, list[tuple[str, str]]] = {}
+        # name -> the (source, version, how) each load or weights call replaced, the latest
+        # last: what rollback serves again, the way it came (loaded beside, or weights)
+        self._history: dict[str, list[tuple[str, str, str]]] = {}
         self._watches: dict[str, CanaryWatch] = {}  # name -> its canary's health
         self._stopped: dict[str, str] = {}  # name -> why its last canary was stopped
         self.operations = AdminOperations()  # ?async=true calls, and every task started here
@@ -261,13 +265,17 @@ class Lifecycle:
             log.info("model %s: awake in %.2fs", served.model.name, served.last_operation_s)
 
     async def rollback(self, name: str) -> AdminModelState:
-        """The version the last load replaced, loaded again (the same way as a load: the
-        current one serves until it is ready)."""
+        """The version the last load or weights call replaced, served again the same way:
+        loaded beside (the current one serves until it is ready), or its weights written
+        again from the folder they were read from (what is in it now; a hub id is loaded)."""
         history = self._history.get(name)
         if not history:
             raise InvalidRequest(f"model {name!r} has no earlier version to roll back to", param="name")
-        source, version = history[-1]
-        state = await self.load(name, source, version, remember=False)
+        source, version, how = history[-1]
+        if how == "weights" and is_local(source):
+            state = await self.weights(name, source, version, remember=False)
+        else:
+            state = await self.load(name, source, version, remember=False)
         history.pop()
         return state
 
@@ -348,7 +356,7 @@ class Lifecycle:
         new = await self._loaded_beside(name, old, source, version, spec)
         self.registry.replace(name, new)  # from here new requests get the new version
         if remember:
-            self._history.setdefault(name, []).append((old.model.spec.source, old.version))
+            self._history.setdefault(name, []).append((old.model.spec.source, old.version, "load"))
         self.metrics.model_version.labels(name, old.version).set(0)
         self.metrics.model_version.labels(name, version).set(1)
         new.last_operation_s = time.perf_counter() - start
@@ -362,7 +370,7 @@ class Lifecycle:
         await self._retire(old)
         return self.state(name)
 
-    async def weights(self, name: str, path: str, version: str) -> AdminModelState:
+    async def weights(self, name: str, path: str, version: str, remember: bool = True) -> AdminModelState:
         """The weights at ``path`` (a checkpoint of this model the trainer wrote) serve as
         ``version``. Where the backend can, they are written into the serving model's own
         tensors (no second copy in device memory): new requests wait, the ones in flight
@@ -374,17 +382,7 @@ class Lifecycle:
             served = self.registry.current(name)
             if served.model.kind == "rule" or not served.model.runs_torch:
                 raise InvalidRequest(f"model {name!r} is a {served.model.kind} model: it has no weights")
-            try:
-                config_file = Path(path).expanduser() / "config.json"
-                has_config = config_file.is_file()
-            except (OSError, RuntimeError):  # an unknown ~user, a name too long
-                has_config = False
-            if not has_config:
-                raise LoadFailed(
-                    f"{path}: not a checkpoint folder as save_pretrained writes it (config.json and "
-                    f"*.safetensors; the tokenizer may be left out); version {served.version!r} serves on",
-                    param="path",
-                )
+            refuse_unless_checkpoint(path, served.version)
             spec = served.model.spec
             moved = spec.model_copy(
                 update={"source": path, "tokenizer": spec.tokenizer or spec.source, "revision": None}
@@ -392,10 +390,12 @@ class Lifecycle:
             if served.state == "sleeping" and served.sleep_level == 2:
                 # Nothing held to write into: the wake loads these weights.
                 served.model = self.registry.build(moved)
+                if remember:
+                    self._history.setdefault(name, []).append((spec.source, served.version, "weights"))
                 self._set_version(name, served, version)
                 self._updates[name] = "on wake (asleep at level 2)"
                 return self.state(name)
-            differs = _config_differs(spec.source, path)
+            differs = config_differs(spec.source, path)
             if differs is not None:
                 raise LoadFailed(
                     f"version {version!r} of model {name!r}: not this model's weights: {differs} "
@@ -410,8 +410,7 @@ class Lifecycle:
             self._loading[name] = version
             try:
                 try:
-                    weights = await asyncio.to_thread(CheckpointWeights, path)
-                    await asyncio.to_thread(served.model.check_weights, weights)
+                    weights = await asyncio.to_thread(checked, served.model, path)
                 except ValueError as exc:
                     raise LoadFailed(
                         f"version {version!r} of model {name!r}: {exc}; version {served.version!r} serves on",
@@ -421,26 +420,26 @@ class Lifecycle:
                 try:
                     await _drained(served)
                     try:
-                        await asyncio.to_thread(served.model.update_weights, weights)
-                    except ValueError as exc:  # the files changed after they were checked
-                        try:
-                            await asyncio.to_thread(_restore, served.model)
-                        except ValueError as lost:  # nothing to read back: no half-written scores
-                            await self._close(served)
-                            served.model = self.registry.build(spec)
-                            served.state, served.sleep_level = "sleeping", 2
-                            raise LoadFailed(
-                                f"version {version!r} of model {name!r}: {exc} while it was written, and "
-                                f"{lost}; it sleeps (level 2) until weights that read are given",
-                                param="path",
-                            ) from None
+                        torn = await asyncio.to_thread(write_or_read_back, served.model, weights)
+                    except WeightsLost as lost:
+                        await self._close(served)
+                        served.model = self.registry.build(spec)
+                        served.state, served.sleep_level = "sleeping", 2
                         raise LoadFailed(
-                            f"version {version!r} of model {name!r}: {exc} while it was written; version "
-                            f"{served.version!r} was read back from {served.model.spec.source} and serves on",
+                            f"version {version!r} of model {name!r}: {lost}; it sleeps (level 2) until "
+                            "weights that read are given",
                             param="path",
                         ) from None
+                    if torn is not None:
+                        raise LoadFailed(
+                            f"version {version!r} of model {name!r}: {torn}; version {served.version!r} was "
+                            f"read back from {spec.source} and serves on",
+                            param="path",
+                        )
                     served.score_cache.clear()  # scores of the old weights
                     served.model.spec = moved  # where the weights now come from: a level-2 sleep reloads from here
+                    if remember:
+                        self._history.setdefault(name, []).append((spec.source, served.version, "weights"))
                     self._set_version(name, served, version)
                 finally:
                     served.resumed.set()
@@ -467,38 +466,10 @@ class Lifecycle:
 _RETRY = {"retry-after": "1"}
 
 
-def _config_differs(source: str, path: str) -> str | None:
-    """Why the checkpoint at ``path`` is another model than ``source`` by its config (its
-    weights then cannot be written into this one's), or None."""
-    import json
-
-    def read(folder: str) -> dict[str, object] | None:
-        try:
-            config = json.loads((Path(folder).expanduser() / "config.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError, RuntimeError):
-            return None
-        if not isinstance(config, dict):
-            return None
-        for key in ("_name_or_path", "transformers_version", "torch_dtype", "dtype", "use_cache"):
-            config.pop(key, None)
-        return config
-
-    old, new = read(source), read(path)
-    if old is None or new is None or old == new:
-        return None
-    differ = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))[:5]
-    return f"its config.json differs from the serving model's ({', '.join(differ)})"
-
-
 def _open(served: Served) -> bool:
     """A request may hold it now: awake (or draining, still batching), its weights whole."""
     awake = served.state == "awake" or (served.state == "draining" and not served.retired)
     return awake and served.resumed.is_set()
-
-
-def _restore(model: RewardModel) -> None:
-    """Weights half written: those it served, read back from where they came from."""
-    model.update_weights(CheckpointWeights(model.spec.source))
 
 
 async def _drained(served: Served) -> None:
