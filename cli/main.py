@@ -108,6 +108,11 @@ def _parser() -> argparse.ArgumentParser:
         "--dense", metavar="MODEL", help="add token-level process advantages from this served PRM or implicit PRM"
     )
     grpo.add_argument(
+        "--turns",
+        action="store_true",
+        help="mix turn-level advantages of tool calls (matched to each prompt's tool_calls) with the trajectory's",
+    )
+    grpo.add_argument(
         "--colocate",
         action="store_true",
         help="the reward models sleep while the policy generates (admin_key in the config, or REWARDSERVE_ADMIN_KEY)",
@@ -205,6 +210,7 @@ def grpo(args: argparse.Namespace) -> None:
         "steps": args.steps,
         "resume": False if args.no_resume else None,
         "dense": {"model": args.dense} if args.dense else None,
+        "turns": {} if args.turns else None,
         "colocate": True if args.colocate else None,
         "admin_key": os.environ.get("REWARDSERVE_ADMIN_KEY") if args.colocate or args.update_rm_every else None,
         "rm_updates": {"every": args.update_rm_every, "checkpoints": args.rm_checkpoints}

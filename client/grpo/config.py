@@ -44,6 +44,26 @@ class DenseSource(BaseModel):
     options: dict[str, Any] = Field(default_factory=dict)
 
 
+class TurnSource(BaseModel):
+    """Turn-level advantages for tool-using completions (client/grpo/turn_advantages.py,
+    MatchTIR's dual-level advantage): each completion split into assistant turns (at
+    ``separator``, or after each ``<tool_call>`` block), its calls matched to the prompt row's ``reference``
+    field (the expected calls) on /v1/score/turns (``options``: assignment, unmatched,
+    reg). Every token of a turn gets (1 - ``weight``) x the trajectory advantage plus
+    ``weight`` x the turn's: its return (``gamma``-discounted) normalised over the group
+    at that turn index. The trajectory reward is the ``rewards`` mix plus ``total_weight``
+    x the turns' trajectory score."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    reference: str = "tool_calls"
+    separator: str | None = None  # None: each <tool_call> block ends a turn
+    weight: float = Field(default=0.5, ge=0, le=1)
+    gamma: float = Field(default=0.9, ge=0, le=1)
+    total_weight: float = 1.0
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
 class RMUpdates(BaseModel):
     """A reward model trained beside the run: every ``every`` steps the newest checkpoint
     folder under ``checkpoints`` is pushed to the served ``model`` (the first reward
@@ -66,6 +86,7 @@ class GRPOConfig(BaseModel):
     api_key: str | None = None
     rewards: list[RewardSource] = Field(min_length=1)
     dense: DenseSource | None = None  # token-level process advantages beside the outcome's
+    turns: TurnSource | None = None  # turn-level advantages mixed with the trajectory's
     # The reward models share the policy's GPU: asleep (at colocate_level) while it
     # generates, woken to score, through the admin API with admin_key (client/grpo/colocate.py).
     colocate: bool = False
@@ -103,6 +124,8 @@ def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None
             data = yaml.safe_load(f) or {}
     data.update({k: v for k, v in (overrides or {}).items() if v is not None})
     config = GRPOConfig.model_validate(data)
+    if config.dense is not None and config.turns is not None:
+        raise ValueError("dense and turns: each sets every token's advantage; give one")
     labels = [source.label for source in config.rewards]
     repeated = sorted({label for label in labels if labels.count(label) > 1})
     if repeated:

@@ -34,6 +34,7 @@ from rewardserve.client.grpo.config import GRPOConfig
 from rewardserve.client.grpo.dense import token_advantages
 from rewardserve.client.grpo.plot import plot_metrics
 from rewardserve.client.grpo.rewards import RewardMix, Scored
+from rewardserve.client.grpo.turn_advantages import dual_advantages
 
 EPS = 1e-6
 log = logging.getLogger("rewardserve.grpo")
@@ -65,7 +66,8 @@ def train(config: GRPOConfig) -> list[dict[str, Any]]:
     ]
     if not prompts:
         raise ValueError(f"{config.prompts}: no prompts")
-    rewards = RewardMix(RewardClient(config.service, api_key=config.api_key), config.rewards, config.dense)
+    client = RewardClient(config.service, api_key=config.api_key)
+    rewards = RewardMix(client, config.rewards, config.dense, config.turns)
     rewards.preflight(prompts[0])  # before minutes of loading and sampling
     policy, tokenizer, optimizer, start, history = load_or_resume(config, out)
     reference = frozen_copy(config, policy) if config.kl_coef > 0 else None
@@ -130,6 +132,23 @@ def train(config: GRPOConfig) -> list[dict[str, Any]]:
                 valid = valid & has_process
                 outcome = group_advantages(reward, valid, keys)
                 advantages = outcome[:, None] + config.dense.weight * process * valid[:, None]
+            elif config.turns is not None and scored.turns is not None:  # 3, per turn
+                totals = scored.turn_totals()
+                valid = valid & ~totals.isnan()
+                reward = reward + config.turns.total_weight * totals.nan_to_num(0.0)
+                trajectory = group_advantages(reward, valid, keys)
+                advantages, has = dual_advantages(
+                    rollout.ids,
+                    rollout.completion_mask,
+                    rollout.texts,
+                    scored.turns,
+                    trajectory,
+                    tokenizer,
+                    keys,
+                    config.turns,
+                )
+                valid = valid & has
+                advantages = advantages * valid[:, None]
             else:
                 advantages = group_advantages(reward, valid, keys)  # 3
             loss, kl = update(config, policy, optimizer, rollout, advantages)  # 4
@@ -154,6 +173,7 @@ def train(config: GRPOConfig) -> list[dict[str, Any]]:
                 "seconds": round(time.monotonic() - began, 3),
                 "reward_wait_s": round(waited, 4),
                 **({"dense_score": scored.dense_mean()} if config.dense is not None else {}),
+                **({"turn_score": scored.turns_mean()} if config.turns is not None else {}),
                 **({"rm_wake_s": round(wake_s, 4)} if wake_s is not None else {}),
                 **({"rm_update": rm_version} if rm_version is not None else {}),
                 **{f"reward/{k}": v for k, v in per_source.items()},

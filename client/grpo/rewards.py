@@ -10,7 +10,8 @@ from typing import Any
 import torch
 
 from rewardserve.client.errors import APIConnectionError, APIStatusError
-from rewardserve.client.grpo.config import DenseSource, RewardSource
+from rewardserve.client.grpo.config import DenseSource, RewardSource, TurnSource
+from rewardserve.client.grpo.turn_advantages import turns_item
 from rewardserve.client.items import make_item, prompt_group
 from rewardserve.client.protocol import Item, RubricResponse, ScoreResponse, StepsResponse, VerifyResponse
 from rewardserve.client.sync_client import RewardClient
@@ -32,17 +33,33 @@ class Scored:
     by_source: dict[str, list[float | None]]
     # The dense source's steps results (their JSON; None where invalid), when there is one.
     dense: list[dict[str, Any] | None] | None = None
+    # The turns source's results (their JSON; None where invalid), when there is one.
+    turns: list[dict[str, Any] | None] | None = None
 
     @classmethod
     def joined(cls, parts: list[Scored]) -> Scored:
         """Parts scored one after another (the groups of a step), in order."""
         dense = None if parts[0].dense is None else [r for p in parts for r in p.dense or []]
+        turns = None if parts[0].turns is None else [r for p in parts for r in p.turns or []]
         return cls(
             torch.cat([p.reward for p in parts]),
             torch.cat([p.valid for p in parts]),
             {label: [s for p in parts for s in p.by_source[label]] for label in parts[0].by_source},
             dense,
+            turns,
         )
+
+    def turn_totals(self) -> torch.Tensor:
+        """Each completion's trajectory score from the turns source (NaN where none)."""
+        return torch.tensor(
+            [float("nan") if r is None or r.get("score") is None else float(r["score"]) for r in self.turns or []]
+        )
+
+    def turns_mean(self) -> float | None:
+        """The turns source's mean trajectory score over the completions it scored."""
+        totals = self.turn_totals()
+        present = totals[~totals.isnan()]
+        return float(present.mean()) if len(present) else None
 
     def dense_mean(self) -> float | None:
         """The dense source's mean trajectory score over the completions it scored."""
@@ -59,10 +76,17 @@ class Scored:
 
 
 class RewardMix:
-    def __init__(self, client: RewardClient, sources: list[RewardSource], dense: DenseSource | None = None):
+    def __init__(
+        self,
+        client: RewardClient,
+        sources: list[RewardSource],
+        dense: DenseSource | None = None,
+        turns: TurnSource | None = None,
+    ):
         self.client = client
         self.sources = sources
         self.dense = dense
+        self.turns = turns
 
     def preflight(self, row: dict[str, Any]) -> None:
         """The service answers, every source's model is served and ready, and one item
@@ -92,6 +116,16 @@ class RewardMix:
                 raise PreflightError(
                     f"reward {source.label!r}: one test item through /{source.endpoint} failed: {exc}"
                 ) from None
+        if self.turns is not None:
+            if row.get(self.turns.reference) is None:
+                raise PreflightError(
+                    f"turns: the prompts have no {self.turns.reference!r} field (the expected tool calls); "
+                    "set turns.reference to the field that has them"
+                )
+            try:
+                self.score_turns([row], ["preflight"])
+            except (APIStatusError, APIConnectionError, ValueError) as exc:
+                raise PreflightError(f"turns: one test item through /v1/score/turns failed: {exc}") from None
 
     def _scores(self, source: RewardSource, items: list[Item]) -> list[float | None]:
         response: RubricResponse | StepsResponse | VerifyResponse | ScoreResponse
@@ -138,4 +172,20 @@ class RewardMix:
         if self.dense is not None:
             results = self.client.score_steps(self.dense.model, items, **self.dense.options).results
             scored.dense = [r.model_dump() if r.valid else None for r in results]
+        if self.turns is not None:
+            scored.turns = self.score_turns(rows, texts)
         return scored
+
+    def score_turns(self, rows: list[dict[str, Any]], texts: list[str]) -> list[dict[str, Any] | None]:
+        """The completions' turn rewards (TurnsResult JSON; None where invalid)."""
+        assert self.turns is not None
+        source = self.turns
+        conversations = [
+            turns_item(row["prompt"], text, row.get(source.reference), source.separator, str(k))
+            for k, (row, text) in enumerate(zip(rows, texts))
+        ]
+        results = self.client.score_turns(conversations, **source.options).results
+        for result in results:
+            if not result.valid:
+                log.warning("turn rewards: a completion has none: %s", result.error)
+        return [r.model_dump() if r.valid else None for r in results]
