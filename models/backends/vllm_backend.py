@@ -14,8 +14,11 @@ batching them all (figures: bench/results/design-measurements.md).
                ``token_classify`` when a kind reads it at other positions, as PRMs do)
     prm_head   pooling runner, task ``token_classify``: the head at every token, read at
                the step positions (vLLM's Qwen2ForProcessRewardModel)
-    lm         generate runner, one step, raw logits of ``token_ids`` at the last token
-               (``logprob_token_ids`` with ``logprobs_mode=raw_logits``)
+    lm         generate runner, one step: the log-probabilities of ``token_ids`` at the
+               last token (``logprob_token_ids``), which every reader takes as logits (a
+               softmax over a few choices is the same over either); or, for sequences
+               with ``targets``, the log-probability of each position's next id
+               (``prompt_logprobs``: the implicit PRM's token log-probabilities)
 """
 
 from __future__ import annotations
@@ -112,7 +115,9 @@ class VllmBackend(Backend):
             enable_prefix_caching=True,
             gpu_memory_utilization=options.gpu_memory_utilization,
             max_model_len=self.spec.max_tokens,
-            logprobs_mode="raw_logits",
+            # Log-probabilities before any sampling processor: the prompt's (targets)
+            # need them; logprob_token_ids' differ from their logits by one constant.
+            logprobs_mode="raw_logprobs",
             # Every token's head output, read here at the kind's positions: vLLM's own
             # step filter only knows one tag id (Qwen's <extra_0> by default).
             pooler_config=None if self.task == "lm" else PoolerConfig(tok_pooling_type="ALL"),
@@ -136,8 +141,10 @@ class VllmBackend(Backend):
 
     def read(self, seqs: list[TokenSequence], token_ids: list[int] | None = None) -> list[np.ndarray]:
         if self.task == "lm":
+            if token_ids is None and seqs and all(s.targets is not None for s in seqs):
+                return self._call(_gather([self._target_logprobs(s) for s in seqs]))
             if not token_ids:
-                raise ValueError("the lm task reads the logits of given token_ids")
+                raise ValueError("the lm task reads the logits of given token_ids, or of each sequence's targets")
             return self._call(_gather([self._next_token_logits(s, token_ids) for s in seqs]))
         return self._call(_gather([self._pooled(s) for s in seqs]))
 
@@ -169,6 +176,21 @@ class VllmBackend(Backend):
             pass
         step = output.outputs[0].logprobs[0]
         return np.asarray([[step[t].logprob for t in token_ids]], dtype=np.float32)
+
+    async def _target_logprobs(self, seq: TokenSequence) -> np.ndarray:
+        from vllm import SamplingParams
+
+        targets = seq.targets or ()
+        if any(p + 1 >= len(seq.ids) or seq.ids[p + 1] != t for p, t in zip(seq.positions, targets)):
+            raise ValueError("the vllm lm task reads the log-probability of each position's next id in the sequence")
+        # prompt_logprobs=0: the sequence's own id at each position, nothing more. vLLM
+        # does not read its prefix cache for such a request (every position is computed).
+        params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0)
+        output: Any = None
+        async for output in self.engine.generate({"prompt_token_ids": seq.ids}, params, self._request_id()):  # noqa: B007 (the last is the answer)
+            pass
+        prompt = output.prompt_logprobs
+        return np.asarray([[prompt[p + 1][t].logprob] for p, t in zip(seq.positions, targets)], dtype=np.float32)
 
     def generate(
         self, prompt: list[int], *, n: int, temperature: float, top_p: float, max_new_tokens: int, seed: int | None

@@ -16,7 +16,9 @@ tokens: the model must share the policy's tokenizer), else the response as the m
 tokenizer splits it. Where the ids were sent and every token was scored, the result
 carries ``token_rewards``, one per id: the per-token rewards PRIME trains with.
 
-The items of a group share their prompt: it runs once per model (prefix_sharing).
+The items of a group share their prompt: it runs once per model (prefix_sharing). On
+the vllm backend the model and its reference are two engines, the log-probabilities
+vLLM's ``prompt_logprobs`` (which skip vLLM's prefix cache: every position computed).
 """
 
 from __future__ import annotations
@@ -83,16 +85,19 @@ class ImplicitPRMModel(RewardModel):
     def load(self) -> None:
         from rewardserve.models.checkpoints import checkpoint_problem
 
-        if self.spec.backend not in ("auto", "transformers"):
+        if self.spec.backend not in ("auto", "transformers", "vllm"):
             raise ValueError(
                 f"model {self.name!r}: implicit_prm reads every token's log-probability over the whole "
-                "vocabulary, which the transformers backend does; set backend: transformers"
+                "vocabulary, which the transformers and vllm backends do; set backend: transformers or vllm"
             )
         problem = checkpoint_problem(self.options.reference, None)
         if problem is not None:
             raise ValueError(f"model {self.name!r}: options.reference: {problem}")
-        spec = self.spec.model_copy(update={"backend": "transformers"})
+        spec = self.spec
         self.backend = make_backend(spec, "lm", self.options.backend())
+        # The reference runs where the model does (two engines on vllm, each taking its
+        # gpu_memory_utilization).
+        spec = spec.model_copy(update={"backend": self.backend.name})
         ref_spec = spec.model_copy(
             update={
                 "name": f"{self.name}:reference",

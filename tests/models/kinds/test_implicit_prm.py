@@ -193,10 +193,10 @@ def test_turns_and_another_tokenizer_are_refused(lms):
         load(policy, qwen)
     with pytest.raises(ValueError, match="options.reference"):
         load(policy, policy.parent / "missing")
-    with pytest.raises(ValueError, match="transformers"):
+    with pytest.raises(ValueError, match="transformers or vllm"):
         build_model(
             ModelSpec(
-                name="v", kind="implicit_prm", source=str(policy), backend="vllm", options={"reference": str(policy)}
+                name="v", kind="implicit_prm", source=str(policy), backend="remote", options={"reference": str(policy)}
             )
         ).load()
 
