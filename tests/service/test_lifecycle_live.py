@@ -19,6 +19,7 @@ from tests.builders import build_sequence_classifier
 from tests.harness import serve_process
 
 ADMIN_KEY = "admin-key"
+TOGGLE_S = 60  # the issue's race: sleep and wake toggled for a minute while callers score
 ITEMS = [{"prompt": "What is 2+2?", "response": r} for r in ("4", "five", "It is 4.", "22")]
 
 
@@ -144,7 +145,7 @@ def test_level_2_sleep_frees_the_weights_and_wakes_to_the_same_scores(tmp_path):
         )
 
 
-@pytest.mark.long(30)
+@pytest.mark.long(90)
 @pytest.mark.timeout(600)
 def test_sleep_and_wake_toggled_while_callers_score(versions, tmp_path):
     """Two models of one checkpoint in one process: ``rm`` answers a sleeping model with the
@@ -161,7 +162,7 @@ def test_sleep_and_wake_toggled_while_callers_score(versions, tmp_path):
     ):
 
         def toggle(model: str) -> None:
-            end, level = time.monotonic() + 12, 1
+            end, level = time.monotonic() + TOGGLE_S, 1
             while time.monotonic() < end:
                 admin.admin.sleep(model, level=level)
                 time.sleep(0.2)
