@@ -56,6 +56,8 @@ from rewardserve.service.weights_update import (
     WeightsLost,
     checked,
     config_differs,
+    folder_fingerprint,
+    in_thread,
     refuse_unless_checkpoint,
     write_or_read_back,
 )
@@ -78,9 +80,10 @@ class Lifecycle:
         self.metrics = metrics
         self._locks: dict[str, asyncio.Lock] = {}
         self._loading: dict[str, str] = {}  # name -> the version loading beside it
-        # name -> the (source, version, how) each load or weights call replaced, the latest
-        # last: what rollback serves again, the way it came (loaded beside, or weights)
-        self._history: dict[str, list[tuple[str, str, str]]] = {}
+        # name -> the (source, version, how, fingerprint) each load or weights call
+        # replaced, the latest last: what rollback serves again, the way it came (loaded
+        # beside, or weights), if its folder still holds what it held
+        self._history: dict[str, list[tuple[str, str, str, str | None]]] = {}
         self._watches: dict[str, CanaryWatch] = {}  # name -> its canary's health
         self._stopped: dict[str, str] = {}  # name -> why its last canary was stopped
         self.operations = AdminOperations()  # ?async=true calls, and every task started here
@@ -250,7 +253,7 @@ class Lifecycle:
             if served.batcher is None:  # level 2: load, probe, batch again
                 model = served.model
                 try:
-                    await asyncio.to_thread(_load_and_probe, model, 0.0, False)
+                    await in_thread(_load_and_probe, model, 0.0, False)
                 except Exception as exc:  # noqa: BLE001 - its source gone or broken: it sleeps on
                     await asyncio.to_thread(drop, model)  # what it loaded; the next wake loads again
                     raise LoadFailed(
@@ -267,17 +270,32 @@ class Lifecycle:
     async def rollback(self, name: str) -> AdminModelState:
         """The version the last load or weights call replaced, served again the same way:
         loaded beside (the current one serves until it is ready), or its weights written
-        again from the folder they were read from (what is in it now; a hub id is loaded)."""
-        history = self._history.get(name)
-        if not history:
-            raise InvalidRequest(f"model {name!r} has no earlier version to roll back to", param="name")
-        source, version, how = history[-1]
-        if how == "weights" and is_local(source):
-            state = await self.weights(name, source, version, remember=False)
-        else:
-            state = await self.load(name, source, version, remember=False)
-        history.pop()
-        return state
+        again from the folder they were read from (a hub id is loaded). A folder saved
+        over since is refused: it holds other weights than that version's."""
+        async with self._operation(name, "rollback"), self._lock(name):
+            history = self._history.get(name)
+            if not history:
+                raise InvalidRequest(f"model {name!r} has no earlier version to roll back to", param="name")
+            source, version, how, fingerprint = history[-1]
+            if fingerprint is not None and folder_fingerprint(source) != fingerprint:
+                raise LoadFailed(
+                    f"model {name!r}: {source} has changed since version {version!r} was read from it (saved "
+                    f"over, or removed); load or write that version's own checkpoint; version "
+                    f"{self.registry.current(name).version!r} serves on",
+                    param="name",
+                )
+            if how == "weights" and is_local(source):
+                state = await self._weights_locked(name, source, version, False)
+            else:
+                state = await self._load_locked(name, source, version, False, None)
+            history.pop()
+            return state
+
+    def _remember(self, name: str, served: Served, how: str) -> None:
+        """What ``served`` is, for rollback, as a newer version replaces it."""
+        source = served.model.spec.source
+        fingerprint = served.fingerprint or folder_fingerprint(source)
+        self._history.setdefault(name, []).append((source, served.version, how, fingerprint))
 
     async def promote(self, name: str) -> AdminModelState:
         """The model's shadow candidate serves under its name (the candidate's own spec and
@@ -319,8 +337,12 @@ class Lifecycle:
         except (ValueError, OSError, RuntimeError) as exc:
             raise LoadFailed(f"version {version!r} of model {name!r}: {exc}", param="source") from None
         self._loading[name] = version
+        fingerprint = folder_fingerprint(spec.source)
         try:
-            await asyncio.to_thread(_load_and_probe, model, self.settings.fault_load_delay_s, True)
+            await in_thread(_load_and_probe, model, self.settings.fault_load_delay_s, True)
+        except asyncio.CancelledError:  # a shutdown: the load has ended; what it loaded is let go
+            await asyncio.to_thread(drop, model)
+            raise
         except Exception as exc:  # noqa: BLE001 - any failure keeps the old version serving
             await asyncio.to_thread(drop, model)
             raise LoadFailed(
@@ -330,7 +352,9 @@ class Lifecycle:
             ) from None
         finally:
             self._loading.pop(name, None)
-        new = Served(model, score_cache=LRUCache(model.options.score_cache_size), version=version)
+        new = Served(
+            model, score_cache=LRUCache(model.options.score_cache_size), version=version, fingerprint=fingerprint
+        )
         new.ready = True
         new.idle.set()
         self.registry.start_batching(new)
@@ -356,7 +380,7 @@ class Lifecycle:
         new = await self._loaded_beside(name, old, source, version, spec)
         self.registry.replace(name, new)  # from here new requests get the new version
         if remember:
-            self._history.setdefault(name, []).append((old.model.spec.source, old.version, "load"))
+            self._remember(name, old, "load")
         self.metrics.model_version.labels(name, old.version).set(0)
         self.metrics.model_version.labels(name, version).set(1)
         new.last_operation_s = time.perf_counter() - start
@@ -370,7 +394,7 @@ class Lifecycle:
         await self._retire(old)
         return self.state(name)
 
-    async def weights(self, name: str, path: str, version: str, remember: bool = True) -> AdminModelState:
+    async def weights(self, name: str, path: str, version: str) -> AdminModelState:
         """The weights at ``path`` (a checkpoint of this model the trainer wrote) serve as
         ``version``. Where the backend can, they are written into the serving model's own
         tensors (no second copy in device memory): new requests wait, the ones in flight
@@ -379,74 +403,78 @@ class Lifecycle:
         with the serving model's tokenizer. Names or shapes that are not this model's
         leave it serving as it was."""
         async with self._operation(name, "weights"), self._lock(name):
-            served = self.registry.current(name)
-            if served.model.kind == "rule" or not served.model.runs_torch:
-                raise InvalidRequest(f"model {name!r} is a {served.model.kind} model: it has no weights")
-            refuse_unless_checkpoint(path, served.version)
-            spec = served.model.spec
-            moved = spec.model_copy(
-                update={"source": path, "tokenizer": spec.tokenizer or spec.source, "revision": None}
+            return await self._weights_locked(name, path, version, True)
+
+    async def _weights_locked(self, name: str, path: str, version: str, remember: bool) -> AdminModelState:
+        served = self.registry.current(name)
+        if served.model.kind == "rule" or not served.model.runs_torch:
+            raise InvalidRequest(f"model {name!r} is a {served.model.kind} model: it has no weights")
+        refuse_unless_checkpoint(path, served.version)
+        spec = served.model.spec
+        moved = spec.model_copy(update={"source": path, "tokenizer": spec.tokenizer or spec.source, "revision": None})
+        if served.state == "sleeping" and served.sleep_level == 2:
+            # Nothing held to write into: the wake loads these weights.
+            if remember:
+                self._remember(name, served, "weights")
+            served.model = self.registry.build(moved)
+            served.fingerprint = folder_fingerprint(path)
+            self._set_version(name, served, version)
+            self._updates[name] = "on wake (asleep at level 2)"
+            return self.state(name)
+        differs = config_differs(spec.source, path)
+        if differs is not None:
+            raise LoadFailed(
+                f"version {version!r} of model {name!r}: not this model's weights: {differs} "
+                f"(POST .../load serves another model); version {served.version!r} serves on",
+                param="path",
             )
-            if served.state == "sleeping" and served.sleep_level == 2:
-                # Nothing held to write into: the wake loads these weights.
-                served.model = self.registry.build(moved)
-                if remember:
-                    self._history.setdefault(name, []).append((spec.source, served.version, "weights"))
-                self._set_version(name, served, version)
-                self._updates[name] = "on wake (asleep at level 2)"
-                return self.state(name)
-            differs = config_differs(spec.source, path)
-            if differs is not None:
-                raise LoadFailed(
-                    f"version {version!r} of model {name!r}: not this model's weights: {differs} "
-                    f"(POST .../load serves another model); version {served.version!r} serves on",
-                    param="path",
-                )
-            why = served.model.weights_in_place()
-            if why is not None:
-                state = await self._load_locked(name, path, version, True, moved)
-                self._updates[name] = f"loaded beside: {why}"
-                return state.model_copy(update={"weights_update": self._updates[name]})
-            self._loading[name] = version
+        why = served.model.weights_in_place()
+        if why is not None:
+            state = await self._load_locked(name, path, version, remember, moved)
+            self._updates[name] = f"loaded beside: {why}"
+            return state.model_copy(update={"weights_update": self._updates[name]})
+        self._loading[name] = version
+        try:
             try:
+                fingerprint = folder_fingerprint(path)
+                weights = await asyncio.to_thread(checked, served.model, path)
+            except ValueError as exc:
+                raise LoadFailed(
+                    f"version {version!r} of model {name!r}: {exc}; version {served.version!r} serves on",
+                    param="path",
+                ) from None
+            served.resumed.clear()  # from here new requests wait for the new weights
+            try:
+                await _drained(served)
                 try:
-                    weights = await asyncio.to_thread(checked, served.model, path)
-                except ValueError as exc:
+                    torn = await in_thread(write_or_read_back, served.model, weights)
+                except WeightsLost as lost:
+                    await self._close(served)
+                    served.model = self.registry.build(spec)
+                    served.state, served.sleep_level = "sleeping", 2
                     raise LoadFailed(
-                        f"version {version!r} of model {name!r}: {exc}; version {served.version!r} serves on",
+                        f"version {version!r} of model {name!r}: {lost}; it sleeps (level 2) until "
+                        "weights that read are given",
                         param="path",
                     ) from None
-                served.resumed.clear()  # from here new requests wait for the new weights
-                try:
-                    await _drained(served)
-                    try:
-                        torn = await asyncio.to_thread(write_or_read_back, served.model, weights)
-                    except WeightsLost as lost:
-                        await self._close(served)
-                        served.model = self.registry.build(spec)
-                        served.state, served.sleep_level = "sleeping", 2
-                        raise LoadFailed(
-                            f"version {version!r} of model {name!r}: {lost}; it sleeps (level 2) until "
-                            "weights that read are given",
-                            param="path",
-                        ) from None
-                    if torn is not None:
-                        raise LoadFailed(
-                            f"version {version!r} of model {name!r}: {torn}; version {served.version!r} was "
-                            f"read back from {spec.source} and serves on",
-                            param="path",
-                        )
-                    served.score_cache.clear()  # scores of the old weights
-                    served.model.spec = moved  # where the weights now come from: a level-2 sleep reloads from here
-                    if remember:
-                        self._history.setdefault(name, []).append((spec.source, served.version, "weights"))
-                    self._set_version(name, served, version)
-                finally:
-                    served.resumed.set()
+                if torn is not None:
+                    raise LoadFailed(
+                        f"version {version!r} of model {name!r}: {torn}; version {served.version!r} was "
+                        f"read back from {spec.source} and serves on",
+                        param="path",
+                    )
+                served.score_cache.clear()  # scores of the old weights
+                if remember:
+                    self._remember(name, served, "weights")
+                served.model.spec = moved  # where the weights now come from: a level-2 sleep reloads from here
+                served.fingerprint = fingerprint
+                self._set_version(name, served, version)
             finally:
-                self._loading.pop(name, None)
-            self._updates[name] = "in place"
-            log.info("model %s: version %s written in place from %s", name, version, path)
+                served.resumed.set()
+        finally:
+            self._loading.pop(name, None)
+        self._updates[name] = "in place"
+        log.info("model %s: version %s written in place from %s", name, version, path)
         return self.state(name)
 
     def _set_version(self, name: str, served: Served, version: str) -> None:

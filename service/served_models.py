@@ -62,6 +62,8 @@ class Served:
     # Cleared while its weights are rewritten in place: new requests wait (not a 503).
     resumed: asyncio.Event = field(default_factory=lambda: _set_event())
     last_operation_s: float | None = None
+    # What its checkpoint folder held when its weights were read (weights_update.py), for rollback.
+    fingerprint: str | None = None
     # Finished results by job key, lent to the model's plans, each tenant its own part.
     score_cache: LRUCache = field(default_factory=lambda: LRUCache(0))
     # Its scores' running mean and variance per tenant, for plans that normalise against

@@ -5,12 +5,18 @@ change under it."""
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 from rewardserve.models.checkpoints import CheckpointWeights
 from rewardserve.models.reward_model import RewardModel
 from rewardserve.service.errors import ServiceError
+
+T = TypeVar("T")
 
 
 class LoadFailed(ServiceError):
@@ -77,3 +83,30 @@ def write_or_read_back(model: RewardModel, weights: CheckpointWeights) -> str | 
         except ValueError as lost:
             raise WeightsLost(f"{exc} while it was written, and {lost}") from None
         return f"{exc} while it was written"
+
+
+def folder_fingerprint(source: str) -> str | None:
+    """What a checkpoint folder holds now, by its files' names, sizes and times (None for
+    a source that is not a local folder): a rollback to weights read from a folder a
+    trainer has saved over since would serve other weights under the old version."""
+    try:
+        folder = Path(source).expanduser()
+        if not folder.is_dir():
+            return None
+        files = sorted(f for f in folder.iterdir() if f.suffix in (".safetensors", ".json") and f.is_file())
+        seen = [(f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files]
+    except (OSError, RuntimeError):
+        return None
+    return hashlib.sha256(repr(seen).encode()).hexdigest()[:16]
+
+
+async def in_thread(fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` in a thread. A cancellation (a shutdown) waits for the thread to end
+    before it goes on: a thread cannot be stopped, and nothing may close a model that one
+    is still writing or loading."""
+    future = asyncio.ensure_future(asyncio.to_thread(fn, *args))
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        await asyncio.wait([future])
+        raise

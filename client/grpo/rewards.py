@@ -11,7 +11,7 @@ import torch
 
 from rewardserve.client.errors import APIConnectionError, APIStatusError
 from rewardserve.client.grpo.config import DenseSource, RewardSource, TurnSource
-from rewardserve.client.grpo.turn_advantages import turns_item
+from rewardserve.client.grpo.turn_advantages import MAX_TURN_CALLS, turn_call_count, turns_item
 from rewardserve.client.items import make_item, prompt_group
 from rewardserve.client.protocol import Item, RubricResponse, ScoreResponse, StepsResponse, VerifyResponse
 from rewardserve.client.sync_client import RewardClient
@@ -184,8 +184,18 @@ class RewardMix:
             turns_item(row["prompt"], text, row.get(source.reference), source.separator, str(k))
             for k, (row, text) in enumerate(zip(rows, texts))
         ]
-        results = self.client.score_turns(conversations, **source.options).results
-        for result in results:
-            if not result.valid:
-                log.warning("turn rewards: a completion has none: %s", result.error)
-        return [r.model_dump() if r.valid else None for r in results]
+        # A completion with more calls than the service matches is invalid there anyway:
+        # left out here, so that a policy repeating calls cannot make a request too big.
+        sent = [k for k, c in enumerate(conversations) if turn_call_count(c) <= MAX_TURN_CALLS]
+        out: list[dict[str, Any] | None] = [None] * len(conversations)
+        if len(sent) < len(conversations):
+            log.warning(
+                "turn rewards: %d completions have over %d tool calls", len(conversations) - len(sent), MAX_TURN_CALLS
+            )
+        if sent:
+            results = self.client.score_turns([conversations[k] for k in sent], **source.options).results
+            for k, result in zip(sent, results):
+                if not result.valid:
+                    log.warning("turn rewards: a completion has none: %s", result.error)
+                out[k] = result.model_dump() if result.valid else None
+        return out

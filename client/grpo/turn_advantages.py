@@ -20,6 +20,7 @@ read (``turn_errors``) has the reward of an unmatched call."""
 from __future__ import annotations
 
 import json
+import math
 import re
 import statistics
 from collections.abc import Hashable, Sequence
@@ -32,6 +33,8 @@ from rewardserve.client.protocol import Item, Message
 from rewardserve.client.token_alignment import token_ends
 
 EPS = 1e-6
+# The service's limit on a conversation's calls (models/plans/turns.py MAX_CALLS).
+MAX_TURN_CALLS = 128
 _TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
 
 
@@ -79,6 +82,10 @@ def turns_item(prompt: Any, text: str, reference: Any, separator: str | None, it
         turn = text[start:end]
         messages.append({"role": "assistant", "content": turn, "tool_calls": turn_calls(turn) or None})
     return Item(id=item_id, messages=[Message.model_validate(m) for m in messages], reference=reference)
+
+
+def turn_call_count(item: Item) -> int:
+    return sum(len(m.tool_calls or []) for m in item.messages or [])
 
 
 def turn_rewards(result: dict[str, Any] | None, n_turns: int, unmatched: float) -> list[float] | None:
@@ -144,7 +151,10 @@ def dual_advantages(
     weight, unmatched = source.weight, float(source.options.get("unmatched", 0.0))
     spans = [turn_spans(text, source.separator) for text in texts]
     rewards = [turn_rewards(r, len(s), unmatched) for r, s in zip(results, spans)]
-    normalised = turn_level([None if r is None else returns(r, source.gamma) for r in rewards], keys)
+    discounted = [None if r is None else returns(r, source.gamma) for r in rewards]
+    # A return that is not finite (an enormous ``unmatched``) leaves its completion out.
+    discounted = [g if g is None or all(math.isfinite(v) for v in g) else None for g in discounted]
+    normalised = turn_level(discounted, keys)
     advantages = torch.zeros(ids.shape, dtype=torch.float32)
     has = torch.zeros(ids.shape[0], dtype=torch.bool)
     for i, per_turn in enumerate(normalised):

@@ -4,6 +4,7 @@ nothing; and a call still running at shutdown cancelled and awaited."""
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 
 import pytest
@@ -94,3 +95,40 @@ async def test_a_call_still_running_at_shutdown_is_cancelled_and_awaited(checkpo
     record = operations.get(operation_id)
     assert record.status == "cancelled" and "shut down" in (record.error or "")
     assert not operations._tasks
+
+
+async def test_a_shutdown_waits_for_a_weights_write_before_the_model_closes(checkpoints, monkeypatch):
+    """A thread cannot be cancelled: the shutdown waits for a write in flight to end, then
+    closes the model, never under it."""
+    import time
+
+    from rewardserve.service import lifecycle, weights_update
+
+    first, second, _ = checkpoints
+    events: list[str] = []
+    write = weights_update.write_or_read_back
+
+    def slow_write(model, weights):
+        time.sleep(1.0)
+        done = write(model, weights)
+        events.append("written")
+        return done
+
+    monkeypatch.setattr(lifecycle, "write_or_read_back", slow_write)
+    spec = ModelSpec(name="rm", source=str(first), options={"cpu_linear": "torch", "compile_layers": False})
+    settings = slow_loads(first, 0.0).model_copy(update={"models": [spec]})
+    async with serve_in_process(settings) as (app, http):
+        operations = app.state.svc.lifecycle.operations
+        close = type(app.state.svc.registry).close
+
+        async def closing(registry):
+            events.append("closed")
+            await close(registry)
+
+        monkeypatch.setattr(type(app.state.svc.registry), "close", closing)
+        body = {"path": str(second), "version": "v2"}
+        accepted = await http.post("/v1/admin/models/rm/weights?async=true", json=body, headers=ADMIN)
+        operation_id = accepted.json()["operation"]["id"]
+        await asyncio.sleep(0.3)  # the write is under way
+    assert events == ["written", "closed"]
+    assert operations.get(operation_id).status == "cancelled"

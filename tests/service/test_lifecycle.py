@@ -323,36 +323,6 @@ async def test_new_weights_are_written_in_place_where_the_backend_can(checkpoint
             assert await scores_of(http, "rm") == pytest.approx(after, abs=1e-6)
 
 
-async def test_rollback_undoes_weights_written_in_place_and_loads_alike(checkpoints, tmp_path):
-    """Each rollback serves again what the last load or weights call replaced, the way it
-    came: weights written back in place, a load loaded beside."""
-    first, second, _ = checkpoints
-    settings = two_served(first, second, cpu_linear="torch", compile_layers=False, score_cache_size=0)
-    async with serve_in_process(settings) as (_, http):
-        v1 = await scores_of(http, "rm")
-        other = await scores_of(http, "other")
-        loaded = await http.post(
-            "/v1/admin/models/rm/load", json={"source": str(second), "version": "v2"}, headers=ADMIN
-        )
-        assert loaded.status_code == 200, loaded.text
-        written = await http.post(
-            "/v1/admin/models/rm/weights", json={"path": str(first), "version": "v3"}, headers=ADMIN
-        )
-        assert written.status_code == 200 and written.json()["weights_update"] == "in place", written.text
-        assert await scores_of(http, "rm") == pytest.approx(v1, abs=1e-4)
-
-        back = await http.post("/v1/admin/models/rm/rollback", headers=ADMIN)  # v3 -> v2: written back
-        assert back.status_code == 200, back.text
-        assert back.json()["version"] == "v2" and back.json()["weights_update"] == "in place"
-        assert back.json()["source"] == str(second)
-        assert await scores_of(http, "rm") == pytest.approx(other, abs=1e-4)
-        back = await http.post("/v1/admin/models/rm/rollback", headers=ADMIN)  # v2 -> v1: loaded beside
-        assert back.status_code == 200 and back.json()["version"] == "v1", back.text
-        assert await scores_of(http, "rm") == pytest.approx(v1, abs=1e-4)
-        nothing = await http.post("/v1/admin/models/rm/rollback", headers=ADMIN)
-        assert nothing.status_code == 422 and "no earlier version" in nothing.text
-
-
 async def test_weights_are_loaded_beside_where_they_are_packed(checkpoints):
     first, second, _ = checkpoints
     async with serve_in_process(two_served(first, second)) as (_, http):
