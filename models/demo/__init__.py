@@ -10,6 +10,17 @@ from pathlib import Path
 from typing import Any
 
 DEMO_CONFIG = "models-demo.yaml"
+# The README's models.yaml entries that are served without weights of their own: a rule,
+# and an ensemble of two stand-ins. Written into the config as they are.
+UNBUILT: list[dict[str, Any]] = [
+    {"name": "boxed", "kind": "rule", "source": "exact_match", "options": {"args": {"extract": "boxed"}}},
+    {
+        "name": "mix",
+        "kind": "ensemble",
+        "source": "ensemble",
+        "options": {"members": ["skywork", {"name": "prm", "weight": 0.5}], "normalize": "running"},
+    },
+]
 
 
 def _demo_models() -> list[tuple[dict[str, Any], Callable[[Path], Path], str]]:
@@ -46,6 +57,7 @@ def write_demo_models(directory: Path, log: Callable[[str], None] = lambda _line
         source = build(directory / entry["name"])
         log(f"{entry['name']}: {source} (stands in for {real})")
         entries.append({**entry, "source": str(source)})
+    entries += [dict(entry) for entry in UNBUILT]  # the README's models with no weights of their own
     config = directory / DEMO_CONFIG
     header = (
         "# Written by `rewardserve demo-models`: tiny random models with the real ones'\n"

@@ -31,17 +31,25 @@ async def test_the_demo_models_are_served_under_the_readme_s_names(tmp_path, cap
     assert "skywork: " in printed and "(stands in for Skywork/Skywork-Reward-V2-Qwen3-0.6B)" in printed
 
     settings = Settings(config=config, builtin_rules=False, compile=False)
-    assert [spec.name for spec in settings.model_specs()] == ["skywork", "prm", "judge", "vl-rm", "clip"]
+    names = ["skywork", "prm", "judge", "vl-rm", "clip", "boxed", "mix"]
+    assert [spec.name for spec in settings.model_specs()] == names
     image = {"type": "image_url", "image_url": {"url": _png()}}
     async with serve_in_process(settings) as (_app, http):
         listed = (await http.get("/v1/models")).json()
-        assert sorted(m["id"] for m in listed["data"]) == ["clip", "judge", "prm", "skywork", "vl-rm"]
+        assert sorted(m["id"] for m in listed["data"]) == sorted(names)
 
         item = {"prompt": "What is 2+2?", "response": "4"}
         scored = (await http.post("/v1/score", json={"model": "skywork", "items": [item]})).json()
         conversation = [{"role": "user", "content": item["prompt"]}, {"role": "assistant", "content": "4"}]
         (expected,) = reference_outcome_scores(config.parent / "skywork", [conversation])
         assert scored["results"][0]["score"] == pytest.approx(expected[0], abs=1e-4)
+
+        # The README's rule and ensemble entries are in the demo config too.
+        boxed = {"prompt": "2+2?", "response": "So \\boxed{4}", "reference": "4"}
+        ruled = (await http.post("/v1/score", json={"model": "boxed", "items": [boxed]})).json()
+        assert ruled["results"][0]["score"] == 1.0, ruled
+        mixed = (await http.post("/v1/score", json={"model": "mix", "items": [item, item]})).json()
+        assert all(r["valid"] and set(r["components"]) == {"skywork", "prm"} for r in mixed["results"]), mixed
 
         steps = {"prompt": "What is 2+3*4?", "steps": ["3*4 = 12.", "2 + 12 = 14.", "The answer is 14."]}
         read = (await http.post("/v1/score/steps", json={"model": "prm", "items": [steps]})).json()
