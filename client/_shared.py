@@ -304,7 +304,8 @@ def attempt_error(
     if isinstance(exc, httpx.TimeoutException):
         return APITimeoutError(f"{what} timed out: {exc or type(exc).__name__}"), True, None
     if exc is not None or response is None:
-        return APIConnectionError(f"{what} failed: {exc or type(exc).__name__}"), True, None
+        hint = f" ({TRAILING_V1})" if "/v1/v1/" in what else ""
+        return APIConnectionError(f"{what} failed: {exc or type(exc).__name__}{hint}"), True, None
     if response.is_success:
         return None, False, None
     if response.status_code == 404 and "/v1/v1/" in response.request.url.path:

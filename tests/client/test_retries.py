@@ -151,6 +151,12 @@ def test_errors_name_the_url_and_explain_a_trailing_v1():
         RewardClient("http://rs:8000", http_client=http, max_retries=0).score("m", [{"response": "a"}])
     with pytest.raises(NotFoundError, match="base URL ends in /v1: give the service's root"):
         RewardClient("http://rs:8000/v1", http_client=http, max_retries=0).score("m", [{"response": "a"}])
+    # Nothing answers at all: the refusal names the doubled /v1 too.
+    from tests.harness import free_port
+
+    closed = f"http://127.0.0.1:{free_port()}/v1"
+    with pytest.raises(APIConnectionError, match=r"/v1/v1/score failed: .*base URL ends in /v1"):
+        RewardClient(closed, max_retries=0).score("m", [{"response": "a"}])
 
 
 def test_with_options_takes_the_constructor_s_keywords():
