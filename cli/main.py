@@ -144,7 +144,16 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
 
 
 # ModelSpec fields the command line sets for every --model source (models/spec.py).
-MODEL_FLAGS = ("dtype", "device", "max_tokens", "backend")
+MODEL_FLAGS = (
+    "dtype",
+    "device",
+    "max_tokens",
+    "backend",
+    "revision",
+    "tokenizer",
+    "chat_template",
+    "trust_remote_code",
+)
 
 
 def add_model_flags(parser: argparse.ArgumentParser) -> None:
@@ -153,6 +162,15 @@ def add_model_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", help="of the --model sources: auto (default), cpu, cuda, cuda:N")
     parser.add_argument("--max-tokens", type=int, help="of the --model sources: the longest item, in tokens")
     parser.add_argument("--backend", help="of the --model sources: auto (default), transformers, vllm")
+    parser.add_argument("--revision", help="of the --model sources (hub ids): a branch, tag or commit")
+    parser.add_argument("--tokenizer", help="of the --model sources: another tokenizer (a directory or hub id)")
+    parser.add_argument("--chat-template", help="of the --model sources: a Jinja chat template, its text or file")
+    parser.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        default=None,
+        help="of the --model sources: run the checkpoint's own Python (logged)",
+    )
 
 
 def command_line_models(args: argparse.Namespace, given: list[str]) -> list[ModelSpec]:

@@ -170,15 +170,21 @@ def test_a_model_without_a_name_is_called_what_vllm_would_call_it(tmp_path):
         parse_model_arg("rm=acme/rm", dtype="fp8")
 
 
-def test_serve_a_source_with_per_model_flags_and_an_api_key(qwen3_rm):
+def test_serve_a_source_with_per_model_flags_and_an_api_key(qwen3_rm, tmp_path):
+    import hashlib
+
     from tests.harness import serve_subprocess
 
+    template = "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}"
+    (tmp_path / "template.jinja").write_text(template)
     flags = ("--model", str(qwen3_rm), "--dtype", "float32", "--max-tokens", "100", "--api-key", "k1")
-    with serve_subprocess(*flags, "--device", "cpu", "--backend", "transformers", "--no-builtin-rules") as url:
+    given = ("--tokenizer", str(qwen3_rm), "--chat-template", str(tmp_path / "template.jinja"))
+    with serve_subprocess(*flags, *given, "--device", "cpu", "--backend", "transformers", "--no-builtin-rules") as url:
         assert httpx.get(f"{url}/v1/models", timeout=10).status_code == 401
         keyed = {"authorization": "Bearer k1"}
         (card,) = httpx.get(f"{url}/v1/models", headers=keyed, timeout=10).json()["data"]
         assert card["id"] == qwen3_rm.name and card["max_tokens"] == 100 and card["backend"] == "transformers"
+        assert card["chat_template_sha256"] == hashlib.sha256(template.encode()).hexdigest()
         (info,) = httpx.get(f"{url}/info", headers=keyed, timeout=10).json()["models"]
         assert (info["dtype"], info["device"]) == ("float32", "cpu")
         body = {"model": qwen3_rm.name, "items": [{"response": "word " * 150}]}
