@@ -70,3 +70,49 @@ def test_an_adapter_on_the_vllm_backend_is_refused_by_name(qwen3_rm):
     spec = ModelSpec(name="rm", source=str(qwen3_rm), backend="vllm", adapter="/adapters/x")
     with pytest.raises(ValueError, match="'adapter' is merged by the transformers backend only"):
         make_backend(spec, "classify")
+
+
+def merged_by_peft(model_dir, adapter_dir, out_dir):
+    """The checkpoint peft's own merge_and_unload makes of the base and the adapter."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    PeftModel.from_pretrained(base, adapter_dir).merge_and_unload().save_pretrained(out_dir)
+    AutoTokenizer.from_pretrained(model_dir).save_pretrained(out_dir)
+    return out_dir
+
+
+async def test_a_judge_s_adapter_scores_as_peft_s_merged_checkpoint(judge_lm, tmp_path):
+    """A verifier (a causal LM judge) with a CAUSAL_LM LoRA: its P(yes) equals the same
+    judge served from the checkpoint peft's merge_and_unload writes, and differs from the
+    base judge's."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(11)
+    base = AutoModelForCausalLM.from_pretrained(judge_lm, dtype=torch.float32)
+    config = LoraConfig(task_type="CAUSAL_LM", r=4, lora_alpha=16, target_modules=["q_proj", "v_proj"])
+    config.init_lora_weights = False  # random B: an adapter that changes the verdicts
+    get_peft_model(base, config).save_pretrained(tmp_path / "adapter")
+    merged = merged_by_peft(judge_lm, tmp_path / "adapter", tmp_path / "merged")
+
+    specs = [
+        ModelSpec(name="tuned", source=str(judge_lm), kind="verifier", adapter=str(tmp_path / "adapter")),
+        ModelSpec(name="merged", source=str(merged), kind="verifier"),
+        ModelSpec(name="base", source=str(judge_lm), kind="verifier"),
+    ]
+    items = [
+        {"prompt": "What is 2+2?", "response": "4", "reference": "4"},
+        {"prompt": "Capital of France?", "response": "Lyon", "reference": "Paris"},
+    ]
+    async with serve_in_process(Settings(models=specs, builtin_rules=False, compile=False)) as (_app, http):
+        scores = {}
+        for name in ("tuned", "merged", "base"):
+            answer = (await http.post("/v1/verify", json={"model": name, "items": items})).json()
+            assert all(r["valid"] for r in answer["results"]), answer
+            scores[name] = [r["score"] for r in answer["results"]]
+    assert scores["tuned"] == pytest.approx(scores["merged"], abs=1e-4)
+    assert scores["tuned"] != pytest.approx(scores["base"], abs=1e-4)
