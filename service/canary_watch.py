@@ -10,8 +10,16 @@ version's are, on the same traffic. Then it gets 0% (service/lifecycle.py).
 
 from __future__ import annotations
 
+import logging
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rewardserve.service.metrics import Metrics
+    from rewardserve.service.served_models import ModelRegistry, Served
+
+log = logging.getLogger(__name__)
 
 # A canary is judged by its invalid items only when it has this many, and the serving
 # version as many on the same callers' traffic; it is unhealthy when nearly all of its
@@ -60,3 +68,55 @@ class CanaryWatch:
                 f"were invalid, against {baseline:.0%} on version {self.serving_version!r}"
             )
         return None
+
+
+class Canaries:
+    """Each model's canary watch. A plan's results on a model with a canary are counted
+    on one side or the other; an unhealthy canary is taken out of the registry at once
+    (0% of the requests from there, no await between the verdict and the removal) and
+    handed to ``retire`` to be drained and closed."""
+
+    def __init__(self, registry: ModelRegistry, metrics: Metrics, retire: Callable[[str, Served], None]):
+        self.registry, self.metrics, self._retire = registry, metrics, retire
+        self._watches: dict[str, CanaryWatch] = {}  # name -> its canary's health
+        self._stopped: dict[str, str] = {}  # name -> why its last canary was stopped
+
+    def start(self, name: str, version: str, serving_version: str) -> None:
+        self._stopped.pop(name, None)
+        self._watches[name] = CanaryWatch(version, serving_version)
+
+    def end(self, name: str) -> None:
+        self._watches.pop(name, None)
+
+    def stopped(self, name: str) -> str | None:
+        """Why the model's last canary was stopped, if it was."""
+        return self._stopped.get(name)
+
+    def observe(self, served: Served, valid: Iterable[bool]) -> None:
+        """A plan's results on a model with a canary, counted on the canary's side or the
+        serving version's; an unhealthy canary is stopped here."""
+        name = served.model.name
+        watch, canary = self._watches.get(name), self.registry.canaries.get(name)
+        if watch is None or canary is None:
+            return
+        watch.observe(served is canary[0], valid)
+        self._judge(name, watch)
+
+    def observe_failure(self, served: Served) -> None:
+        """A plan that failed with a server fault (not the caller's input)."""
+        name = served.model.name
+        watch, canary = self._watches.get(name), self.registry.canaries.get(name)
+        if watch is not None and canary is not None and served is canary[0]:
+            watch.observe_failure()
+            self._judge(name, watch)
+
+    def _judge(self, name: str, watch: CanaryWatch) -> None:
+        reason = watch.verdict()
+        if reason is None:
+            return
+        stopped, _ = self.registry.canaries.pop(name)
+        self._watches.pop(name, None)
+        self._stopped[name] = reason
+        self.metrics.canary_stopped.labels(name).inc()
+        log.warning("model %s: canary stopped, %s", name, reason)
+        self._retire(name, stopped)

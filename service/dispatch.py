@@ -82,11 +82,11 @@ async def run_plan(
         except (RequestError, QueueFull, QueueTooSmall, PoolBusy, ClientGone):
             raise  # the caller's input, the service's limits, a caller gone: not the version's health
         except Exception:
-            ctx.svc.lifecycle.observe_failure(served)
+            ctx.svc.lifecycle.canaries.observe_failure(served)
             raise
         # Read while held: weights rewritten in place take a new version only once nobody holds it.
         done.model_version = served.version
-    ctx.svc.lifecycle.observe(served, (getattr(r, "valid", True) for r in done.results))
+    ctx.svc.lifecycle.canaries.observe(served, (getattr(r, "valid", True) for r in done.results))
     done.revision = served.model.spec.revision
     return done
 

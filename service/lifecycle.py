@@ -35,7 +35,7 @@ import asyncio
 import contextvars
 import logging
 import time
-from collections.abc import AsyncIterator, Coroutine, Iterable
+from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -45,7 +45,7 @@ from rewardserve.models.checkpoints import is_local
 from rewardserve.models.reward_model import RewardModel
 from rewardserve.models.spec import ModelSpec
 from rewardserve.service.admin_operations import AdminOperations
-from rewardserve.service.canary_watch import CanaryWatch
+from rewardserve.service.canary_watch import Canaries
 from rewardserve.service.errors import InvalidRequest, ServiceError
 from rewardserve.service.metrics import Metrics
 from rewardserve.service.model_memory import drop, held_bytes
@@ -84,8 +84,7 @@ class Lifecycle:
         # replaced, the latest last: what rollback serves again, the way it came (loaded
         # beside, or weights), if its folder still holds what it held
         self._history: dict[str, list[tuple[str, str, str, str | None]]] = {}
-        self._watches: dict[str, CanaryWatch] = {}  # name -> its canary's health
-        self._stopped: dict[str, str] = {}  # name -> why its last canary was stopped
+        self.canaries = Canaries(registry, metrics, self._retire_stopped)  # their health on real traffic
         self.operations = AdminOperations()  # ?async=true calls, and every task started here
         self._updates: dict[str, str] = {}  # name -> how its last weights call was applied
 
@@ -145,7 +144,7 @@ class Lifecycle:
             last_operation_s=served.last_operation_s,
             canary_version=canary[0].version if canary else None,
             canary_percent=canary[1] * 100 if canary else None,
-            canary_stopped=self._stopped.get(name),
+            canary_stopped=self.canaries.stopped(name),
             weights_update=self._updates.get(name),
             operation=self.operations.latest(name),
         )
@@ -165,40 +164,12 @@ class Lifecycle:
         """At shutdown: async calls still running are cancelled, and awaited."""
         await self.operations.close()
 
-    # ------------------------------------------------------------------ canary health
-
-    def observe(self, served: Served, valid: Iterable[bool]) -> None:
-        """A plan's results on a model with a canary, counted on the canary's side or the
-        serving version's; an unhealthy canary is stopped here."""
-        name = served.model.name
-        watch, canary = self._watches.get(name), self.registry.canaries.get(name)
-        if watch is None or canary is None:
-            return
-        watch.observe(served is canary[0], valid)
-        self._judge(name, watch)
-
-    def observe_failure(self, served: Served) -> None:
-        """A plan that failed with a server fault (not the caller's input)."""
-        name = served.model.name
-        watch, canary = self._watches.get(name), self.registry.canaries.get(name)
-        if watch is not None and canary is not None and served is canary[0]:
-            watch.observe_failure()
-            self._judge(name, watch)
-
-    def _judge(self, name: str, watch: CanaryWatch) -> None:
-        reason = watch.verdict()
-        if reason is None:
-            return
-        # 0% from here: no await between the verdict and the entry's removal.
-        stopped, _ = self.registry.canaries.pop(name)
-        self._watches.pop(name, None)
-        self._stopped[name] = reason
-        self.metrics.canary_stopped.labels(name).inc()
-        log.warning("model %s: canary stopped, %s", name, reason)
+    def _retire_stopped(self, name: str, served: Served) -> None:
+        """A canary found unhealthy (service/canary_watch.py): drained and closed."""
 
         async def retire() -> None:
             async with self._lock(name):
-                await self._retire(stopped)
+                await self._retire(served)
 
         self.operations.spawn(retire())
 
@@ -312,7 +283,7 @@ class Lifecycle:
         one (which takes the rest); 0 ends the canary, its version drained and closed."""
         async with self._operation(name, "canary"), self._lock(name):
             ending = self.registry.canaries.pop(name, None)
-            self._watches.pop(name, None)
+            self.canaries.end(name)
             if ending is not None:
                 await self._retire(ending[0])
             if percent > 0:
@@ -320,8 +291,7 @@ class Lifecycle:
                     raise InvalidRequest("a canary needs the source of its version", param="source")
                 old = self.registry.current(name)
                 new = await self._loaded_beside(name, old, source, version, None)
-                self._stopped.pop(name, None)
-                self._watches[name] = CanaryWatch(version, old.version)
+                self.canaries.start(name, version, old.version)
                 self.registry.canaries[name] = (new, percent / 100)
         return self.state(name)
 
