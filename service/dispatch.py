@@ -187,7 +187,6 @@ async def run_parts(ctx: RequestContext, parts: list[Part[Any]]) -> list[Execute
         served = registry.get(part.model)
         async with ctx.svc.lifecycle.using(served):
             done: Executed[Any] = await execute(ctx, served, part.plan, 0)
-            done.model_version = served.version
         part.results = done.results
         return done
 

@@ -27,7 +27,7 @@ import asyncio
 import itertools
 import logging
 import threading
-from collections.abc import Awaitable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Coroutine
 from typing import Any, TypeVar
 
 import numpy as np
@@ -50,6 +50,14 @@ def vllm_available() -> bool:
     except Exception:  # ImportError, or a broken install that fails at import
         return False
     return True
+
+
+async def _final(outputs: AsyncIterator[Any]) -> Any:
+    """An engine request's last output: the whole answer (the earlier ones are partial)."""
+    output: Any = None
+    async for output in outputs:  # noqa: B007 (the last is the answer)
+        pass
+    return output
 
 
 async def _gather(coroutines: list[Awaitable[T]]) -> list[T]:
@@ -123,9 +131,7 @@ class VllmBackend(Backend):
         # prefix cache); any other readout takes the head at every token.
         last_only = self.task == "classify" and seq.positions == (len(seq.ids) - 1,)
         params = PoolingParams(task="classify" if last_only else "token_classify", use_activation=False)
-        output: Any = None
-        async for output in self.engine.encode({"prompt_token_ids": seq.ids}, params, self._request_id()):  # noqa: B007 (the last is the answer)
-            pass
+        output = await _final(self.engine.encode({"prompt_token_ids": seq.ids}, params, self._request_id()))
         data = np.asarray(output.outputs.data.float().numpy(), dtype=np.float32)
         if last_only:
             return data.reshape(1, -1)
@@ -139,9 +145,7 @@ class VllmBackend(Backend):
         params = SamplingParams(
             max_tokens=1, temperature=0.0, logprobs=len(token_ids), logprob_token_ids=list(token_ids)
         )
-        output: Any = None
-        async for output in self.engine.generate({"prompt_token_ids": seq.ids}, params, self._request_id()):  # noqa: B007 (the last is the answer)
-            pass
+        output = await _final(self.engine.generate({"prompt_token_ids": seq.ids}, params, self._request_id()))
         step = output.outputs[0].logprobs[0]
         return np.asarray([[step[t].logprob for t in token_ids]], dtype=np.float32)
 
@@ -154,9 +158,7 @@ class VllmBackend(Backend):
         # prompt_logprobs=0: the sequence's own id at each position, nothing more. vLLM
         # does not read its prefix cache for such a request (every position is computed).
         params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0)
-        output: Any = None
-        async for output in self.engine.generate({"prompt_token_ids": seq.ids}, params, self._request_id()):  # noqa: B007 (the last is the answer)
-            pass
+        output = await _final(self.engine.generate({"prompt_token_ids": seq.ids}, params, self._request_id()))
         prompt = output.prompt_logprobs
         return np.asarray([[prompt[p + 1][t].logprob] for p, t in zip(seq.positions, targets)], dtype=np.float32)
 
@@ -181,9 +183,7 @@ class VllmBackend(Backend):
             seed=seed,
             skip_special_tokens=True,
         )
-        output: Any = None
-        async for output in self.engine.generate({"prompt_token_ids": prompt}, params, self._request_id()):  # noqa: B007 (the last is the answer)
-            pass
+        output = await _final(self.engine.generate({"prompt_token_ids": prompt}, params, self._request_id()))
         return [choice.text for choice in output.outputs]
 
     def _request_id(self) -> str:

@@ -5,42 +5,23 @@ nothing; and a call still running at shutdown cancelled and awaited."""
 from __future__ import annotations
 
 import asyncio
-import shutil
 
 import pytest
 
 from rewardserve.client import AsyncRewardClient
 from rewardserve.models.spec import ModelSpec
 from rewardserve.service.settings import Settings
-from tests.builders import build_sequence_classifier
 from tests.harness import serve_in_process
-
-ADMIN = {"authorization": "Bearer admin-key"}
-SCORER = {"authorization": "Bearer score-key"}
-ITEMS = [{"prompt": "What is 2+2?", "response": r} for r in ("4", "five")]
+from tests.service.lifecycle_setup import ADMIN, ITEMS, SCORER, build_versions, keyed
 
 
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory):
-    root = tmp_path_factory.mktemp("operations")
-    first = build_sequence_classifier(root / "v1", seed=0)
-    second = build_sequence_classifier(root / "v2", seed=1)
-    broken = root / "broken"
-    shutil.copytree(first, broken)
-    weights = broken / "model.safetensors"
-    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
-    return first, second, broken
+    return build_versions(tmp_path_factory.mktemp("operations"))
 
 
 def slow_loads(first, delay_s: float) -> Settings:
-    return Settings(
-        builtin_rules=False,
-        api_keys=["score-key"],
-        admin_keys=["admin-key"],
-        compile=False,
-        fault_load_delay_s=delay_s,
-        models=[ModelSpec(name="rm", source=str(first), version="v1")],
-    )
+    return keyed([ModelSpec(name="rm", source=str(first), version="v1")], fault_load_delay_s=delay_s)
 
 
 async def version_scoring(http) -> str:

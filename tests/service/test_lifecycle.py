@@ -15,32 +15,16 @@ from rewardserve.models.spec import ModelSpec
 from rewardserve.service.settings import Settings
 from tests.builders import build_sequence_classifier
 from tests.harness import serve_in_process
-
-ADMIN = {"authorization": "Bearer admin-key"}
-SCORER = {"authorization": "Bearer score-key"}
-ITEMS = [{"prompt": "What is 2+2?", "response": r} for r in ("4", "five", "It is 4.")]
+from tests.service.lifecycle_setup import ADMIN, ITEMS, SCORER, build_versions, keyed, scores_of, two_served
 
 
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory):
-    root = tmp_path_factory.mktemp("versions")
-    first = build_sequence_classifier(root / "v1", seed=0)
-    second = build_sequence_classifier(root / "v2", seed=1)
-    broken = root / "broken"
-    shutil.copytree(first, broken)
-    weights = broken / "model.safetensors"
-    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
-    return first, second, broken
+    return build_versions(tmp_path_factory.mktemp("versions"))
 
 
 def settings(first, **spec) -> Settings:
-    return Settings(
-        builtin_rules=False,
-        api_keys=["score-key"],
-        admin_keys=["admin-key"],
-        compile=False,
-        models=[ModelSpec(name="rm", source=str(first), version="v1", **spec)],
-    )
+    return keyed([ModelSpec(name="rm", source=str(first), version="v1", **spec)])
 
 
 async def scores(http) -> tuple[list[float], str | None]:
@@ -238,25 +222,6 @@ async def test_an_unhealthy_canary_gets_0_percent_by_itself(checkpoints, flaky):
         assert invalid and all("non-finite" in e for e in invalid)
         metrics = (await http.get("/metrics")).text
         assert 'rewardserve_canary_stopped_total{model="rm"} 1.0' in metrics
-
-
-def two_served(first, second, **options) -> Settings:
-    return Settings(
-        builtin_rules=False,
-        api_keys=["score-key"],
-        admin_keys=["admin-key"],
-        compile=False,
-        models=[
-            ModelSpec(name="rm", source=str(first), version="v1", options={"score_cache_size": 64, **options}),
-            ModelSpec(name="other", source=str(second)),  # what the new weights should score
-        ],
-    )
-
-
-async def scores_of(http, model: str) -> list[float]:
-    answer = await http.post("/v1/score", json={"model": model, "items": ITEMS}, headers=SCORER)
-    assert answer.status_code == 200, answer.text
-    return [r["score"] for r in answer.json()["results"]]
 
 
 async def test_new_weights_are_written_in_place_where_the_backend_can(checkpoints, flaky, tmp_path):

@@ -9,40 +9,20 @@ import shutil
 
 import pytest
 
-from rewardserve.models.spec import ModelSpec
 from rewardserve.service.settings import Settings
-from tests.builders import build_sequence_classifier
 from tests.harness import serve_in_process
-
-ADMIN = {"authorization": "Bearer admin-key"}
-SCORER = {"authorization": "Bearer score-key"}
-ITEMS = [{"prompt": "What is 2+2?", "response": r} for r in ("4", "five", "It is 4.")]
-IN_PLACE = {"cpu_linear": "torch", "compile_layers": False}
+from tests.service.lifecycle_setup import ADMIN, IN_PLACE, build_versions, scores_of
+from tests.service.lifecycle_setup import two_served as serving_both
 
 
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory):
-    root = tmp_path_factory.mktemp("rollback")
-    return build_sequence_classifier(root / "v1", seed=0), build_sequence_classifier(root / "v2", seed=1)
+    first, second, _ = build_versions(tmp_path_factory.mktemp("rollback"))
+    return first, second
 
 
 def two_served(first, second, **options) -> Settings:
-    return Settings(
-        builtin_rules=False,
-        api_keys=["score-key"],
-        admin_keys=["admin-key"],
-        compile=False,
-        models=[
-            ModelSpec(name="rm", source=str(first), version="v1", options={"score_cache_size": 0, **options}),
-            ModelSpec(name="other", source=str(second)),  # what the second checkpoint scores
-        ],
-    )
-
-
-async def scores_of(http, model: str) -> list[float]:
-    answer = await http.post("/v1/score", json={"model": model, "items": ITEMS}, headers=SCORER)
-    assert answer.status_code == 200, answer.text
-    return [r["score"] for r in answer.json()["results"]]
+    return serving_both(first, second, score_cache_size=0, **options)  # the scores after are the weights'
 
 
 async def admin(http, call: str, expect: int = 200, **body) -> dict:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import random
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -67,27 +69,35 @@ def specs(models: dict[str, Path], backend: str) -> list[ModelSpec]:
     ]
 
 
-@pytest.fixture(scope="module")
-def vllm_url(models, tmp_path_factory):
-    if not VLLM_PYTHON.exists():
-        pytest.fail(f"{VLLM_PYTHON} is missing: run `make vllm-venv` (or set REWARDSERVE_SKIP_VLLM=1)")
-    config = tmp_path_factory.mktemp("vllm_cfg") / "models.yaml"
+@contextmanager
+def served_on_vllm(specs: list[ModelSpec], folder: Path, start_s: float) -> Iterator[str]:
+    """``specs`` served by `rewardserve serve` in .venv-vllm's interpreter; yields its URL
+    (the server's log printed when it fails)."""
     import yaml
 
-    config.write_text(yaml.safe_dump({"models": [s.model_dump(exclude_defaults=True) for s in specs(models, "vllm")]}))
-    log = tmp_path_factory.mktemp("vllm_log") / "server.log"
+    if not VLLM_PYTHON.exists():
+        pytest.fail(f"{VLLM_PYTHON} is missing: run `make vllm-venv` (or set REWARDSERVE_SKIP_VLLM=1)")
+    config = folder / "models.yaml"
+    config.write_text(yaml.safe_dump({"models": [s.model_dump(exclude_defaults=True) for s in specs]}))
+    log = folder / "server.log"
     # vLLM on a CPU reserves its KV cache in RAM: keep it small (GiB). Each engine's core
     # in the service process rather than a process of its own: the numbers are the same,
     # the four engines start ~70 s sooner on 2 cores.
     env = {"VLLM_CPU_KVCACHE_SPACE": "1", "REWARDSERVE_BUILTIN_RULES": "false", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
     try:
         with serve_subprocess(
-            "--config", str(config), env=env, log_path=log, python=str(VLLM_PYTHON), ready_timeout=START_S
+            "--config", str(config), env=env, log_path=log, python=str(VLLM_PYTHON), ready_timeout=start_s
         ) as url:
             yield url
     except Exception:
         print(log.read_text()[-5000:])
         raise
+
+
+@pytest.fixture(scope="module")
+def vllm_url(models, tmp_path_factory):
+    with served_on_vllm(specs(models, "vllm"), tmp_path_factory.mktemp("vllm_cfg"), START_S) as url:
+        yield url
 
 
 @pytest_asyncio.fixture(scope="module")

@@ -11,13 +11,12 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
-import yaml
 
 from rewardserve.models.spec import ModelSpec
 from rewardserve.service.settings import Settings
 from tests.builders import build_qwen3_lm, random_text
-from tests.harness import serve_in_process, serve_subprocess
-from tests.models.backends.test_vllm_backend import TOLERANCE, VLLM_PYTHON, both
+from tests.harness import serve_in_process
+from tests.models.backends.test_vllm_backend import TOLERANCE, both, served_on_vllm
 
 START_S = 420
 pytestmark = [pytest.mark.long(60), pytest.mark.timeout(START_S + 60)]
@@ -46,22 +45,8 @@ def spec(lms: tuple[Path, Path], backend: str) -> ModelSpec:
 
 @pytest.fixture(scope="module")
 def vllm_url(lms, tmp_path_factory):
-    if not VLLM_PYTHON.exists():
-        pytest.fail(f"{VLLM_PYTHON} is missing: run `make vllm-venv` (or set REWARDSERVE_SKIP_VLLM=1)")
-    config = tmp_path_factory.mktemp("vllm_implicit_cfg") / "models.yaml"
-    config.write_text(yaml.safe_dump({"models": [spec(lms, "vllm").model_dump(exclude_defaults=True)]}))
-    log = config.parent / "server.log"
-    # As test_vllm_backend.py starts its engines: a small KV cache, each engine's core in
-    # the service process (one process less to start per engine).
-    env = {"VLLM_CPU_KVCACHE_SPACE": "1", "REWARDSERVE_BUILTIN_RULES": "false", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
-    try:
-        with serve_subprocess(
-            "--config", str(config), env=env, log_path=log, python=str(VLLM_PYTHON), ready_timeout=START_S
-        ) as url:
-            yield url
-    except Exception:
-        print(log.read_text()[-5000:])
-        raise
+    with served_on_vllm([spec(lms, "vllm")], tmp_path_factory.mktemp("vllm_implicit_cfg"), START_S) as url:
+        yield url
 
 
 @pytest_asyncio.fixture(scope="module")
