@@ -1,6 +1,7 @@
 """A model's LoRA ``adapter`` (peft 0.21's ``save_pretrained`` layout): merged into the
-weights at load, its scores equal peft's own unmerged forward on the same files; kinds
-and backends that cannot merge one refuse it by name."""
+weights at load, its scores equal peft's own (its unmerged forward, or the checkpoint its
+merge writes) on outcome, process and verifier models; kinds and backends that cannot
+merge one refuse it by name."""
 
 from __future__ import annotations
 
@@ -116,3 +117,40 @@ async def test_a_judge_s_adapter_scores_as_peft_s_merged_checkpoint(judge_lm, tm
             scores[name] = [r["score"] for r in answer["results"]]
     assert scores["tuned"] == pytest.approx(scores["merged"], abs=1e-4)
     assert scores["tuned"] != pytest.approx(scores["base"], abs=1e-4)
+
+
+async def test_a_process_model_s_adapter_scores_steps_as_peft_s_merged_checkpoint(shepherd_prm, tmp_path):
+    """A process model (Math-Shepherd, a causal LM read at its step tags) with a CAUSAL_LM
+    LoRA: each step's score equals the card's per-prefix computation on the checkpoint
+    peft's merge_and_unload writes, and differs from the base model's."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from tests.prm_reference import shepherd_steps
+
+    torch.manual_seed(13)
+    base = AutoModelForCausalLM.from_pretrained(shepherd_prm, dtype=torch.float32)
+    config = LoraConfig(task_type="CAUSAL_LM", r=4, lora_alpha=16, target_modules=["q_proj", "v_proj"])
+    config.init_lora_weights = False  # random B: an adapter that changes the step scores
+    get_peft_model(base, config).save_pretrained(tmp_path / "adapter")
+    merged = merged_by_peft(shepherd_prm, tmp_path / "adapter", tmp_path / "merged")
+
+    question, steps = "What is 2+3+4?", ["2+3 is 5", "5+4 is 9", "The answer is 9"]
+    expected = shepherd_steps(merged, question, steps)
+    untuned = shepherd_steps(shepherd_prm, question, steps)
+    assert max(abs(a - b) for a, b in zip(expected, untuned)) > 1e-3  # the adapter changes them
+
+    specs = [
+        ModelSpec(name="tuned", source=str(shepherd_prm), preset="math-shepherd", adapter=str(tmp_path / "adapter")),
+        ModelSpec(name="base", source=str(shepherd_prm), preset="math-shepherd"),
+    ]
+    item = {"prompt": question, "steps": steps}
+    async with serve_in_process(Settings(models=specs, builtin_rules=False, compile=False)) as (_app, http):
+        scores = {}
+        for name in ("tuned", "base"):
+            answer = (await http.post("/v1/score/steps", json={"model": name, "items": [item]})).json()
+            assert answer["results"][0]["valid"], answer
+            scores[name] = answer["results"][0]["step_scores"]
+    assert scores["tuned"] == pytest.approx(expected, abs=1e-4)
+    assert scores["base"] == pytest.approx(untuned, abs=1e-4)
