@@ -5,7 +5,8 @@ Run in one process, such a test is the completion's to win: it can return an obj
 whose ``__eq__`` is always true, or a subclass of ``int`` that equals anything, or leave
 with exit status 0 before the asserts run, and the test passes. So the test's own code
 (the reference's setup, prompt and asserts) runs in a trusted process, and the
-completion's code in a child of it; the test calls the completion's functions over a
+completion's code in a new interpreter started from it (a fork would share the
+test's memory, expected values and all); the test calls the completion's functions over a
 pair of pipes. What comes back is data only: the trusted side decodes None, bools,
 numbers, strings, bytes and the built-in containers of them, and nothing else, so every
 comparison the asserts make is the built-in one. An object that is not data comes back
@@ -188,6 +189,27 @@ def _from_wire(message: object, handles: dict[int, object]) -> object:
     return message
 
 
+def _no_digit_limit() -> None:
+    """A big int is a value like any other on the wire (whose frames are capped)."""
+    import sys
+
+    if hasattr(sys, "set_int_max_str_digits"):
+        sys.set_int_max_str_digits(0)
+
+
+def completion_process(requests: int, answers: int) -> None:
+    """A fresh interpreter's work (``--completion``): the completion's sources come as the
+    first message; then ``serve_completion``."""
+    _no_digit_limit()
+    try:
+        sources = _read(requests, 1 << 30)
+        parts = [compile(str(text), "<completion>", "exec") for text in sources]  # type: ignore[attr-defined]
+    except BaseException as exc:  # noqa: BLE001 - the program's error is its verdict
+        _write(answers, {"error": f"{type(exc).__name__}: {exc}"[:SHOWN]})
+        return
+    serve_completion(parts, requests, answers)
+
+
 def serve_completion(parts: "list[Any]", requests: int, answers: int) -> None:
     """In the completion's process: run its code, say which names it defined, then
     answer calls until the test's process closes the pipe."""
@@ -263,27 +285,39 @@ def _again(name: str, text: str) -> BaseException:
 
 
 def start_apart(
-    candidate: "list[Any]", trusted_before: "list[Any]", after: "list[Any]", entry: "str | None", cap: int
+    candidate: "list[str]", trusted_before: "list[Any]", after: "list[Any]", entry: "str | None", cap: int
 ) -> "list[Any]":
-    """Fork the completion's process (``candidate``: its code parts) and return the test
-    process's parts: its trusted setup, then a step that binds the completion's names
-    (``entry`` always; any other it defined that the setup and the built-ins do not),
-    then the asserts."""
+    """Start the completion's process (``candidate``: the sources it runs) and return the
+    test process's parts: its trusted setup, then a step that binds the completion's
+    names (``entry`` always; any other it defined that the setup and the built-ins do
+    not), then the asserts.
+
+    The completion runs in a new interpreter (this driver's own source again, with
+    ``--completion``), not a fork: a fork would hold a copy of this process's memory, the
+    asserts and their expected values among it, for the completion to read."""
     import sys
 
-    if hasattr(sys, "set_int_max_str_digits"):  # a big int is a value like any other (its frame is capped)
-        sys.set_int_max_str_digits(0)
+    _no_digit_limit()
     requests_r, requests_w = os.pipe()
     answers_r, answers_w = os.pipe()
     if os.fork() == 0:
         try:
             os.close(requests_w)
             os.close(answers_r)
-            serve_completion(candidate, requests_r, answers_w)
+            os.set_inheritable(requests_r, True)
+            os.set_inheritable(answers_w, True)
+            argv = sys.orig_argv
+            source = argv[argv.index("-c") + 1]  # the driver runs as ``python ... -c SOURCE``
+            flags = [flag for flag in ("-I", "-S") if flag in argv[: argv.index("-c")]]
+            os.execv(
+                sys.executable,
+                [sys.executable, *flags, "-c", source, "--completion", str(requests_r), str(answers_w)],
+            )
         finally:
-            os._exit(0)
+            os._exit(120)
     os.close(requests_r)
     os.close(answers_w)
+    _write(requests_w, candidate)
     link = _Link(requests_w, answers_r, cap)
 
     def bind(scope: dict[str, object]) -> None:

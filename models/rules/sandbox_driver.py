@@ -26,7 +26,7 @@ TYPE_CHECKING = False  # typing itself costs a start-up ~17 ms here
 if TYPE_CHECKING:
     from typing import Any
 
-    from rewardserve.models.rules.sandbox_apart import start_apart
+    from rewardserve.models.rules.sandbox_apart import completion_process, start_apart
 
 # Imported once here, shared by every test's child (fork): modules programs use that
 # cost little to load (re, json or random would cost every sandbox ~10 ms each).
@@ -338,8 +338,8 @@ def serve(spec: dict[str, Any], out: Any) -> None:
                 return
             parts = before + [code] + after
             if spec.get("asserts"):  # the asserts and the completion apart (sandbox_apart.py)
-                parts = {
-                    "candidate": before + [code],
+                parts = {  # the completion's sources: it compiles them in a process of its own
+                    "candidate": ([test["before"]] if test.get("before") else []) + [spec["code"]],
                     "trusted": before + _prompt(test.get("prompt")),
                     "after": after,
                     "entry": test.get("entry"),
@@ -362,7 +362,11 @@ def serve(spec: dict[str, Any], out: Any) -> None:
 
 def main() -> None:
     """Completions one after another, each a 4-byte length and marshal's bytes on stdin,
-    until stdin ends; between two, what the last one left is gone."""
+    until stdin ends; between two, what the last one left is gone. With ``--completion
+    REQUESTS ANSWERS``: an assert-style test's completion (sandbox_apart.py)."""
+    if sys.argv[1:2] == ["--completion"]:
+        completion_process(int(sys.argv[2]), int(sys.argv[3]))
+        return
     out = os.fdopen(1, "wb")
     say(out, {"ready": True})
     while True:

@@ -139,6 +139,41 @@ def test_the_prompt_s_helpers_are_the_reference_s_on_the_test_s_side():
     assert float(code_tests(cheat, he)) == 0.0
 
 
+ANSWER_KEY_READER = """
+import gc, sys
+
+def found():
+    frame, stack = sys._getframe(), list(gc.get_objects())
+    while frame is not None:
+        stack.append(frame.f_locals)
+        frame = frame.f_back
+    for _ in range(2_000_000):
+        if not stack:
+            return None
+        seen = stack.pop()
+        if isinstance(seen, str) and "the-key-" in seen:
+            return seen[seen.index("the-key-"):][:12]
+        if isinstance(seen, dict):
+            stack.extend(seen.values())
+        elif isinstance(seen, (list, tuple)):
+            stack.extend(seen)
+        elif type(seen).__name__ == "code":
+            stack.extend(seen.co_consts)
+
+def answer():
+    return found()
+"""
+
+
+def test_the_completion_cannot_read_the_asserts_expected_values():
+    """The completion's process holds nothing of the test's: no frame, object or
+    constant with the expected value to copy (a forked process would have them all)."""
+    he = {"test": "def check(candidate):\n    assert candidate() == 'the-key-8271'\n", "entry_point": "answer"}
+    mbpp = {"test_list": ["assert answer() == 'the-key-8271'"]}
+    assert float(code_tests(ANSWER_KEY_READER, he)) == 0.0
+    assert float(code_tests(ANSWER_KEY_READER, mbpp)) == 0.0
+
+
 def test_calls_across_the_two_processes_keep_python_s_meaning():
     """Exceptions come back by their built-in names (a test may expect one); objects that
     are not data stay with the completion, as handles it gets back; containers, bytes,
