@@ -1,8 +1,9 @@
 """The README's examples, run as written, in order, in a scratch directory: its shell
 blocks through bash, its Python blocks through this interpreter, its YAML files written
-where a block names them. Only model sources (small local models instead of hub ids),
-the port, and the length of the GRPO run are put in; a block marked
-``<!-- readme-test: not run; why -->`` is skipped, and must say why.
+where a block names them. Only model sources (the models the README's own
+``rewardserve demo-models`` builds, instead of hub ids), the port, and the length of the
+GRPO run are put in; a block marked ``<!-- readme-test: not run; why -->`` is skipped,
+and must say why.
 
 ``make serve`` lines start the service for real (in the background, from the scratch
 directory with the checkout's Makefile and .venv); the following blocks call it, until
@@ -71,19 +72,26 @@ class Server:
         self.proc = None
 
 
-@pytest.fixture(scope="module")
-def sources(tmp_path_factory, qwen3_rm, qwen2_prm, judge_lm, vl_value, clip_model) -> dict[str, str]:
-    """What each hub id or path of the README stands for here."""
+# The README's hub ids and the demo-models folder that stands in for each: the README
+# builds them (`rewardserve demo-models demo`) before any block serves them.
+DEMO_FOR = {
+    "Skywork/Skywork-Reward-V2-Qwen3-0.6B": "skywork",
+    "Qwen/Qwen2.5-Math-PRM-7B": "prm",
+    "Qwen/Qwen3-1.7B": "judge",
+    "Skywork/Skywork-VL-Reward-7B": "vl-rm",
+    "openai/clip-vit-base-patch32": "clip",
+}
+
+
+def sources(scratch: Path, tmp_path_factory) -> dict[str, str]:
+    """What each hub id or path of the README stands for here: the README's own demo
+    models, and two it has no stand-in for (a policy, and an 8k-context Llama RM)."""
     policy = build_causal_lm(tmp_path_factory.mktemp("policy"), seed=3)
     # A Llama classifier with the context the README's max_tokens asks for.
     llama_rm = build_sequence_classifier(tmp_path_factory.mktemp("llama_8k"), "llama", seed=1, max_positions=8192)
     return {
-        "Skywork/Skywork-Reward-V2-Qwen3-0.6B": str(qwen3_rm),
+        **{hub_id: str(scratch / "demo" / name) for hub_id, name in DEMO_FOR.items()},
         "/models/Skywork-Reward-V2-Llama-3.1-8B": str(llama_rm),
-        "Qwen/Qwen2.5-Math-PRM-7B": str(qwen2_prm),
-        "Qwen/Qwen3-1.7B": str(judge_lm),
-        "Skywork/Skywork-VL-Reward-7B": str(vl_value),
-        "openai/clip-vit-base-patch32": str(clip_model),
         "Qwen/Qwen2.5-0.5B-Instruct": str(policy),
     }
 
@@ -92,7 +100,8 @@ def sources(tmp_path_factory, qwen3_rm, qwen2_prm, judge_lm, vl_value, clip_mode
 # total, past the suite's default timeout.
 @pytest.mark.long(80)
 @pytest.mark.timeout(900)
-def test_every_readme_example_runs(tmp_path, sources):
+def test_every_readme_example_runs(tmp_path, tmp_path_factory):
+    stand_ins = sources(tmp_path, tmp_path_factory)
     port = free_port()
     env = {
         **os.environ,
@@ -107,7 +116,7 @@ def test_every_readme_example_runs(tmp_path, sources):
     server = Server(tmp_path, env)
 
     def put_in(text: str) -> str:
-        for given, local in sources.items():
+        for given, local in stand_ins.items():
             text = text.replace(given, local)
         text = re.sub(r"http://(127\.0\.0\.1|rm|rm-0|rm-1):8000", f"http://127.0.0.1:{port}", text)
         # The GRPO run: one short step, not 200 of 256 tokens.
@@ -154,6 +163,8 @@ def test_every_readme_example_runs(tmp_path, sources):
                             continue  # what is running this
                         args = re.search(r'ARGS="([^"]*)"', command)
                         command = f'make serve ARGS="{args[1] if args else ""} --port {port}"'
+                        if "--model" in command or "--config" in command:  # the demo models stand in
+                            assert (tmp_path / "demo" / "models-demo.yaml").exists(), "served before demo-models"
                         server.start(command, port)
                         ran["serve"] += 1
                     continue
