@@ -293,6 +293,11 @@ def main() -> None:
     parser.add_argument("--hostile-share", type=float, default=0.1)
     parser.add_argument("--attacks", default="", help="only attacks whose names hold one of these (comma-separated)")
     parser.add_argument("--tenants", action="store_true", help="the attacker as a tenant of its own")
+    parser.add_argument(
+        "--server-log",
+        type=Path,
+        help="keep the service's request log here (JSON lines: each request's queue and inference ms)",
+    )
     args = parser.parse_args()
 
     from tests.builders import build_sequence_classifier
@@ -312,11 +317,14 @@ def main() -> None:
             env = {k: v for k, v in env.items() if k != "REWARDSERVE_API_KEYS"}  # the tenants' keys only
             env["REWARDSERVE_TENANTS_FILE"] = str(tenants)
             attacker_key = ATTACKER_KEY
+        if args.server_log is not None:  # where a stall sat: queue or forward, which model, which tenant
+            env |= {"REWARDSERVE_LOG_LEVEL": "info", "REWARDSERVE_LOG_FORMAT": "json"}
+        log = open(args.server_log, "wb") if args.server_log is not None else subprocess.DEVNULL
         proc = subprocess.Popen(
             [sys.executable, "-m", "rewardserve.cli", "serve", "--port", str(port), "--model", f"rm={model}"],
             env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
         )
         url = f"http://127.0.0.1:{port}"
         try:
