@@ -11,7 +11,8 @@ its last untagged block, else the whole response. The reference is one of:
   (``test_cases`` of type stdin_stdout);
 - human-eval: ``{"test": ..., "entry_point": ...}`` (``prompt`` is put before code that
   does not define the entry point);
-- MBPP: ``{"test_list": [...], "test_setup_code": ...}``, one test per assert;
+- MBPP: ``{"test_list": [...], "test_setup_code": ..., "test_imports": [...]}`` (an
+  ``entry_point`` optional), one test per assert;
 - stdin/stdout tests with a ``checker``: a Python program that judges each output in
   place of the comparison, as testlib's checkers do: it gets the files ``input.txt``,
   ``output.txt`` (the completion's) and ``answer.txt`` (the expected one), also as
@@ -134,8 +135,17 @@ def plan(code: str, reference: Any) -> tuple[str, list[dict[str, Any]], list[Any
         asserts = ref["test_list"]
         if not isinstance(asserts, list) or not all(isinstance(a, str) for a in asserts):
             raise RuleError("test_list must be a list of assert statements")
-        setup = ref.get("test_setup_code") or ""
-        return code, [{"before": setup, "after": a} for a in asserts], [None] * len(asserts), "asserts"
+        imports = ref.get("test_imports") or []  # sanitized MBPP's: the asserts' own imports
+        if not isinstance(imports, list) or not all(isinstance(line, str) for line in imports):
+            raise RuleError("test_imports must be a list of import lines")
+        setup = "\n".join([*imports, ref.get("test_setup_code") or ""])
+        # The function under test, where the reference names it (MBPP names none): bound
+        # even where a built-in has its name (MBPP's `sum`), which the asserts then call.
+        entry = ref.get("entry_point")
+        if entry is not None and (not isinstance(entry, str) or not entry.isidentifier()):
+            raise RuleError(f"entry_point {str(entry)[:40]!r} is not a Python name")
+        tests = [{"before": setup, "after": a, **({"entry": entry} if entry else {})} for a in asserts]
+        return code, tests, [None] * len(asserts), "asserts"
     raise RuleError("the code model's reference has no tests: {inputs, outputs}, {test, entry_point} or {test_list}")
 
 

@@ -79,7 +79,10 @@ def _exactly(fd: int, size: int) -> bytes:
 # ---------------------------------------------------------------------- values
 # JSON's own values stand for themselves (a list for a list); every other kind is an
 # object with one tag: {"t": tuple}, {"d": [[key, value], ...]}, {"s": set},
-# {"fs": frozenset}, {"b": bytes as hex}, {"c": [real, imag]}, {"h": [handle, kind]}.
+# {"fs": frozenset}, {"b": bytes as hex}, {"c": [real, imag]}, {"h": [handle, kind]},
+# {"ty": a built-in type's name}, {"r": [start, stop, step]} (a range), {"it": [items]}
+# (an iterator or generator, run out), {"fr": [numerator, denominator]} (a Fraction),
+# {"dec": text} (a Decimal).
 
 
 def _plain(value: object, depth: int = 0) -> object:
@@ -102,6 +105,10 @@ def _plain(value: object, depth: int = 0) -> object:
         return {"c": [value.real, value.imag]}  # type: ignore[attr-defined]
     if kind is Remote:
         return {"h": [value.handle, value.kind]}  # type: ignore[attr-defined]
+    if kind is type and getattr(builtins, str(getattr(value, "__name__", "")), None) is value:
+        return {"ty": getattr(value, "__name__", "")}
+    if kind is range:
+        return {"r": [value.start, value.stop, value.step]}  # type: ignore[attr-defined]
     raise TypeError(f"a {kind.__name__} cannot be passed to the completion, which runs in a process of its own")
 
 
@@ -121,6 +128,18 @@ def _data(message: object, depth: int = 0) -> object:
             return complex(body[0], body[1])
         if tag == "b" and type(body) is str:
             return bytes.fromhex(body)
+        if tag == "ty" and type(body) is str and isinstance(getattr(builtins, body, None), type):
+            return getattr(builtins, body)
+        if tag == "r" and type(body) is list and len(body) == 3 and all(type(x) is int for x in body):
+            return range(*body)
+        if tag == "fr" and type(body) is list and len(body) == 2 and all(type(x) is int for x in body):
+            from fractions import Fraction
+
+            return Fraction(body[0], body[1])
+        if tag == "dec" and type(body) is str:
+            from decimal import Decimal
+
+            return Decimal(body)
         if type(body) is list:
             items: list[Any] = [_data(v, depth + 1) for v in body]
             if tag == "t":
@@ -129,6 +148,8 @@ def _data(message: object, depth: int = 0) -> object:
                 return set(items)
             if tag == "fs":
                 return frozenset(items)
+            if tag == "it":
+                return iter(items)
             if tag == "d" and all(type(p) is list and len(p) == 2 for p in items):
                 return {k: v for k, v in items}
     raise CompletionFailed(f"the completion sent a value this test cannot read: {str(message)[:100]}")
@@ -164,8 +185,23 @@ def _as_data(value: object, handles: dict[int, object], depth: int = 0) -> objec
     for kind, tag in ((tuple, "t"), (frozenset, "fs"), (set, "s")):
         if isinstance(value, kind):
             return {tag: [_as_data(v, handles, depth + 1) for v in value]}
+    if isinstance(value, type) and getattr(builtins, str(getattr(value, "__name__", "")), None) is value:
+        return {"ty": getattr(value, "__name__", "")}
+    if isinstance(value, range):
+        return {"r": [value.start, value.stop, value.step]}
+    if type(value).__module__ in ("fractions", "decimal") and type(value).__name__ in ("Fraction", "Decimal"):
+        if type(value).__name__ == "Fraction":
+            return {"fr": [int(value.numerator), int(value.denominator)]}  # type: ignore[attr-defined]
+        return {"dec": str(value)}
     if hasattr(value, "tolist") and callable(value.tolist):  # numpy's arrays and scalars
         return _as_data(value.tolist(), handles, depth + 1)
+    if hasattr(value, "__next__") and hasattr(value, "__iter__"):  # a generator, map, zip: run out
+        items: list[object] = []
+        for item in value:
+            if len(items) >= 1_000_000:
+                raise ValueError("an iterator of over a million items")
+            items.append(_as_data(item, handles, depth + 1))
+        return {"it": items}
     handle = len(handles)
     handles[handle] = value
     return {"h": [handle, type(value).__name__]}
@@ -182,6 +218,10 @@ def _from_wire(message: object, handles: dict[int, object]) -> object:
             return complex(*body)
         if tag == "b":
             return bytes.fromhex(body)
+        if tag == "ty":
+            return getattr(builtins, body)
+        if tag == "r":
+            return range(*body)
         if tag == "d":
             return {_from_wire(k, handles): _from_wire(v, handles) for k, v in body}
         items = [_from_wire(v, handles) for v in body]
@@ -220,7 +260,9 @@ def serve_completion(parts: "list[Any]", requests: int, answers: int) -> None:
     except BaseException as exc:  # noqa: BLE001 - the program's error is its verdict
         _write(answers, {"error": f"{type(exc).__name__}: {exc}"[:SHOWN]})
         return
-    _write(answers, {"names": [name for name, value in scope.items() if type(name) is str and callable(value)]})
+    names = [name for name, value in scope.items() if type(name) is str and callable(value)]
+    modules = {name: value.__name__ for name, value in scope.items() if type(value) is type(builtins)}
+    _write(answers, {"names": names, "modules": modules})
     handles: dict[int, object] = {}
     while True:
         try:
@@ -235,7 +277,7 @@ def serve_completion(parts: "list[Any]", requests: int, answers: int) -> None:
             value = function(*given, **{k: _from_wire(v, handles) for k, v in kwargs.items()})
             answer: object = {"value": _as_data(value, handles)}
         except BaseException as exc:  # noqa: BLE001 - raised again on the test's side
-            answer = {"raise": [type(exc).__name__, str(exc)[:SHOWN]]}
+            answer = {"raise": [[kind.__name__ for kind in type(exc).__mro__], str(exc)[:SHOWN]]}
         _write(answers, answer)
 
 
@@ -268,20 +310,51 @@ class _Link:
         if type(answer) is dict and "value" in answer and len(answer) == 1:
             return _data(answer["value"])
         if type(answer) is dict and type(answer.get("raise")) is list and len(answer["raise"]) == 2:
-            raise _again(*(str(x)[:SHOWN] for x in answer["raise"]))
+            names, text = answer["raise"]
+            raise _again([str(n)[:100] for n in names] if type(names) is list else [], str(text)[:SHOWN])
         raise CompletionFailed("the completion broke the protocol")
 
 
-def _again(name: str, text: str) -> BaseException:
-    """The completion's exception as the test sees it: the built-in of that name where
-    there is one (a test may expect a ValueError), else a RuntimeError naming it."""
-    kind = getattr(builtins, name, None)
-    if isinstance(kind, type) and issubclass(kind, Exception):
+# Exceptions that end an iteration or a generator where they are raised: the completion's
+# would end a test's map() or all() early, passing what it never checked.
+ITERATION_ENDS = ("StopIteration", "StopAsyncIteration", "GeneratorExit")
+
+
+def _again(names: "list[str]", text: str) -> BaseException:
+    """The completion's exception as the test sees it: the first built-in exception in its
+    class's MRO (a test may expect a ValueError, and a subclass of it is one), else a
+    RuntimeError naming it. Those that end iterations come back as RuntimeError."""
+    shown = names[0] if names else "an exception"
+    for name in names:
+        kind = getattr(builtins, name, None)
+        if name in ITERATION_ENDS or not (isinstance(kind, type) and issubclass(kind, Exception)):
+            continue
         try:
-            return kind(text)
+            return kind(text) if name == shown else kind(f"{shown}: {text}")
         except Exception:  # noqa: BLE001 - one whose constructor wants more
+            break
+    return RuntimeError(f"{shown}: {text}")
+
+
+def _import_like(modules: object, scope: "dict[str, object]") -> None:
+    """The standard-library modules the completion imported, imported here under the same
+    names where the test's code has none (its asserts may use the solution's imports, as
+    MBPP's do). Only the standard library's: the completion names them, so they must not
+    be code it can write (the interpreter runs with -I: no working directory on the path)."""
+    import importlib
+    import sys
+
+    if type(modules) is not dict:
+        return
+    for name, module in list(modules.items())[:100]:
+        if type(name) is not str or type(module) is not str or not name.isidentifier() or name in scope:
+            continue
+        if module.split(".")[0] not in sys.stdlib_module_names:
+            continue
+        try:
+            scope[name] = importlib.import_module(module)
+        except Exception:  # noqa: BLE001 - not here: the test's own code then says so
             pass
-    return RuntimeError(f"{name}: {text}")
 
 
 def start_apart(
@@ -333,5 +406,6 @@ def start_apart(
                 scope[name] = _Function(link, name, name)
         if entry is not None and entry not in first["names"]:
             raise CompletionFailed(f"the completion defines no {entry!r}")
+        _import_like(first.get("modules"), scope)
 
     return trusted_before + [bind] + after

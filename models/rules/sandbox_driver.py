@@ -315,10 +315,12 @@ def _prompt(text: str | None) -> list[Any]:
     ``poly``, are the reference's there), where it compiles alone."""
     if not text:
         return []
-    try:
-        return [compile(text, "<prompt>", "exec")]
-    except (SyntaxError, ValueError):
-        return []
+    for source in (text, text + "\n    pass\n"):  # a prompt may end at its function's signature
+        try:
+            return [compile(source, "<prompt>", "exec")]
+        except (SyntaxError, ValueError):
+            pass
+    return []
 
 
 def serve(spec: dict[str, Any], out: Any) -> None:

@@ -139,6 +139,34 @@ def test_the_prompt_s_helpers_are_the_reference_s_on_the_test_s_side():
     assert float(code_tests(cheat, he)) == 0.0
 
 
+def test_a_completion_s_stop_iteration_does_not_end_the_test_s_loop_early():
+    """A StopIteration raised by the completion would end the test's map() or generator
+    early and pass what was never checked: it comes back as a RuntimeError."""
+    test = "def check(candidate):\n    assert all(map(lambda x: candidate(x) == 2 * x, [1, 2, 3]))\n"
+    he = {"test": test, "entry_point": "double"}
+    assert float(code_tests("def double(x):\n    return 2 * x\n", he)) == 1.0
+    assert float(code_tests("def double(x):\n    raise StopIteration\n", he)) == 0.0
+
+
+def test_mbpp_solutions_keep_passing_with_the_asserts_apart():
+    """MBPP shapes the split must keep: a function named like a built-in (MBPP 126's
+    `sum`, named by entry_point), types as arguments (533), the solution's own imports
+    used by the asserts (596), sanitized MBPP's test_imports, and an exception subclass
+    caught by its built-in base."""
+    named_sum = {"test_list": ["assert sum(10, 15) == 6"], "entry_point": "sum"}
+    solution = "def sum(a, b):\n    return next(d for d in range(min(a, b), 0, -1) if a % d == 0 and b % d == 0) + 1\n"
+    assert float(code_tests(solution, named_sum)) == 1.0
+    by_type = {"test_list": ["assert remove_type([4, 'a', 2.5, 7], int) == [4, 7]"]}
+    assert float(code_tests("def remove_type(xs, t):\n    return [x for x in xs if type(x) is t]\n", by_type)) == 1.0
+    its_imports = {"test_list": ["assert size((1, 2)) == sys.getsizeof((1, 2))"]}
+    assert float(code_tests("import sys\ndef size(t):\n    return sys.getsizeof(t)\n", its_imports)) == 1.0
+    listed = {"test_list": ["assert math.isclose(area(1), 3.14159, rel_tol=1e-3)"], "test_imports": ["import math"]}
+    assert float(code_tests("def area(r):\n    return 3.14159 * r * r\n", listed)) == 1.0
+    subclass = {"test_list": ["try:\n    parse('x')\n    assert False\nexcept ValueError:\n    pass"]}
+    raising = "class Bad(ValueError):\n    pass\ndef parse(s):\n    raise Bad(s)\n"
+    assert float(code_tests(raising, subclass)) == 1.0
+
+
 ANSWER_KEY_READER = """
 import gc, sys
 
@@ -187,6 +215,9 @@ def test_calls_across_the_two_processes_keep_python_s_meaning():
             "    got = candidate('data')\n"
             "    assert got[:4] == ({1: [2, (3,)]}, {4}, frozenset({5}), b'6')\n"
             "    assert got[4] == 7j and got[5] != got[5] and got[6] == 10 ** 5000\n"
+            "    import fractions, decimal\n"
+            "    assert list(candidate('gen')) == [0, 1, 4] and candidate('range') == range(1, 9, 2)\n"
+            "    assert candidate('exact') == (fractions.Fraction(1, 3), decimal.Decimal('0.1'))\n"
         ),
         "entry_point": "f",
     }
@@ -196,6 +227,10 @@ def test_calls_across_the_two_processes_keep_python_s_meaning():
         "    if x == 'boom':\n        raise ValueError('boom')\n"
         "    if x == 'box':\n        return Box()\n"
         "    if isinstance(x, Box):\n        return 'opened'\n"
+        "    if x == 'gen':\n        return (i * i for i in range(3))\n"
+        "    if x == 'range':\n        return range(1, 9, 2)\n"
+        "    if x == 'exact':\n        import fractions, decimal\n"
+        "        return fractions.Fraction(1, 3), decimal.Decimal('0.1')\n"
         "    return ({1: [2, (3,)]}, {4}, frozenset({5}), b'6', 7j, float('nan'), 10 ** 5000)\n"
     )
     result = code_tests(code, he, outputs=True)
