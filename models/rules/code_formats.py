@@ -141,10 +141,10 @@ def plan(code: str, reference: Any) -> tuple[str, list[dict[str, Any]], list[Any
         setup = "\n".join([*imports, ref.get("test_setup_code") or ""])
         # The function under test, where the reference names it (MBPP names none): bound
         # even where a built-in has its name (MBPP's `sum`), which the asserts then call.
-        entry = ref.get("entry_point")
-        if entry is not None and (not isinstance(entry, str) or not entry.isidentifier()):
-            raise RuleError(f"entry_point {str(entry)[:40]!r} is not a Python name")
-        tests = [{"before": setup, "after": a, **({"entry": entry} if entry else {})} for a in asserts]
+        named = ref.get("entry_point")
+        if named is not None and (not isinstance(named, str) or not named.isidentifier()):
+            raise RuleError(f"entry_point {str(named)[:40]!r} is not a Python name")
+        tests = [{"before": setup, "after": a, **({"entry": named} if named else {})} for a in asserts]
         return code, tests, [None] * len(asserts), "asserts"
     raise RuleError("the code model's reference has no tests: {inputs, outputs}, {test, entry_point} or {test_list}")
 
