@@ -13,8 +13,9 @@ quchangle1/MatchTIR ``compute_grpo_outcome_advantage``):
 - every token of turn k gets ``(1 - weight)`` x the completion's trajectory advantage
   plus ``weight`` x turn k's advantage (MatchTIR: 0.5 each).
 
-A token belongs to the turn its characters end in; the separator's tokens, and the EOS,
-to the turn that follows them (the last one). A turn whose calls the service could not
+A token belongs to the turn its characters end in (one that completes no character, with
+the next token that does); the separator's tokens, and the EOS, to the turn that follows
+them (the last one). A turn whose calls the service could not
 read (``turn_errors``) has the reward of an unmatched call."""
 
 from __future__ import annotations
@@ -126,13 +127,21 @@ def turn_level(per_completion: Sequence[list[float] | None], keys: Sequence[Hash
 
 def token_turns(tokenizer: Any, ids: Sequence[int], text: str, spans: Sequence[tuple[int, int]]) -> list[int]:
     """Each token's turn: the first whose characters reach the token's end (ValueError
-    where the ids do not decode to ``text``)."""
+    where the ids do not decode to ``text``). A token that completes no character (the
+    first bytes of a character another token completes, or a special token) goes with
+    the next token that does: at a turn boundary, the first bytes of the next turn's
+    first character are that turn's; at the end, the last turn's."""
     ends = token_ends(tokenizer, ids, text)
     out, turn = [], 0
     for end in ends:
         while turn < len(spans) - 1 and end > spans[turn][1]:
             turn += 1
         out.append(turn)
+    following = len(spans) - 1
+    for k in range(len(ends) - 1, -1, -1):
+        if ends[k] == (ends[k - 1] if k else 0):  # completes nothing
+            out[k] = following
+        following = out[k]
     return out
 
 

@@ -16,7 +16,14 @@ from transformers import AutoTokenizer
 
 from rewardserve.client.grpo.config import TurnSource, load_config
 from rewardserve.client.grpo.rewards import RewardMix
-from rewardserve.client.grpo.turn_advantages import EPS, dual_advantages, returns, turn_calls, turn_spans
+from rewardserve.client.grpo.turn_advantages import (
+    EPS,
+    dual_advantages,
+    returns,
+    token_turns,
+    turn_calls,
+    turn_spans,
+)
 from rewardserve.client.sync_client import RewardClient
 from tests.builders import build_causal_lm, build_tokenizer
 
@@ -97,6 +104,23 @@ def test_the_dual_level_advantage_by_hand(tokenizer):
             turn = next(t for t, (_, stop) in enumerate(spans) if end <= stop or t == len(spans) - 1)
             expected = 0.75 * float(trajectory[row]) + 0.25 * turn_adv[row][turn]
             assert float(out[row, 2 + k]) == pytest.approx(expected, abs=1e-5), (row, k)
+
+
+def test_a_character_split_over_tokens_at_a_turn_boundary_goes_to_its_turn(tokenizer):
+    """The next turn's first character, a 4-byte emoji this byte-level tokenizer spells in
+    several tokens: every one of them is the next turn's, not only the one completing it."""
+    text = f"a {ADD}\U0001f642 b"
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    spans = turn_spans(text, None)
+    boundary = spans[0][1]
+    owners = token_turns(tokenizer, ids, text, spans)
+    decoded = [tokenizer.decode(ids[: k + 1], skip_special_tokens=True) for k in range(len(ids))]
+    first_of_emoji = next(
+        k for k, d in enumerate(decoded) if len(d.encode("utf-8", "surrogatepass")) > 0 and d.endswith("\ufffd")
+    )
+    assert decoded[first_of_emoji - 1] == text[:boundary]  # the token before ends turn 0
+    assert owners[:first_of_emoji] == [0] * first_of_emoji
+    assert owners[first_of_emoji:] == [1] * (len(ids) - first_of_emoji)
 
 
 @pytest.mark.long(30)
