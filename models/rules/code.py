@@ -139,7 +139,10 @@ def code_tests(
     def judged(result: dict[str, Any]) -> bool:
         # With a checker, a clean run is AC until the checker has read its output.
         want = wanted[len(verdicts)] if checker is None else None
-        verdicts.append(verdict(result, want, style, compare))
+        try:
+            verdicts.append(verdict(result, want, style, compare))
+        except Exception:  # noqa: BLE001 - an output that breaks the comparison (JSON nested past the stack, 10**400 for a float) is no answer
+            verdicts.append("WA")
         return binary and verdicts[-1] != "AC"
 
     try:

@@ -41,6 +41,10 @@ class SandboxUnavailable(RuntimeError):
     """The isolation the code model needs is missing here; the message names what."""
 
 
+class SandboxGone(SandboxUnavailable):
+    """The sandbox's driver was gone before it took the completion."""
+
+
 @dataclass(frozen=True)
 class Limits:
     timeout_s: float = 6.0  # wall clock per test
@@ -145,7 +149,17 @@ def argv(limits: Limits, seccomp_fd: int) -> list[str]:
         "--size",
         str(limits.workdir_bytes),
         "--tmpfs",
+        "/dev/shm",
+        "--size",
+        str(limits.workdir_bytes),
+        "--tmpfs",
         "/tmp",
+        # The rest read-only: the root and /dev are tmpfs without a size cap, which the
+        # driver does not empty (a file there would outlive the completion into the next).
+        "--remount-ro",
+        "/dev",
+        "--remount-ro",
+        "/",
         "--chdir",
         "/tmp",
         "--cap-drop",
@@ -201,8 +215,17 @@ def run(
     spec["files"], spec["fetch_files"] = files or {}, fetch_files or []
     # Every test's time, the compiler's and some slack: past it the sandbox is killed.
     deadline = time.monotonic() + len(tests) * (limits.timeout_s + 0.5) + limits.compile_timeout_s + 5.0
-    sandbox = _idle.take(limits.workdir_bytes, isolated=not unsafe or isolation_works())
+    isolated = not unsafe or isolation_works()
+    sandbox = _idle.take(limits.workdir_bytes, isolated=isolated)
     try:
+        try:
+            return sandbox.run(spec, deadline, stop)
+        except SandboxGone:
+            if not sandbox.served:
+                raise
+        # An idle sandbox that had died since its last completion (its driver's cleanup
+        # failed): this completion never reached it, and gets a new one.
+        sandbox = Sandbox(limits.workdir_bytes, isolated)
         return sandbox.run(spec, deadline, stop)
     finally:
         _idle.give_back(sandbox)
@@ -238,6 +261,7 @@ class Sandbox:
 
     def __init__(self, workdir_bytes: int, isolated: bool = True):
         self.pid = os.getpid()  # a forked child must not share its pipes
+        self.served = 0  # completions run
         self.workdir_bytes = workdir_bytes
         self.isolated = isolated
         self.workdir: str | None = None
@@ -294,14 +318,24 @@ class Sandbox:
         return self.pid == os.getpid() and self.proc.poll() is None
 
     def run(self, spec: dict[str, Any], deadline: float, stop: Any) -> Outcome:
+        """One completion. Any error on the way (``stop`` raising included) ends the
+        sandbox: records of this completion left unread must never be the next one's."""
+        try:
+            return self._run(spec, deadline, stop)
+        except BaseException:
+            self.close()
+            raise
+        finally:
+            self.served += 1
+
+    def _run(self, spec: dict[str, Any], deadline: float, stop: Any) -> Outcome:
         assert self.proc.stdin is not None
         data = marshal.dumps(spec)
         try:
             self.proc.stdin.write(len(data).to_bytes(4, "little") + data)
             self.proc.stdin.flush()
         except BrokenPipeError:
-            self.close()
-            raise SandboxUnavailable(f"the sandbox ended: {_stderr(self.proc)}") from None
+            raise SandboxGone(f"the sandbox ended: {_stderr(self.proc)}") from None
         first = self.records.next(deadline)
         if first is None:
             self.close()

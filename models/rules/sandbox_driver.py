@@ -222,10 +222,12 @@ def read_exactly(size: int) -> bytes | None:
 
 
 def empty(path: str) -> None:
-    """Everything under ``path`` (a completion's files) gone; an OSError where something
-    there will not go (a folder it made unreadable): the sandbox then ends."""
+    """Everything under ``path`` (a completion's files) gone, folders it made unreadable
+    included; an OSError where something still will not go: the sandbox then ends, and
+    the next completion gets a new one (sandbox.py ``SandboxGone``)."""
     for entry in os.scandir(path):
         if entry.is_dir(follow_symlinks=False):
+            os.chmod(entry.path, 0o700)  # one it made unreadable, or unwritable, too
             empty(entry.path)
             os.rmdir(entry.path)
         else:

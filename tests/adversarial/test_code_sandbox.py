@@ -258,3 +258,59 @@ def test_the_driver_s_descriptors_cannot_be_copied_to_forge_results():
         result, took = run(FORGED_RESULTS, reference)
         assert float(result) == 0.0 and "AC" not in [t["verdict"] for t in result.tests], (reference, result.tests)
         assert took < 15
+
+
+def test_a_module_name_cannot_make_the_test_s_side_run_code():
+    """The completion sets its modules' names: one named unittest.__main__ would make the
+    test's process run unittest's discovery in the shared working directory, importing
+    the completion's test_*.py, which exits 0 before the asserts. Only plain modules are
+    imported on the test's side."""
+    code = (
+        "import types\n"
+        "open('test_zz.py', 'w').write('import os\\nos._exit(0)\\n')\n"
+        "m = types.ModuleType('unittest.__main__')\n"
+        "def add(a, b):\n    return 0\n"
+    )
+    human_eval = {"test": "def check(candidate):\n    assert candidate(2, 3) == 5\n", "entry_point": "add"}
+    mbpp = {"test_list": ["assert add(2, 3) == 5", "assert add(1, 1) == 2"]}
+    for reference in (human_eval, mbpp):
+        result, _ = run(code, reference)
+        assert float(result) == 0.0, (reference, result.tests)
+
+
+def test_an_output_that_breaks_the_comparison_leaves_no_records_for_the_next_item():
+    """A call-based answer nested past the stack broke the service's comparison; the
+    sandbox went back to the pool with the item's other records unread, and the next
+    item (a wrong answer) read them as its own passes."""
+    breaker = (
+        "import os, sys\n"
+        "if not os.path.exists('done'):\n"
+        "    open('done', 'w').close()\n"
+        "    print('\\x1erewardserve-result\\x1e' + '[' * 200000)\n"
+        "    sys.stdout.flush()\n"
+        "    os._exit(0)\n"
+        "def f(x):\n    return 0\n"
+    )
+    first, _ = run(breaker, {"inputs": ["1", "2", "3"], "outputs": ["7", "8", "9"], "fn_name": "f"})
+    assert float(first) == 0.0, first.tests
+    human_eval = {"test": "def check(candidate):\n    assert candidate(2, 3) == 5\n", "entry_point": "add"}
+    wrong, _ = run("def add(a, b):\n    return -1\n", human_eval)
+    assert float(wrong) == 0.0, wrong.tests
+    right, _ = run("def add(a, b):\n    return a + b\n", human_eval)
+    assert float(right) == 1.0, right.tests
+
+
+def test_nothing_written_outside_tmp_outlives_a_completion_or_voids_the_next():
+    """The sandbox's root and /dev are read-only (only /tmp and /dev/shm, emptied after
+    each completion, take files), and a folder a completion made unreadable is emptied
+    too: the next completion runs in a working sandbox."""
+    probe = (
+        "for path in ('/left.txt', '/dev/left', '/tmp/ok', '/dev/shm/ok'):\n"
+        "    try:\n        open(path, 'w').write('1')\n        print(path)\n"
+        "    except OSError:\n        pass\n"
+        "import os\nos.mkdir('locked')\nopen('locked/f', 'w').write('1')\nos.chmod('locked', 0)\n"
+    )
+    first, _ = run(probe, outputs=True)
+    assert first.tests[0]["stdout"] == "/tmp/ok\n/dev/shm/ok\n", first.tests
+    second, _ = run("import os\nprint(sorted(os.listdir('.')), os.path.exists('/left.txt'))\nprint('ok')", outputs=True)
+    assert second.tests[0]["stdout"] == "[] False\nok\n", second.tests
