@@ -199,7 +199,9 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=512)
     parser.add_argument("--dtype", default="auto", help="serve's --dtype (auto: the service's own choice)")
     args = parser.parse_args()
-    print(f"CPU: {_cpu_model()} ({os.cpu_count()} cores), {platform.machine()}", flush=True)
+    from bench.compare import cpu_name
+
+    print(f"CPU: {cpu_name()} ({os.cpu_count()} cores), {platform.machine()}", flush=True)
     print("| checkpoint | kind | bf16 on disk | serve to ready | one item | batch of 8 | dtype |")
     print("|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
@@ -214,16 +216,6 @@ def main() -> None:
             )
             for f in (Path(tmp) / shape.hub_id.split("/")[-1]).iterdir():
                 f.unlink()  # disk: one checkpoint at a time
-
-
-def _cpu_model() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown CPU"
 
 
 if __name__ == "__main__":
