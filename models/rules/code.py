@@ -14,6 +14,7 @@ code_compare.py.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import math
 import os
@@ -45,7 +46,9 @@ def verdict(result: dict[str, Any], want: Any, style: str, compare: str) -> str:
         return "MLE"
     if result.get("exit_code") != 0 or result.get("signal"):
         return "RE"
-    if style == "asserts" or want is None:  # no expected output: a clean exit passes (verl's rule)
+    if style == "asserts" or (
+        want is None and style == "stdio"
+    ):  # no expected output: a clean exit passes (verl's rule)
         return "AC"
     if style == "call":
         try:
@@ -198,6 +201,7 @@ CHECKER_SETUP = (
     "del _rs_case, _rs_name, _rs_file\n"
 )
 CHECKER_ACCEPTS, CHECKER_REJECTS = 0, (1, 2)  # testlib's exit codes: ok; wrong answer, presentation error
+CHECKER_MEMORY_MB, CHECKER_TIMEOUT_S, CHECKER_OUTSIZED = 2048, 10.0, 1 << 16
 
 
 def checked(
@@ -211,8 +215,12 @@ def checked(
     unsafe: bool = False,
 ) -> list[str]:
     """The verdicts with each clean run's AC or WA as the reference's checker says: it
-    runs in the sandbox, as the completion did, once per such test. A checker that fails
-    (another exit code, a crash, its time) makes the item invalid, never a WA."""
+    runs in the sandbox, as the completion did, once per such test, under limits of its
+    own (at least CHECKER_MEMORY_MB and CHECKER_TIMEOUT_S: the completion's could be
+    too tight for reading its largest output). A checker that fails (another exit code, a
+    crash, its time) makes the item invalid, never a WA, unless the output it was given
+    is outsized (over CHECKER_OUTSIZED bytes and 4 times its answer's): a completion must
+    not turn its wrong answer into no answer by flooding the checker."""
     from rewardserve.models.rules import sandbox
 
     judged = [i for i, v in enumerate(verdicts) if v == "AC"]
@@ -236,13 +244,22 @@ def checked(
         seen.append(at)
         exit_code = result.get("exit_code")
         if result.get("verdict") or result.get("signal") or exit_code not in (CHECKER_ACCEPTS, *CHECKER_REJECTS):
+            output = len(results[at].get("stdout", ""))
+            if output > CHECKER_OUTSIZED and output > 4 * len(wanted[at] or ""):
+                out[at] = "WA"
+                return binary
             failure.append(f"the checker failed on test {at}: {_why_failed(result)}")
             return True
         out[at] = "AC" if exit_code == CHECKER_ACCEPTS else "WA"
         return binary and out[at] != "AC"
 
     try:
-        outcome = sandbox.run(checker, cases, limits, stop=read, unsafe=unsafe)
+        own = dataclasses.replace(
+            limits,
+            memory_mb=max(limits.memory_mb, CHECKER_MEMORY_MB),
+            timeout_s=max(limits.timeout_s, CHECKER_TIMEOUT_S),
+        )
+        outcome = sandbox.run(checker, cases, own, stop=read, unsafe=unsafe)
     except sandbox.SandboxUnavailable as exc:
         raise RuleError(f"the sandbox failed: {exc}") from None
     except ValueError as exc:

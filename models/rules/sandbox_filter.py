@@ -17,11 +17,11 @@ class SandboxGone(SandboxUnavailable):
 
 
 # Refused inside the sandbox (EPERM): reaching another process's memory or descriptors
-# (the driver's result pipe: pidfd_getfd copies it without ptrace), System V IPC (objects
-# that outlive their processes), new namespaces and mounts, and the kernel's rarer surfaces.
+# (the driver's result pipe: pidfd_getfd copies it without ptrace), System V IPC and POSIX
+# message queues (objects that outlive their processes), new namespaces and mounts, and the kernel's rarer surfaces.
 DENIED_CALLS = (
     "ptrace", "process_vm_readv", "process_vm_writev", "pidfd_open", "pidfd_getfd", "kcmp",
-    "process_madvise", "shmget", "semget", "msgget",
+    "process_madvise", "shmget", "semget", "msgget", "mq_open",
     "mount", "umount2", "pivot_root", "chroot", "unshare", "setns", "keyctl", "add_key",
     "request_key", "bpf", "perf_event_open", "kexec_load", "kexec_file_load", "userfaultfd",
     "io_uring_setup", "init_module", "finit_module", "delete_module", "swapon", "swapoff",

@@ -172,9 +172,10 @@ def test_nothing_of_one_completion_is_left_for_the_next():
     assert second["stdout"] == "[] False\nclosed\n", second
 
 
-def test_system_v_ipc_and_ptrace_are_refused():
-    """Objects that would outlive their processes (System V IPC), and reaching the test
-    runner's memory (ptrace, process_vm_writev), are refused by the sandbox's filter."""
+def test_system_v_ipc_message_queues_and_ptrace_are_refused():
+    """Objects that would outlive their processes (System V IPC, POSIX message queues),
+    and reaching the test runner's memory (ptrace, process_vm_writev), are refused by the
+    sandbox's filter."""
     from rewardserve.models.rules import sandbox
 
     probe = (
@@ -182,9 +183,10 @@ def test_system_v_ipc_and_ptrace_are_refused():
         "libc = ctypes.CDLL(None, use_errno=True)\n"
         "print(libc.shmget(0, 1 << 20, 0o1600), libc.semget(0, 1, 0o1600), libc.msgget(0, 0o1600))\n"
         "print(libc.ptrace(16, os.getppid(), 0, 0), ctypes.get_errno())\n"
+        "print(libc.mq_open(b'/left', os.O_CREAT | os.O_RDWR, 0o600, None), ctypes.get_errno())\n"
     )
     result = sandbox.run(probe, [{"stdin": ""}], sandbox.Limits(timeout_s=5)).results[0]
-    assert result["stdout"] == "-1 -1 -1\n-1 1\n", result
+    assert result["stdout"] == "-1 -1 -1\n-1 1\n-1 1\n", result
 
 
 @pytest.mark.parametrize("path", ["../escape", "/etc/passwd", "a/../../b", "./a", "a//b", "", "x\x00y", "a" * 300])
@@ -314,3 +316,71 @@ def test_nothing_written_outside_tmp_outlives_a_completion_or_voids_the_next():
     assert first.tests[0]["stdout"] == "/tmp/ok\n/dev/shm/ok\n", first.tests
     second, _ = run("import os\nprint(sorted(os.listdir('.')), os.path.exists('/left.txt'))\nprint('ok')", outputs=True)
     assert second.tests[0]["stdout"] == "[] False\nok\n", second.tests
+
+
+def test_a_tree_deeper_than_the_stack_and_many_files_do_not_void_the_next_item():
+    """A completion leaves thousands of files and a chain of 1,200 folders (deeper than
+    the driver's recursion limit, which emptied folders recursively after saying "done"):
+    the next item, an honest one, reached a driver that had died and was invalid. Now the
+    driver empties without recursion before it says "done"."""
+    attack = (
+        "import os\n"
+        "for i in range(4000):\n    open('/tmp/f%d' % i, 'w').close()\n"
+        "os.chdir('/dev/shm')\n"
+        "for _ in range(1200):\n    os.mkdir('a')\n    os.chdir('a')\n"
+        "print('ok')\n"
+    )
+    first, _ = run(attack)
+    assert float(first) == 1.0, first.tests
+    honest = {"inputs": ["3"], "outputs": ["6"]}
+    for _ in range(2):
+        second, took = run("print(int(input()) * 2)", honest)
+        assert float(second) == 1.0 and second.reason == "1/1 passed", second.tests
+        assert took < 15
+
+
+def test_files_are_capped_in_number_as_well_as_in_bytes():
+    """Empty files take no bytes of the tmpfs's size but each costs the kernel memory: a
+    completion made 881,000 in 5 s (0.9 GB of kernel memory). The sandbox's tmpfs holds
+    at most Limits.workdir_files files and folders, /tmp and /dev/shm together."""
+    from rewardserve.models.rules import sandbox
+
+    flood = (
+        "import os\n"
+        "made = 0\n"
+        "try:\n"
+        "    for folder in ('/tmp', '/dev/shm'):\n"
+        "        for i in range(20000):\n"
+        "            os.close(os.open('%s/%d' % (folder, i), os.O_CREAT | os.O_WRONLY))\n"
+        "            made += 1\n"
+        "except OSError as exc:\n"
+        "    print(exc.errno)\n"
+        "print(made)\n"
+    )
+    result, took = run(flood, outputs=True)
+    errno_, made = result.tests[0]["stdout"].split()
+    assert errno_ == "28" and int(made) < sandbox.Limits().workdir_files, result.tests  # ENOSPC
+    assert took < 15
+    after, _ = run("import os\nprint(len(os.listdir('/tmp')) + len(os.listdir('/dev/shm')))", outputs=True)
+    assert after.tests[0]["stdout"] == "0\n", after.tests
+
+
+def test_an_output_that_floods_the_checker_is_a_wrong_answer_not_an_invalid_item():
+    """A checker that reads every token ran under the completion's memory limit; 16 MB of
+    output made it fail, and the wrong answer became "invalid" (dropped, not penalised).
+    The checker has limits of its own, and its failure on an outsized output is a WA."""
+    checker = (
+        "import sys\n"
+        "out = [float(x) for x in open(sys.argv[2]).read().split()]\n"
+        "ans = [float(x) for x in open(sys.argv[3]).read().split()]\n"
+        "sys.exit(0 if len(out) == len(ans) and all(abs(a - b) <= 1e-6 for a, b in zip(out, ans)) else 1)\n"
+    )
+    reference = {"inputs": ["3"], "outputs": ["6"], "checker": checker}
+    flood, took = run("import sys\nsys.stdout.write('1 ' * ((8 << 20) - 10))", reference)
+    assert float(flood) == 0.0 and [t["verdict"] for t in flood.tests] == ["WA"], flood.tests
+    assert took < 30
+    # A checker that crashes on every output still makes the item invalid.
+    from rewardserve.models.rules import RuleError
+
+    with pytest.raises(RuleError, match="checker failed"):
+        run("print(6)", {**reference, "checker": "raise SystemExit(7)"})

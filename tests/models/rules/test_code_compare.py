@@ -73,7 +73,12 @@ def test_lines_refuses_what_livecodebench_would_crash_on():
         ("3   \n\n\n", "3\n", True),
         ("1 2\r\n3\r\n", "1 2\n3\n", True),
         ("0.3333333", "0.33333333", True),
-        ("1e6", "1000000", True),
+        ("1e6", "1000000", False),  # an expected integer takes only an integer
+        ("1000001.0", "1000000", False),  # a float's tolerance would pass it
+        ("123456790000.0", "123456789012", False),
+        ("1000000", "1e6", True),
+        ("5", "5.0", True),
+        ("-0", "0", True),
         ("1000001", "1000000", False),
         ("50000000000000000", "50000000000000001", False),
         ("nan", "nan", False),
@@ -89,7 +94,11 @@ def test_the_default_comparison(got, want, same):
 
 
 def test_call_results_compare_as_json_with_the_float_rule():
-    assert same_value((1, 2.0000000001), [1, 2])
+    assert same_value((1, 2.0000000001), [1, 2.0])
+    assert not same_value((1, 2.0000000001), [1, 2])  # an expected integer takes no tolerance
+    assert not same_value(1000001.0, 1000000)
+    assert same_value(1000000.0, 1000000)  # Python's ==, as the peers compare
+    assert same_value(3, 3.0000000001)
     assert not same_value([1, 2], [1, 2, 3])
     assert not same_value(True, 1)
     assert same_value({"a": [0.1]}, {"a": [0.10000000001]})
