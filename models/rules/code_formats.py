@@ -24,6 +24,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from rewardserve.models.rules import RuleError
@@ -115,7 +116,7 @@ def plan(code: str, reference: Any) -> tuple[str, list[dict[str, Any]], list[Any
         if fn:
             if not isinstance(fn, str) or not fn.isidentifier():
                 raise RuleError(f"fn_name {str(fn)[:40]!r} is not a Python name")
-            tests = [{"after": _call_harness(fn, _lines_of(i))} for i in inputs]
+            tests = [{"after": _call_harness(fn, _arguments(i))} for i in inputs]
             return code, tests, [_expected_value(o) for o in outputs], "call"
         tests = [{"stdin": i if isinstance(i, str) else "\n".join(map(str, i))} for i in inputs]
         wanted = [o if o is None or isinstance(o, str) else "\n".join(map(str, o)) for o in outputs]
@@ -197,31 +198,54 @@ def files_of(reference: Any) -> tuple[dict[str, bytes], list[str]]:
     return decoded, [plain_path(p) for p in fetch]
 
 
-def _lines_of(value: Any) -> list[Any]:
+def _arguments(value: Any) -> str:
+    """A call-based test's arguments as the text of a JSON list. Lines of JSON text stay
+    text (checked, not rebuilt): an integer too long for this process's int() is the
+    sandbox's to read, where integers have no such limit."""
     if isinstance(value, str):
+        lines = [line.strip() for line in value.split("\n") if line.strip()]
         try:
-            return [json.loads(line) for line in value.split("\n") if line.strip()]
+            for line in lines:
+                json_value(line)
         except ValueError:
             raise RuleError("a call-based input line is not JSON") from None
-    return list(value) if isinstance(value, list) else [value]
+        return "[" + ", ".join(lines) + "]"
+    return json.dumps(list(value) if isinstance(value, list) else [value])
+
+
+@dataclass(frozen=True)
+class LongInteger:
+    """A JSON integer too long for int() (Python's limit on an integer's text, which
+    keeps a long one from costing this process quadratic time): compared by its text."""
+
+    text: str
+
+
+def _integer(text: str) -> int | LongInteger:
+    return int(text) if len(text) <= 4000 else LongInteger("0" if text == "-0" else text)
+
+
+def json_value(text: str) -> Any:
+    """JSON text's value, with integers of any length (LongInteger past int()'s limit)."""
+    return json.loads(text, parse_int=_integer)
 
 
 def _expected_value(value: Any) -> Any:
     if isinstance(value, str):
         try:
-            return json.loads(value)
+            return json_value(value)
         except ValueError:
             return value
     return value
 
 
-def _call_harness(fn: str, args: list[Any]) -> str:
+def _call_harness(fn: str, args: str) -> str:
     """Run after the program in its globals: the function (or Solution's method) on the
-    arguments, its result as one JSON line after a blank separator."""
+    arguments (a JSON list's text), its result as one JSON line after a blank separator."""
     return (
         "import json as _rs_json\n"
         f"_rs_fn = globals().get({fn!r}) or getattr(globals()['Solution'](), {fn!r})\n"
-        f"_rs_out = _rs_fn(*_rs_json.loads({json.dumps(json.dumps(args))}))\n"
+        f"_rs_out = _rs_fn(*_rs_json.loads({json.dumps(args)}))\n"
         f"print()\nprint({RESULT_MARKER!r} + _rs_json.dumps(_rs_out, default=repr))\n"
     )
 
@@ -230,4 +254,4 @@ def call_result(stdout: str) -> Any:
     at = stdout.rfind(RESULT_MARKER)
     if at < 0:
         raise ValueError("no result")
-    return json.loads(stdout[at + len(RESULT_MARKER) :].strip())
+    return json_value(stdout[at + len(RESULT_MARKER) :].strip())

@@ -32,6 +32,8 @@ from typing import Any
 
 from rewardserve.models.rules.sandbox_command import ENV, NOBODY, argv, driver_source, python
 from rewardserve.models.rules.sandbox_filter import SandboxGone, SandboxUnavailable, seccomp_fd
+from rewardserve.models.rules.sandbox_memory import MemoryCgroup, enter
+from rewardserve.models.rules.sandbox_memory import available as memory_cgroups
 
 __all__ = ["Limits", "Outcome", "Sandbox", "SandboxGone", "SandboxUnavailable", "check", "run"]
 
@@ -133,14 +135,19 @@ class Sandbox:
         self.workdir_bytes = workdir_bytes
         self.isolated = isolated
         self.workdir: str | None = None
+        self.cgroup: MemoryCgroup | None = None
         as_nobody: dict[str, Any] = {"user": NOBODY, "group": NOBODY, "extra_groups": []} if os.geteuid() == 0 else {}
         if not isolated:
             self._start_unsandboxed(as_nobody)
             return
-        filter_fd = seccomp_fd()
+        self.cgroup = MemoryCgroup(NOBODY if as_nobody else None) if memory_cgroups() else None
+        command = argv(workdir_bytes, Limits().workdir_files, filter_fd := seccomp_fd())
+        if self.cgroup is not None:
+            self.cgroup.limit(Limits().memory_mb << 20, workdir_bytes)
+            command = enter(self.cgroup.procs, command)
         try:
             self.proc = subprocess.Popen(
-                argv(workdir_bytes, Limits().workdir_files, filter_fd),
+                command,
                 pass_fds=(filter_fd,),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
@@ -199,6 +206,11 @@ class Sandbox:
     def _run(self, spec: dict[str, Any], deadline: float, stop: Any) -> Outcome:
         assert self.proc.stdin is not None
         data = marshal.dumps(spec)
+        kills = 0
+        if self.cgroup is not None:  # the whole sandbox's memory, for this completion's tests
+            compiled = spec["language"] != "python"  # its compiler gets 2 GiB at least (the driver's)
+            self.cgroup.limit(max(spec["memory_bytes"], (2 << 30) * compiled), self.workdir_bytes)
+            kills = self.cgroup.oom_kills()
         try:
             self.proc.stdin.write(len(data).to_bytes(4, "little") + data)
             self.proc.stdin.flush()
@@ -223,6 +235,11 @@ class Sandbox:
                 break
             if "test_error" in record:
                 raise ValueError(record["test_error"])
+            if self.cgroup is not None and self.cgroup.oom_kills() > kills:
+                # The kernel killed a process of this test at the cgroup's limit (the test's
+                # own, or one it forked): the test went past its memory.
+                kills = self.cgroup.oom_kills()
+                record["verdict"] = record.get("verdict") or "MLE"
             results.append(record)
             if stop is not None and stop(record):
                 self.close()  # its other tests are not run: a new sandbox costs less than they may
@@ -240,6 +257,8 @@ class Sandbox:
 
     def close(self) -> None:
         _kill(self.proc)
+        if self.cgroup is not None:
+            self.cgroup.remove()
         if self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
@@ -332,7 +351,8 @@ def check(unsafe: bool = False) -> str:
     if problem is None:
         return (
             "a bubblewrap sandbox (user, pid, net, ipc, uts and mount namespaces; a seccomp filter; "
-            "read-only /usr; /tmp and /dev/shm a tmpfs capped in bytes and files; rlimits)"
+            "read-only /usr; /tmp and /dev/shm a tmpfs capped in bytes and files; rlimits; "
+            + ("a memory cgroup per sandbox)" if memory_cgroups() else "no writable memory cgroup: memory per process)")
         )
     if not unsafe:
         raise SandboxUnavailable(f"{problem}; --unsafe-code-exec runs code without isolation")

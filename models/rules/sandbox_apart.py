@@ -109,6 +109,10 @@ def _plain(value: object, depth: int = 0) -> object:
         return {"ty": getattr(value, "__name__", "")}
     if kind is range:
         return {"r": [value.start, value.stop, value.step]}  # type: ignore[attr-defined]
+    if (kind.__module__, kind.__name__) == ("fractions", "Fraction"):
+        return {"fr": [int(value.numerator), int(value.denominator)]}  # type: ignore[attr-defined]
+    if (kind.__module__, kind.__name__) == ("decimal", "Decimal"):
+        return {"dec": str(value)}
     raise TypeError(f"a {kind.__name__} cannot be passed to the completion, which runs in a process of its own")
 
 
@@ -222,6 +226,14 @@ def _from_wire(message: object, handles: dict[int, object]) -> object:
             return getattr(builtins, body)
         if tag == "r":
             return range(*body)
+        if tag == "fr":
+            from fractions import Fraction
+
+            return Fraction(*body)
+        if tag == "dec":
+            from decimal import Decimal
+
+            return Decimal(body)
         if tag == "d":
             return {_from_wire(k, handles): _from_wire(v, handles) for k, v in body}
         items = [_from_wire(v, handles) for v in body]

@@ -33,6 +33,11 @@ if TYPE_CHECKING:
 for _name in ("math", "collections", "itertools", "heapq", "bisect", "functools"):
     __import__(_name)
 
+# Programs and their tests use integers of any length, as judges without Python 3.11's
+# limit on their text do (a long one's cost is the program's own time, which is limited).
+if hasattr(sys, "set_int_max_str_digits"):
+    sys.set_int_max_str_digits(0)
+
 SIGKILL, SIGXCPU = 9, 24  # Linux's numbers (the signal module costs ~9 ms to import)
 
 # ``--workdir DIR``: no sandbox around this process (the service's --unsafe-code-exec).
@@ -43,6 +48,8 @@ UNSAFE = sys.argv[1:2] == ["--workdir"]
 WORKDIR = sys.argv[2] if UNSAFE else "/tmp"
 
 READ = 65536
+# This process's own limits: a sandbox whose driver's limits changed serves no more.
+OWN_LIMITS = {kind: resource.getrlimit(kind) for kind in range(16)}  # Linux's RLIMIT_NLIMITS
 
 
 def limit(kind: int, value: int) -> None:
@@ -404,6 +411,9 @@ def main() -> None:
                 if os.path.isdir(folder):
                     empty(folder)
         except (OSError, RecursionError, MemoryError):
+            say(out, {"done": True, "clean": False})
+            return
+        if any(resource.getrlimit(kind) != limits for kind, limits in OWN_LIMITS.items()):
             say(out, {"done": True, "clean": False})
             return
         say(out, {"done": True, "clean": True})

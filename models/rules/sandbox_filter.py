@@ -28,6 +28,13 @@ DENIED_CALLS = (
     "reboot", "acct", "quotactl", "open_by_handle_at", "name_to_handle_at", "fanotify_init",
     "syslog",
 )  # fmt: skip
+# Refused where they name another process (a non-zero pid or ``who``): a test's child knows
+# the driver's pid, and limits, a priority or an affinity set on the driver would pass to
+# every later test it forks, another completion's included. Argument index of the pid.
+OTHER_PROCESS_CALLS = {
+    "prlimit64": 0, "sched_setaffinity": 0, "sched_setscheduler": 0, "sched_setparam": 0,
+    "sched_setattr": 0, "setpriority": 1, "ioprio_set": 1,
+}  # fmt: skip
 NEW_NAMESPACES = 0x10000000 | 0x20000000 | 0x40000000 | 0x04000000 | 0x08000000 | 0x00020000 | 0x02000000
 # CLONE_NEWUSER, NEWPID, NEWNET, NEWIPC, NEWUTS, NEWNS, NEWCGROUP
 
@@ -35,9 +42,9 @@ NEW_NAMESPACES = 0x10000000 | 0x20000000 | 0x40000000 | 0x04000000 | 0x08000000 
 @functools.cache
 def seccomp_program() -> bytes:
     """The sandbox's system-call filter as BPF (pyseccomp over the system's libseccomp),
-    for bwrap's ``--seccomp``: everything allowed but DENIED_CALLS and a clone into new
-    namespaces; clone3 answers ENOSYS, so that the C library falls back to clone, whose
-    flags the filter can read."""
+    for bwrap's ``--seccomp``: everything allowed but DENIED_CALLS, OTHER_PROCESS_CALLS on
+    another process and a clone into new namespaces; clone3 answers ENOSYS, so that the C
+    library falls back to clone, whose flags the filter can read."""
     import tempfile
 
     try:
@@ -49,6 +56,8 @@ def seccomp_program() -> bytes:
         rules.add_rule(seccomp.ERRNO(errno.EPERM), name)
     for flag in (1 << bit for bit in range(32) if NEW_NAMESPACES >> bit & 1):
         rules.add_rule(seccomp.ERRNO(errno.EPERM), "clone", seccomp.Arg(0, seccomp.MASKED_EQ, flag, flag))
+    for name, at in OTHER_PROCESS_CALLS.items():
+        rules.add_rule(seccomp.ERRNO(errno.EPERM), name, seccomp.Arg(at, seccomp.NE, 0))
     rules.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")
     with tempfile.TemporaryFile() as file:
         rules.export_bpf(file)

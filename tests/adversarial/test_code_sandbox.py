@@ -384,3 +384,53 @@ def test_an_output_that_floods_the_checker_is_a_wrong_answer_not_an_invalid_item
 
     with pytest.raises(RuleError, match="checker failed"):
         run("print(6)", {**reference, "checker": "raise SystemExit(7)"})
+
+
+def test_the_driver_s_limits_cannot_be_changed_for_the_items_after():
+    """A test's child knows the driver's pid: prlimit on it lowered the limits of every
+    test the sandbox forked after, another item's included (an honest 200 MB answer was
+    an MLE after it, every time). The filter refuses prlimit and the scheduling calls on
+    another process, and a driver whose limits changed ends its sandbox."""
+    hostile = (
+        "import os, resource\n"
+        "for kind in (resource.RLIMIT_DATA, resource.RLIMIT_AS):\n"
+        "    try:\n"
+        "        resource.prlimit(os.getppid(), kind, (100 << 20, 100 << 20))\n"
+        "    except OSError as exc:\n"
+        "        print(exc.errno)\n"
+        "resource.setrlimit(resource.RLIMIT_DATA, (200 << 20, 200 << 20))  # its own: allowed\n"
+        "print('ok')\n"
+    )
+    first, _ = run(hostile, {"inputs": [""], "outputs": ["1\n1\nok"]})
+    assert float(first) == 1.0, first.tests
+    honest = "x = bytearray(150 << 20)\nprint(int(input()) * 2)"
+    for _ in range(2):
+        second, _ = run(honest, {"inputs": ["3"], "outputs": ["6"]})
+        assert float(second) == 1.0, second.tests
+
+
+def test_a_test_s_processes_share_one_memory_limit_where_the_host_has_memory_cgroups():
+    """The address-space limit holds per process, and a test may fork: 8 processes of
+    200 MB each under a 256 MiB limit took 1.6 GB. Each sandbox's processes now share
+    one memory cgroup, and a test the kernel kills at its limit is an MLE."""
+    from rewardserve.models.rules import sandbox, sandbox_memory
+
+    if not sandbox_memory.available():
+        assert "memory per process" in sandbox.check()
+        pytest.skip("no writable memory cgroup on this host: memory is limited per process only")
+    assert "a memory cgroup per sandbox" in sandbox.check()
+    forks = (
+        "import os, time\n"
+        "for _ in range(7):\n"
+        "    if os.fork() == 0:\n"
+        "        break\n"
+        "b = bytearray(200 << 20)\n"
+        "for j in range(0, len(b), 4096):\n    b[j] = 1\n"
+        "time.sleep(0.5)\n"
+        "print('ok')\n"
+    )
+    result, took = run(forks)
+    assert [t["verdict"] for t in result.tests] == ["MLE"], result.tests
+    assert took < 15
+    honest, _ = run("x = bytearray(150 << 20)\nprint('ok')")
+    assert float(honest) == 1.0, honest.tests

@@ -5,8 +5,10 @@ the comparison, each run in the real sandbox (models/rules/sandbox.py); and the 
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
+from decimal import Decimal
 
 import pytest
 
@@ -84,6 +86,20 @@ def test_a_call_based_null_is_a_result_to_return_not_a_missing_output():
     assert float(code_tests("import os\nos._exit(0)", ref)) == 0.0
     assert float(code_tests("def rotate(a):\n    return 0", ref)) == 0.0
     assert float(code_tests("def rotate(a):\n    a.reverse()", ref)) == 1.0
+
+
+def test_integers_longer_than_python_s_text_limit_are_values_like_any_other():
+    """Python 3.11 refuses to turn an integer of over 4,300 digits into text or back: an
+    honest factorial(2000) was an RE (printed or returned), and an MBPP assert holding
+    such a literal made the item invalid."""
+    big = str(Decimal(math.factorial(2000)))  # str() of the int itself is refused here too
+    program = "import math\nprint(math.factorial(int(input())))"
+    assert float(code_tests(program, {"inputs": ["2000"], "outputs": [big]})) == 1.0
+    call = {"fn_name": "f", "inputs": ["2000", big], "outputs": [big, big]}
+    assert float(code_tests("import math\ndef f(n):\n    return n if n > 10**9 else math.factorial(n)", call)) == 1.0
+    assert float(code_tests("def f(n):\n    return n + 1", {**call, "inputs": [big], "outputs": [big]})) == 0.0
+    mbpp = {"test_list": [f"assert fact(2000) == {big}"]}
+    assert float(code_tests("import math\ndef fact(n):\n    return math.factorial(n)", mbpp)) == 1.0
 
 
 def test_human_eval_and_mbpp_tests_pass_by_running_their_asserts():
@@ -237,6 +253,8 @@ def test_calls_across_the_two_processes_keep_python_s_meaning():
             "    import fractions, decimal\n"
             "    assert list(candidate('gen')) == [0, 1, 4] and candidate('range') == range(1, 9, 2)\n"
             "    assert candidate('exact') == (fractions.Fraction(1, 3), decimal.Decimal('0.1'))\n"
+            "    assert candidate(fractions.Fraction(1, 3)) == fractions.Fraction(2, 3)\n"
+            "    assert candidate(decimal.Decimal('0.1')) == decimal.Decimal('0.2')\n"
         ),
         "entry_point": "f",
     }
@@ -248,6 +266,7 @@ def test_calls_across_the_two_processes_keep_python_s_meaning():
         "    if isinstance(x, Box):\n        return 'opened'\n"
         "    if x == 'gen':\n        return (i * i for i in range(3))\n"
         "    if x == 'range':\n        return range(1, 9, 2)\n"
+        "    if type(x).__name__ in ('Fraction', 'Decimal'):\n        return x * 2\n"
         "    if x == 'exact':\n        import fractions, decimal\n"
         "        return fractions.Fraction(1, 3), decimal.Decimal('0.1')\n"
         "    return ({1: [2, (3,)]}, {4}, frozenset({5}), b'6', 7j, float('nan'), 10 ** 5000)\n"
