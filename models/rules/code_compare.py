@@ -22,7 +22,8 @@ from decimal import Decimal
 from typing import Any
 
 TOLERANCE = 1e-6
-_INTEGER = re.compile(r"[+-]?\d+")
+_INTEGER = re.compile(r"[+-]?\d+", re.ASCII)
+_FLOAT = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?|[+-]?(inf|infinity|nan)", re.ASCII | re.IGNORECASE)
 
 
 def same_value(got: Any, want: Any) -> bool:
@@ -57,6 +58,8 @@ def _integer(token: str) -> str:
 
 
 def _number(token: str) -> float | None:
+    if not _FLOAT.fullmatch(token):  # float() also takes 1_000 and other scripts' digits
+        return None
     try:
         value = float(token)
     except ValueError:

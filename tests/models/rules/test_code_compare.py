@@ -87,6 +87,11 @@ def test_lines_refuses_what_livecodebench_would_crash_on():
         ("", "", True),
         ("", "0", False),
         ("héllo wörld", "héllo  wörld", True),
+        ("1_000.5", "1000.5", False),  # float() takes these; a judge does not
+        ("١٠٠٠.5", "1000.5", False),
+        ("١٠٠٠", "1000", False),
+        ("1E+3", "1000.0", True),
+        ("inf", "Infinity", True),
     ],
 )
 def test_the_default_comparison(got, want, same):
