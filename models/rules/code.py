@@ -52,9 +52,13 @@ def verdict(result: dict[str, Any], want: Any, style: str, compare: str) -> str:
         return "AC"
     if style == "call":
         try:
-            return "AC" if same_value(call_result(result.get("stdout", "")), want) else "WA"
+            got = call_result(result.get("stdout", ""))
         except ValueError:
             return "RE"
+        # APPS and TACO wrap a call's expected value in a one-item list, and their judge
+        # (verl 0.9.1's prime_code/testing_util.py, run_test) takes the value or its list.
+        wrapped = isinstance(want, list) and len(want) == 1 and same_value(got, want[0])
+        return "AC" if same_value(got, want) or wrapped else "WA"
     return "AC" if COMPARE[compare](result.get("stdout", ""), want) else "WA"
 
 
@@ -190,13 +194,17 @@ def code_tests(
 
 # Before a checker runs: testlib's arguments (input, the program's output, the expected
 # answer) as files in its working directory, and the input on its stdin.
+# A setup that fails exits with its own status (never 1, a checker's "reject").
 CHECKER_SETUP = (
-    "import json as _rs_json, sys as _rs_sys\n"
-    "_rs_case = _rs_json.loads(_rs_sys.stdin.read())\n"
-    "for _rs_name in ('input', 'output', 'answer'):\n"
-    "    with open(_rs_name + '.txt', 'w', encoding='utf-8') as _rs_file:\n"
-    "        _rs_file.write(_rs_case[_rs_name])\n"
-    "_rs_sys.stdin = open('input.txt', encoding='utf-8')\n"
+    "import json as _rs_json, os as _rs_os, sys as _rs_sys\n"
+    "try:\n"
+    "    _rs_case = _rs_json.loads(_rs_sys.stdin.read())\n"
+    "    for _rs_name in ('input', 'output', 'answer'):\n"
+    "        with open(_rs_name + '.txt', 'w', encoding='utf-8') as _rs_file:\n"
+    "            _rs_file.write(_rs_case[_rs_name])\n"
+    "    _rs_sys.stdin = open('input.txt', encoding='utf-8')\n"
+    "except BaseException:\n"
+    "    _rs_os._exit(125)\n"
     "_rs_sys.argv = ['checker', 'input.txt', 'output.txt', 'answer.txt']\n"
     "del _rs_case, _rs_name, _rs_file\n"
 )

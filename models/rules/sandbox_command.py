@@ -80,6 +80,7 @@ def argv(workdir_bytes: int, workdir_files: int, seccomp_fd: int) -> list[str]:
         str(workdir_files),
         bwrap(),
         "--unshare-all",  # user, pid, net (loopback only), ipc, uts, cgroup
+        "--as-pid-1",  # the driver is PID 1 there: a test cannot signal it
         "--uid",
         str(NOBODY),
         "--gid",

@@ -1,16 +1,18 @@
-"""The program that runs inside the sandbox (sandbox.py): it reads one completion and its
-tests on stdin (marshal's format: json and its re cost a start-up ~13 ms), compiles the
-code once, and runs each test in a child forked from itself, writing one record per test
-on stdout (a 4-byte length, then the record).
+"""The program that runs inside the sandbox (sandbox.py), as its PID 1. A worker it forks
+per completion (``main``) reads that completion and its tests on stdin (marshal's format:
+json and its re cost a start-up ~13 ms), compiles the code once, and runs each test in a
+child forked from itself, writing one record per test on stdout (a 4-byte length, then
+the record).
 
 Standard library only: it runs under the system's Python in a root that holds nothing of
 the service, as one source with sandbox_apart.py (``driver_source``: this text, that one,
-then ``main()``). The code under test is hostile. It may kill this process (its tests then
-end as runtime errors, the sandbox's fault never), but it cannot write this process's
-results: the child keeps no descriptor of ours (0, 1 and 2 are its own pipes, the rest
-closed), /proc is not mounted (no way back to our descriptors), and the sandbox's
-system-call filter refuses ptrace and process_vm_writev (sandbox.py). After each test every other process in the
-sandbox's PID namespace is killed, so nothing a test started outlives it.
+then ``main()``). The code under test is hostile. It may kill its worker (its tests then
+end as runtime errors, the sandbox's fault never), but not PID 1, and it cannot write
+the results: the child keeps no descriptor of ours (0, 1 and 2 are its own pipes, the
+rest closed), /proc is not mounted (no way back to our descriptors), and the sandbox's
+system-call filter refuses ptrace, process_vm_writev and pidfd_getfd (sandbox_filter.py).
+After each test every other process in the sandbox's PID namespace is killed, so nothing
+a test started outlives it.
 """
 
 from __future__ import annotations
@@ -387,33 +389,80 @@ def serve(spec: dict[str, Any], out: Any) -> None:
         say(out, result)
 
 
+NO_MORE = 99  # a worker's exit status: stdin ended, no completion came
+
+
 def main() -> None:
     """Completions one after another, each a 4-byte length and marshal's bytes on stdin,
-    until stdin ends. Each ends in a "done" record once what it left is gone; one whose
-    files would not go is the last (``clean`` false). With ``--completion
-    REQUESTS ANSWERS``: an assert-style test's completion (sandbox_apart.py)."""
+    until stdin ends. With ``--completion REQUESTS ANSWERS``: an assert-style test's
+    completion (sandbox_apart.py).
+
+    This process never reads a completion: each one is read and run by a worker forked
+    for it, whose tests fork from it, so that no test's memory holds what an earlier
+    completion or checker was sent (freed memory is copied into a fork too). Here it is
+    the sandbox's PID 1 (bwrap's --as-pid-1), which a test cannot signal: between two
+    completions it kills what is left, restores the working folders, and says "done",
+    ``clean`` false where this sandbox must not serve again."""
     if sys.argv[1:2] == ["--completion"]:
         completion_process(int(sys.argv[2]), int(sys.argv[3]))
         return
     out = os.fdopen(1, "wb")
+    folders = (WORKDIR,) if UNSAFE else (WORKDIR, "/dev/shm")
+    modes = {folder: os.stat(folder).st_mode for folder in folders}
+    priority = os.getpriority(os.PRIO_PROCESS, 0)
     say(out, {"ready": True})
     while True:
-        head = read_exactly(4)
-        data = head and read_exactly(int.from_bytes(head, "little"))
-        if not data:
+        worker = os.fork()
+        if worker == 0:
+            os._exit(_serve_next(out))
+        status = _reap_until(worker)
+        if os.WIFEXITED(status) and os.WEXITSTATUS(status) == NO_MORE:
             return
-        serve(marshal.loads(data), out)
         # What the completion left goes before the service hears "done": the next
         # completion must find this sandbox as new, or be told it is not to be reused.
         _kill_others()
-        try:
-            for folder in (WORKDIR,) if UNSAFE else (WORKDIR, "/dev/shm"):
-                if os.path.isdir(folder):
-                    empty(folder)
-        except (OSError, RecursionError, MemoryError):
-            say(out, {"done": True, "clean": False})
+        clean = _restored(modes) and os.getpriority(os.PRIO_PROCESS, 0) == priority
+        clean = clean and all(resource.getrlimit(kind) == limits for kind, limits in OWN_LIMITS.items())
+        say(out, {"done": True, "clean": clean})
+        if not clean:
             return
-        if any(resource.getrlimit(kind) != limits for kind, limits in OWN_LIMITS.items()):
-            say(out, {"done": True, "clean": False})
-            return
-        say(out, {"done": True, "clean": True})
+
+
+def _serve_next(out: Any) -> int:
+    """In a worker: the next completion, read and run; NO_MORE where stdin ended."""
+    try:
+        head = read_exactly(4)
+        data = head and read_exactly(int.from_bytes(head, "little"))
+        if not data:
+            return NO_MORE
+        serve(marshal.loads(data), out)
+        return 0
+    except BaseException:  # noqa: BLE001 - its records end here; the service counts the rest as failed
+        return 1
+
+
+def _reap_until(worker: int) -> int:
+    """The worker's wait status, reaping on the way what ends before it (as PID 1, every
+    orphan of the sandbox is this process's child)."""
+    while True:
+        pid, status = os.waitpid(-1, 0)
+        if pid == worker:
+            return status
+
+
+def _restored(modes: dict[str, int]) -> bool:
+    """The working folders empty and as they were (their mode, and no extended attributes:
+    a default ACL there would give every later file mode 000); False where they would not
+    be."""
+    try:
+        for folder, mode in modes.items():
+            if os.path.isdir(folder):
+                empty(folder)
+            os.chmod(folder, mode & 0o7777)
+            for name in os.listxattr(folder):
+                os.removexattr(folder, name)
+            if os.stat(folder).st_mode != mode or os.listxattr(folder):
+                return False
+    except (OSError, RecursionError, MemoryError):
+        return False
+    return True

@@ -58,6 +58,10 @@ def seccomp_program() -> bytes:
         rules.add_rule(seccomp.ERRNO(errno.EPERM), "clone", seccomp.Arg(0, seccomp.MASKED_EQ, flag, flag))
     for name, at in OTHER_PROCESS_CALLS.items():
         rules.add_rule(seccomp.ERRNO(errno.EPERM), name, seccomp.Arg(at, seccomp.NE, 0))
+    # A process group's or a user's priority (``which`` not PRIO_PROCESS, IOPRIO_WHO_PROCESS)
+    # reaches the driver with a who of 0 too.
+    rules.add_rule(seccomp.ERRNO(errno.EPERM), "setpriority", seccomp.Arg(0, seccomp.NE, 0))
+    rules.add_rule(seccomp.ERRNO(errno.EPERM), "ioprio_set", seccomp.Arg(0, seccomp.NE, 1))
     rules.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")
     with tempfile.TemporaryFile() as file:
         rules.export_bpf(file)

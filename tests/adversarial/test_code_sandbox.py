@@ -434,3 +434,85 @@ def test_a_test_s_processes_share_one_memory_limit_where_the_host_has_memory_cgr
     assert took < 15
     honest, _ = run("x = bytearray(150 << 20)\nprint('ok')")
     assert float(honest) == 1.0, honest.tests
+
+
+def test_the_working_folders_themselves_are_restored_for_the_next_item():
+    """The driver emptied /tmp and /dev/shm but kept what a completion did to the folders
+    themselves: a mode of 0555, or a default ACL that gives every later file mode 000,
+    broke every later item of the sandbox (a checker's setup failed, and its exit read as
+    "reject"). The folders' mode is restored and their extended attributes removed."""
+    import struct
+
+    no_access = struct.pack("<I", 2) + b"".join(struct.pack("<HHI", tag, 0, 0xFFFFFFFF) for tag in (1, 4, 0x20))
+    spoil = (
+        "import os\n"
+        f"os.setxattr('/dev/shm', 'system.posix_acl_default', {no_access!r})\n"
+        "os.chmod('/tmp', 0o555)\n"
+        "print('ok')\n"
+    )
+    first, _ = run(spoil)
+    assert float(first) == 1.0, first.tests
+    honest = (
+        "import os\n"
+        "open('/tmp/a', 'w').write('1')\nopen('/dev/shm/b', 'w').write('2')\n"
+        "print(int(input()) * 2 + int(open('/tmp/a').read()) + int(open('/dev/shm/b').read()) - 3)\n"
+    )
+    checker = (
+        "import sys\nsys.exit(0 if open('output.txt').read().split() == open('answer.txt').read().split() else 1)\n"
+    )
+    for reference in ({"inputs": ["3"], "outputs": ["6"], "checker": checker}, {"inputs": ["3"], "outputs": ["6"]}):
+        second, _ = run(honest, reference)
+        assert float(second) == 1.0, (reference, second.tests)
+
+
+# Reads this process's memory (the brk heap and the regions around its objects, page by
+# page through a pipe, which fails on an unmapped page rather than crashing) for a key's
+# digits: what a test forked from a long-lived driver inherited, freed or not.
+MEMORY_SCAN = """
+import ctypes, os, re
+libc = ctypes.CDLL(None)
+libc.sbrk.restype = ctypes.c_void_p
+libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+libc.write.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t]
+page, vec = 4096, ctypes.create_string_buffer(1)
+r, w = os.pipe()
+def mapped(a):
+    return libc.mincore(ctypes.c_void_p(a), page, vec) == 0
+found = set()
+for seed in (libc.sbrk(0) - 1, id(os), id(re), id(found)):
+    lo = hi = seed & ~(page - 1)
+    while mapped(lo - page) and seed - lo < 1 << 28:
+        lo -= page
+    while mapped(hi) and hi - seed < 1 << 28:
+        hi += page
+    for a in range(lo, hi, page):
+        if libc.write(w, ctypes.c_void_p(a), page) == page:
+            found.update(re.findall(rb"KEY" + rb":(\\d{8})", os.read(r, page)))
+print(b" ".join(sorted(found)).decode() or "none")
+"""
+
+
+def test_a_test_cannot_read_an_earlier_item_s_data_from_its_memory():
+    """Tests forked from the driver, which had read every earlier completion's spec: a
+    completion scanned its memory for a checker's answer sent earlier (the GRPO case: a
+    sample of the same problem) and printed it. Each completion is now read and run by a
+    worker forked for it from a driver that never reads one."""
+    checker = "import sys\nsys.exit(0 if open('output.txt').read() == open('answer.txt').read() else 1)\n"
+    first, _ = run("print('no')", {"inputs": ["1"], "outputs": ["KEY:58213907"], "checker": checker})
+    assert float(first) == 0.0, first.tests
+    stolen, _ = run(MEMORY_SCAN, {"inputs": ["1"], "outputs": ["58213907"]}, outputs=True)
+    assert "58213907" not in stolen.tests[0].get("stdout", ""), stolen.tests
+    assert float(stolen) == 0.0, stolen.tests
+
+
+def test_a_test_cannot_lower_the_driver_s_priority_through_its_user():
+    """setpriority(PRIO_USER, 0, 19) named no other process, yet reached the driver: every
+    later test and checker of the sandbox ran at nice 19."""
+    first, _ = run(
+        "import os\ntry:\n    os.setpriority(os.PRIO_USER, 0, 19)\n"
+        "except OSError as e:\n    print(e.errno)\nprint('ok')",
+        {"inputs": [""], "outputs": ["1\nok"]},
+    )
+    assert float(first) == 1.0, first.tests
+    second, _ = run("import os\nprint(os.getpriority(os.PRIO_PROCESS, 0))", {"inputs": [""], "outputs": ["0"]})
+    assert float(second) == 1.0, second.tests

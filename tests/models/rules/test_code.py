@@ -80,6 +80,18 @@ def test_an_integer_answer_printed_or_returned_as_a_float_gets_no_tolerance():
     assert float(code_tests("def f(n):\n    return float(n * n)", ref)) == 1.0  # Python's ==
 
 
+def test_apps_and_taco_call_outputs_wrapped_in_a_list_are_the_value_or_its_list():
+    """APPS and TACO give a call's expected value as a one-item list; their judge (verl
+    0.9.1's prime_code/testing_util.py run_test: ``output == expected or output ==
+    expected[0]``) takes either. Only a one-item list is unwrapped here."""
+    apps = {"fn_name": "add", "inputs": [[1, 2], [5, 7]], "outputs": [[3], [12]]}
+    assert float(code_tests("def add(a, b):\n    return a + b", apps)) == 1.0
+    assert float(code_tests("def add(a, b):\n    return [a + b]", apps)) == 1.0
+    assert float(code_tests("def add(a, b):\n    return a - b", apps)) == 0.0
+    pair = {"fn_name": "two", "inputs": [[1]], "outputs": [[1, 2]]}
+    assert float(code_tests("def two(a):\n    return 1", pair)) == 0.0  # not a wrapped value
+
+
 def test_a_call_based_null_is_a_result_to_return_not_a_missing_output():
     """A call-based test that expects null passed any program that exited cleanly."""
     ref = {"fn_name": "rotate", "inputs": ["[1, 2, 3]"], "outputs": ["null"]}
