@@ -225,6 +225,10 @@ class Sandbox:
             error = SandboxGone if self.records.ended and self.served else SandboxUnavailable
             self.close()
             raise error(f"the sandbox ended: {_stderr(self.proc)}")
+        gone = {"verdict": "RE", "detail": "the program killed the sandbox's test runner"}
+        if first.get("done"):  # its worker ended before it compiled the code
+            self._finish(first)
+            return Outcome(None, [dict(gone) for _ in spec["tests"]])
         if "compile_error" in first:
             self._finish(self.records.next(deadline))
             return Outcome(first["compile_error"], [])
@@ -247,7 +251,6 @@ class Sandbox:
                 self.close()  # its other tests are not run: a new sandbox costs less than they may
                 return Outcome(None, results)
         self._finish(record)
-        gone = {"verdict": "RE", "detail": "the program killed the sandbox's test runner"}
         return Outcome(None, results + [dict(gone) for _ in range(len(results), len(spec["tests"]))])
 
     def _finish(self, done: dict[str, Any] | None) -> None:

@@ -12,6 +12,7 @@ from rewardserve.models.rules.sandbox_filter import SandboxUnavailable
 
 NOBODY = 65534
 DRIVER = Path(__file__).with_name("sandbox_driver.py")
+FILES = Path(__file__).with_name("sandbox_files.py")
 APART = Path(__file__).with_name("sandbox_apart.py")
 ENV = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1", "PYTHONIOENCODING": "utf-8"}
 
@@ -119,7 +120,8 @@ def argv(workdir_bytes: int, workdir_files: int, seccomp_fd: int) -> list[str]:
 
 
 def driver_source() -> str:
-    """What the sandbox's interpreter runs: the driver, then the assert-style tests' two
-    sides (sandbox_apart.py, which the driver calls), then the driver's ``main()``. The
-    sandbox sees no file of the service, so the text travels on the command line."""
-    return f"{DRIVER.read_text()}\n\n{APART.read_text()}\n\nmain()\n"
+    """What the sandbox's interpreter runs: the driver, then its working folders' code
+    (sandbox_files.py) and the assert-style tests' two sides (sandbox_apart.py), which
+    the driver calls, then the driver's ``main()``. The sandbox sees no file of the
+    service, so the text travels on the command line."""
+    return f"{DRIVER.read_text()}\n\n{FILES.read_text()}\n\n{APART.read_text()}\n\nmain()\n"
