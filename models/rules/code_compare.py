@@ -51,7 +51,7 @@ def _close(a: float, b: float) -> bool:
     return diff <= TOLERANCE or diff <= TOLERANCE * abs(b)
 
 
-def _integer(token: str) -> str:
+def integer_text(token: str) -> str:
     """An integer token's canonical text (int() refuses over 4,300 digits)."""
     digits = token.lstrip("+-").lstrip("0") or "0"
     return ("-" if token.startswith("-") and digits != "0" else "") + digits
@@ -85,7 +85,7 @@ def _same_token_line(got_line: str, want_line: str) -> bool:
         if a == b and a.lower() != "nan":
             continue
         if _INTEGER.fullmatch(b):  # never a tolerance on integers
-            if not _INTEGER.fullmatch(a) or _integer(a) != _integer(b):
+            if not _INTEGER.fullmatch(a) or integer_text(a) != integer_text(b):
                 return False
             continue
         x, y = _number(a), _number(b)

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rewardserve.models.rules import RuleError
+from rewardserve.models.rules.code_compare import integer_text
 
 LANGUAGES = {"python": ("python", "py", "python3"), "cpp": ("cpp", "c++", "cc", "cxx")}
 # Before the JSON line a harness prints after the program (a call's result, a grader's).
@@ -222,7 +223,7 @@ class LongInteger:
 
 
 def _integer(text: str) -> int | LongInteger:
-    return int(text) if len(text) <= 4000 else LongInteger("0" if text == "-0" else text)
+    return int(text) if len(text) <= 4000 else LongInteger(integer_text(text))
 
 
 def json_value(text: str) -> Any:

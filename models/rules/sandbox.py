@@ -241,10 +241,11 @@ class Sandbox:
                 break
             if "test_error" in record:
                 raise ValueError(record["test_error"])
-            if self.cgroup is not None and self.cgroup.oom_kills() > kills:
+            now = self.cgroup.oom_kills() if self.cgroup is not None else kills
+            if now > kills:
                 # The kernel killed a process of this test at the cgroup's limit (the test's
                 # own, or one it forked): the test went past its memory.
-                kills = self.cgroup.oom_kills()
+                kills = now
                 record["verdict"] = record.get("verdict") or "MLE"
             results.append(record)
             if stop is not None and stop(record):
