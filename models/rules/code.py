@@ -226,59 +226,92 @@ def checked(
     runs in the sandbox, as the completion did, once per such test, under limits of its
     own (at least CHECKER_MEMORY_MB and CHECKER_TIMEOUT_S: the completion's could be
     too tight for reading its largest output). A checker that fails (another exit code, a
-    crash, its time) makes the item invalid, never a WA, unless the output it was given
-    is outsized (over CHECKER_OUTSIZED bytes and 4 times its answer's): a completion must
-    not turn its wrong answer into no answer by flooding the checker."""
-    from rewardserve.models.rules import sandbox
-
+    crash, its time) on an output is asked about the expected answer in its place: if it
+    accepts that, the output was what broke it and the test is a WA; a completion must
+    not turn its wrong answer into no answer (dropped, not penalised) by printing what
+    the checker cannot parse. A checker that fails on its own answer as well makes the
+    item invalid. An outsized output (over CHECKER_OUTSIZED bytes and 4 times its
+    answer's) that breaks the checker is a WA without asking."""
     judged = [i for i, v in enumerate(verdicts) if v == "AC"]
-    cases = [
-        {
-            "stdin": json.dumps(
-                {"input": tests[i].get("stdin", ""), "output": results[i].get("stdout", ""), "answer": wanted[i] or ""}
-            ),
-            "before": CHECKER_SETUP,
-        }
-        for i in judged
-    ]
-    if not cases:
+    if not judged:
         return verdicts
     out = list(verdicts)
     seen: list[int] = []
-    failure: list[str] = []
+    broke: dict[int, str] = {}  # a test whose output the checker failed on: why
 
     def read(result: dict[str, Any]) -> bool:
         at = judged[len(seen)]
         seen.append(at)
-        exit_code = result.get("exit_code")
-        if result.get("verdict") or result.get("signal") or exit_code not in (CHECKER_ACCEPTS, *CHECKER_REJECTS):
+        out[at] = "WA"
+        if _checker_failed(result):
             output = len(results[at].get("stdout", ""))
-            if output > CHECKER_OUTSIZED and output > 4 * len(wanted[at] or ""):
-                out[at] = "WA"
-                return binary
-            failure.append(f"the checker failed on test {at}: {_why_failed(result)}")
-            return True
-        out[at] = "AC" if exit_code == CHECKER_ACCEPTS else "WA"
+            if output <= CHECKER_OUTSIZED or output <= 4 * len(wanted[at] or ""):
+                broke[at] = _why_failed(result)
+        elif result.get("exit_code") == CHECKER_ACCEPTS:
+            out[at] = "AC"
         return binary and out[at] != "AC"
 
+    own = dataclasses.replace(
+        limits, memory_mb=max(limits.memory_mb, CHECKER_MEMORY_MB), timeout_s=max(limits.timeout_s, CHECKER_TIMEOUT_S)
+    )
+    cases = [_checker_case(tests[i], results[i].get("stdout", ""), wanted[i]) for i in judged]
+    _run_checker(checker, cases, own, read, unsafe)
+    if broke:
+        # The checker on the expected answer, in the failed output's place.
+        asked = list(broke)
+        sound: list[bool] = []
+
+        def answered(result: dict[str, Any]) -> bool:
+            sound.append(not _checker_failed(result) and result.get("exit_code") == CHECKER_ACCEPTS)
+            return not sound[-1]
+
+        answers = [_checker_case(tests[i], wanted[i] or "", wanted[i]) for i in asked]
+        _run_checker(checker, answers, own, answered, unsafe)
+        if not all(sound):
+            at = asked[sound.index(False)]
+            raise RuleError(f"the checker failed on test {at}: {broke[at]}; and on its own answer")
+    if len(seen) < len(judged):  # a binary score's first WA: what follows was never checked
+        return out[: seen[-1] + 1]
+    return out
+
+
+def _checker_case(test: dict[str, Any], output: str, answer: Any) -> dict[str, Any]:
+    """One run of the checker: its input, the output it judges, the expected answer."""
+    return {
+        "stdin": json.dumps({"input": test.get("stdin", ""), "output": output, "answer": answer or ""}),
+        "before": CHECKER_SETUP,
+    }
+
+
+def _checker_failed(result: dict[str, Any]) -> bool:
+    """A checker's run that neither accepted nor rejected: a crash, its time, its setup."""
+    exit_code = result.get("exit_code")
+    return bool(result.get("verdict") or result.get("signal")) or exit_code not in (CHECKER_ACCEPTS, *CHECKER_REJECTS)
+
+
+def _run_checker(checker: str, cases: list[dict[str, Any]], limits: Any, read: Any, unsafe: bool) -> None:
+    """The checker over ``cases`` in the sandbox, each result handed to ``read`` (which
+    says whether to stop), the tests its runner never reported (it was killed) included."""
+    from rewardserve.models.rules import sandbox
+
+    seen = 0
+
+    def counted(result: dict[str, Any]) -> bool:
+        nonlocal seen
+        seen += 1
+        return bool(read(result))
+
     try:
-        own = dataclasses.replace(
-            limits,
-            memory_mb=max(limits.memory_mb, CHECKER_MEMORY_MB),
-            timeout_s=max(limits.timeout_s, CHECKER_TIMEOUT_S),
-        )
-        outcome = sandbox.run(checker, cases, own, stop=read, unsafe=unsafe)
+        outcome = sandbox.run(checker, cases, limits, stop=counted, unsafe=unsafe)
     except sandbox.SandboxUnavailable as exc:
         raise RuleError(f"the sandbox failed: {exc}") from None
     except ValueError as exc:
         raise RuleError(f"the checker's setup does not compile: {exc}") from None
     if outcome.compile_error is not None:
         raise RuleError(f"the checker does not compile: {outcome.compile_error}")
-    if failure:
-        raise RuleError(failure[0])
-    if len(seen) < len(judged):  # a binary score's first WA: what follows was never checked
-        return out[: seen[-1] + 1]
-    return out
+    for result in outcome.results[seen:]:
+        if read(result):
+            break
 
 
 def _why_failed(result: dict[str, Any]) -> str:

@@ -93,6 +93,11 @@ def argv(workdir_bytes: int, workdir_files: int, seccomp_fd: int) -> list[str]:
         *mounts,
         "--dev",
         "/dev",
+        # No pseudo-terminals: each one a test opened would count against the host's
+        # limit (kernel.pty.max), which everything else on it shares.
+        "--ro-bind",
+        "/dev/null",
+        "/dev/pts/ptmx",
         "--bind",
         "/dev/shm/shm",
         "/dev/shm",
