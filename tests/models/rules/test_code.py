@@ -452,7 +452,10 @@ def test_a_checker_program_judges_each_output_in_place_of_the_comparison(code, b
         ("while True: pass", "checker failed on test 0: TLE"),
     ],
 )
-def test_a_checker_that_fails_makes_the_item_invalid_not_wrong(checker, reason):
+def test_a_checker_that_fails_makes_the_item_invalid_not_wrong(checker, reason, monkeypatch):
+    from rewardserve.models.rules import code
+
+    monkeypatch.setattr(code, "CHECKER_TIMEOUT_S", 1.0)  # the endless checker runs twice: once per answer
     with pytest.raises(RuleError, match=reason):
         code_tests("print(1)", {**PERMUTATIONS, "checker": checker}, timeout_s=1)
     with pytest.raises(RuleError, match="stdin/stdout"):
