@@ -98,6 +98,7 @@ async def measure(
     a_items: int,
     rng: random.Random,
     again: Callable[[LoadResult, LoadResult], bool] | None = None,
+    capacity_s: float | None = None,
 ) -> Measured:
     """B alone; then A's flood alone, B beside it, and A alone again (A's capacity: the
     two windows alone, around the one beside B). A's flood never stops between its
@@ -107,12 +108,16 @@ async def measure(
 
     ``again(alone, beside)``: whether to measure B beside A once more, the flood still
     running (one more window at most; the last one is returned, the earlier ones in
-    ``Measured.retried``)."""
+    ``Measured.retried``).
+
+    ``capacity_s``: each of A's two windows alone (``seconds`` by default): A's rate is a
+    mean over many batches, where B's p99 needs many requests."""
     import httpx
 
     from rewardserve.service.tenants import ACTIVE_S
 
     a_rate = b_rate * 10 / a_items
+    capacity_s = seconds if capacity_s is None else capacity_s
     async with httpx.AsyncClient(timeout=30) as http:
         await open_loop(url, "/v1/score", body(rng, 1), b_rate, 2.0, "key-b")  # warm
         _, _, busy_before, _ = await served(http, url)
@@ -123,7 +128,7 @@ async def measure(
         )
         await asyncio.sleep(ACTIVE_S + 1.0)  # B counts as idle (A alone gets whole batches); A's queue fills
         t0, before, _, _ = await served(http, url)
-        await asyncio.sleep(seconds)
+        await asyncio.sleep(capacity_s)
         retried: list[LoadResult] = []
         while True:
             t1, middle, busy_middle, b_before = await served(http, url)
@@ -134,7 +139,7 @@ async def measure(
             retried.append(light)
         await asyncio.sleep(ACTIVE_S + 1.0)  # A alone again: the CPU's speed drifts by a few % over minutes
         t3, again, _, _ = await served(http, url)
-        await asyncio.sleep(seconds)
+        await asyncio.sleep(capacity_s)
         t4, end, _, _ = await served(http, url)
     flood.cancel()
     b_share = None if b_before is None or b_after is None else (b_after - b_before) / (t2 - t1)

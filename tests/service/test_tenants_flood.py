@@ -24,7 +24,7 @@ from tests.harness import serve_subprocess
 
 
 @pytest.mark.alone  # a wall clock against the whole machine
-@pytest.mark.timeout(480)  # ~250 s, and one more window of B beside A where the first is past 2x
+@pytest.mark.timeout(480)  # ~150 s, and one more window of B beside A where the first is past 2x
 def test_a_flood_keeps_a_light_tenant_within_2x_of_its_latency_alone_and_takes_the_rest(tmp_path):
     rm = build_sequence_classifier(tmp_path / "rm", hidden=768, layers=6, heads=12, head_dim=64, max_positions=1024)
     tenants_file = tmp_path / "tenants.yaml"
@@ -44,7 +44,12 @@ def test_a_flood_keeps_a_light_tenant_within_2x_of_its_latency_alone_and_takes_t
         # what the model serves.
         probe = asyncio.run(open_loop(url, "/v1/score", body(rng, 1), 2.0, 3.0, "key-b"))
         b_rate = min(5.0, 0.4 / probe.quantile(0.5))
-        m = asyncio.run(measure(url, b_rate=b_rate, seconds=111 / b_rate, a_items=10, rng=rng, again=over_twice_alone))
+        # A's capacity from two 15 s windows, before and after B's (a mean over ~200 batches).
+        m = asyncio.run(
+            measure(
+                url, b_rate=b_rate, seconds=111 / b_rate, a_items=10, rng=rng, again=over_twice_alone, capacity_s=15
+            )
+        )
     retried = "".join(
         f"an earlier window beside A p50/p99 {w.quantile(0.5):.3f}/{w.quantile(0.99):.3f} s "
         f"(worst {max(w.latencies, default=float('nan')):.3f}); "
@@ -63,13 +68,12 @@ def test_a_flood_keeps_a_light_tenant_within_2x_of_its_latency_alone_and_takes_t
     assert not over_twice_alone(m.alone, m.light), report
     # "Capacity minus B's share", B's share as model time: the seconds a second the service
     # charges B beside A (rewardserve_tenant_model_seconds), which must stay near what B's
-    # work takes alone (0.83-1.18x here). B's items come one to a forward and cost more
-    # model time each than A's batched ones, so what B leaves A is less than capacity less
-    # B's items/s. The model is never idle while A has work queued (busy). What is left is
-    # the machine's own noise: with A alone, A's cost per item moved between 74.6 and 83.0
-    # ms from one 15 s window to the next (2-vCPU VMs here, no steal, no trend with A's
-    # backlog), so A's capacity is read before and after B's window, and the bar is 85%:
-    # A got 97.6%, 98.8%, 100.7% and, in a clean-clone CI run, 87.9% (AMD EPYC).
+    # work takes alone. B's items come one to a forward and cost more model time each than
+    # A's batched ones, so what B leaves A is less than capacity less B's items/s. The
+    # model is never idle while A has work queued (busy). What is left is the machine's own
+    # noise: A's cost per item moves by ~10% from one 15 s window to the next on 2-vCPU
+    # VMs, so A's capacity is read before and after B's window, and the bar is 85%
+    # (bench/results/issue-23-tenants.md).
     assert m.busy_beside >= 0.97, report
     assert m.light_share_beside is not None and m.light_share_beside <= 1.3 * m.light_share, report
     assert m.beside >= 0.85 * m.left_for_a, report
@@ -78,7 +82,5 @@ def test_a_flood_keeps_a_light_tenant_within_2x_of_its_latency_alone_and_takes_t
 def over_twice_alone(alone: LoadResult, beside: LoadResult) -> bool:
     """B's p99 beside A past 2x its p99 alone: the window is measured once more, A still
     flooding. A p99 of 111 requests is the second worst, and one stall of the machine's
-    own moves it: a clean-clone CI run (AMD EPYC, 2 vCPU) gave 0.554 s beside A against
-    0.266 s alone, its median 0.222 s against 0.171 s, where the same commit here gave
-    0.319 against 0.256. Two windows in a row past 2x is the scheduler's doing."""
+    own moves it; two windows in a row past 2x is the scheduler's doing."""
     return beside.statuses != {200: beside.sent} or beside.quantile(0.99) > 2 * alone.quantile(0.99)
