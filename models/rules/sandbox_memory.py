@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import itertools
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -24,7 +25,11 @@ _numbers = itertools.count()
 def _parent() -> Path | None:
     """This process's folder of sandbox cgroups (made on first use), or None where the
     host gives no writable memory cgroup. Per process: a forked rule worker makes its own."""
-    return _parent_of(os.getpid())
+    with _making:  # a process's threads start sandboxes at once: one of them makes it
+        return _parent_of(os.getpid())
+
+
+_making = threading.Lock()
 
 
 @functools.cache
@@ -54,7 +59,11 @@ def _sweep(own: Path) -> None:
     for folder in own.glob("rewardserve-*"):
         pid = folder.name.removeprefix("rewardserve-")
         if pid.isdigit() and not Path(f"/proc/{pid}").exists():
-            for inner in [*folder.glob("sandbox-*"), folder]:
+            try:
+                inners = [*folder.glob("sandbox-*"), folder]
+            except OSError:  # another process swept it first (each rule worker sweeps)
+                continue
+            for inner in inners:
                 try:
                     inner.rmdir()
                 except OSError:
@@ -73,6 +82,7 @@ class MemoryCgroup:
         assert parent is not None, "check available() first"
         self.path = parent / f"sandbox-{next(_numbers)}"
         self.path.mkdir()
+        self._limit: str | None = None
         if owner is not None:  # the sandbox runs as this user, and moves itself in
             os.chown(self.path / "cgroup.procs", owner, owner)
 
@@ -84,6 +94,8 @@ class MemoryCgroup:
         """The whole sandbox's memory: a test's allowance, its files' tmpfs and the driver;
         swap too, where the host accounts for it (never below the memory limit)."""
         value = str(test_bytes + workdir_bytes + DRIVER_BYTES)
+        if value == self._limit:  # as the last completion's: nothing to write
+            return
         names = ["memory.limit_in_bytes", "memory.memsw.limit_in_bytes"]
         if not (self.path / names[1]).exists():
             names.pop()
@@ -93,6 +105,7 @@ class MemoryCgroup:
         except OSError:  # raising it: the swap limit first
             for name in reversed(names):
                 (self.path / name).write_text(value)
+        self._limit = value
 
     def oom_kills(self) -> int:
         for line in (self.path / "memory.oom_control").read_text().splitlines():
