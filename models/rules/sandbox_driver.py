@@ -17,6 +17,7 @@ a test started outlives it.
 
 from __future__ import annotations
 
+import gc
 import marshal
 import os
 import resource
@@ -124,6 +125,7 @@ def run_one(parts: Any, test: dict[str, Any], spec: dict[str, Any]) -> dict[str,
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     start = time.monotonic()
+    gc.freeze()  # as main() does: what this worker made so far, out of the child's collections
     pid = os.fork()
     if pid == 0:
         try:
@@ -327,6 +329,9 @@ def main() -> None:
     modes = {folder: os.stat(folder).st_mode for folder in folders}
     priority = os.getpriority(os.PRIO_PROCESS, 0)
     say(out, {"ready": True})
+    # Every object so far out of the collector's reach: the collections of a worker and of
+    # a test (forked from here) then never walk them, so never copy their pages.
+    gc.freeze()
     while True:
         worker = os.fork()
         if worker == 0:
