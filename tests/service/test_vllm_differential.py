@@ -52,11 +52,8 @@ def prm_checkpoint(tmp_path_factory) -> Path:
 
 def _start_vllm(checkpoint: Path, log_path: Path, *extra: str) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    # One process (engine core and executor in the API server's): the numbers are the
-    # same, it starts in about half the time on 2 cores.
     env = {
         **os.environ,
-        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
         "VLLM_CPU_KVCACHE_SPACE": "1",
         "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
         "HF_HUB_OFFLINE": "1",
