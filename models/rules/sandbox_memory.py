@@ -20,6 +20,7 @@ from pathlib import Path
 V1 = Path("/sys/fs/cgroup/memory")
 DRIVER_BYTES = 64 << 20  # the driver's own interpreter, beside a test's allowance
 _numbers = itertools.count()
+_making = threading.Lock()  # held while a process makes its folder of sandbox cgroups
 
 
 def _parent() -> Path | None:
@@ -29,11 +30,22 @@ def _parent() -> Path | None:
         return _parent_of(os.getpid())
 
 
-_making = threading.Lock()
-
-
 @functools.cache
 def _parent_of(pid: int) -> Path | None:
+    own = own_memory_cgroup()
+    if own is None:
+        return None
+    _sweep(own)
+    folder = own / f"rewardserve-{pid}"
+    try:
+        folder.mkdir(exist_ok=True)
+    except OSError:
+        return None
+    return folder
+
+
+def own_memory_cgroup() -> Path | None:
+    """The v1 memory cgroup this process is in, where it may write there; else None."""
     try:
         lines = Path("/proc/self/cgroup").read_text().splitlines()
     except OSError:
@@ -44,13 +56,7 @@ def _parent_of(pid: int) -> Path | None:
             own = V1 / path.lstrip("/")
             if not (own / "memory.limit_in_bytes").exists() or not os.access(own, os.W_OK):
                 return None
-            _sweep(own)
-            folder = own / f"rewardserve-{pid}"
-            try:
-                folder.mkdir(exist_ok=True)
-            except OSError:
-                return None
-            return folder
+            return own
     return None
 
 

@@ -18,8 +18,7 @@ FIRST_SANDBOXES_AT_ONCE = textwrap.dedent(
     from concurrent.futures import ThreadPoolExecutor
     from rewardserve.models.rules import sandbox, sandbox_memory
 
-    line = next(l for l in open("/proc/self/cgroup") if "memory" in l.split(":")[1].split(","))
-    root = sandbox_memory.V1 / line.split(":", 2)[2].strip().lstrip("/")
+    root = sandbox_memory.own_memory_cgroup()
     gone = [n for n in range(4_000_000, 4_100_000) if not os.path.exists(f"/proc/{n}")][:60]
     for pid in gone:
         for k in range(3):
