@@ -52,8 +52,11 @@ def prm_checkpoint(tmp_path_factory) -> Path:
 
 def _start_vllm(checkpoint: Path, log_path: Path, *extra: str) -> tuple[subprocess.Popen, str]:
     port = free_port()
+    # The engine's worker in its core's process (vLLM's CPU platform keeps the
+    # one-process executor then), not in a third process that imports vLLM again.
     env = {
         **os.environ,
+        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
         "VLLM_CPU_KVCACHE_SPACE": "1",
         "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
         "HF_HUB_OFFLINE": "1",

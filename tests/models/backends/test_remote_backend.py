@@ -148,7 +148,8 @@ def judge_server(judge_dir, tmp_path_factory) -> Iterator[str]:
         "--port",
         str(port),
     ]
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
+    # The engine's worker in its core's process, not a third one (as in test_vllm_backend).
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
     with open(log, "wb") as out:
         proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}"

@@ -25,10 +25,10 @@ from tests.harness import serve_in_process, serve_subprocess
 ROOT = Path(__file__).resolve().parents[3]
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 
-# Four engines start in one service process, each engine's core in a process of its own
-# that vLLM spawns (AsyncLLM runs its core in the background; on a CPU vLLM forces spawn),
-# importing vLLM and torch again: minutes beside another test on 2 cores. The wait for
-# them is bounded below this module's own timeout, never pytest's default.
+# Four engines start one after another in one service process, each engine's core in a
+# process vLLM spawns (AsyncLLM always does), importing vLLM and torch again: minutes
+# beside another test on 2 cores. The wait for them is bounded below this module's own
+# timeout, never pytest's default.
 START_S = 600
 pytestmark = [pytest.mark.long(150), pytest.mark.timeout(START_S + 60)]
 
@@ -81,8 +81,15 @@ def served_on_vllm(specs: list[ModelSpec], folder: Path, start_s: float) -> Iter
     config = folder / "models.yaml"
     config.write_text(yaml.safe_dump({"models": [s.model_dump(exclude_defaults=True) for s in specs]}))
     log = folder / "server.log"
-    # vLLM on a CPU reserves its KV cache in RAM: keep it small (GiB).
-    env = {"VLLM_CPU_KVCACHE_SPACE": "1", "REWARDSERVE_BUILTIN_RULES": "false"}
+    env = {
+        # vLLM on a CPU reserves its KV cache in RAM: keep it small (GiB).
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "REWARDSERVE_BUILTIN_RULES": "false",
+        # vLLM's CPU platform then keeps the one-process executor: each engine's worker
+        # runs in its core's process, not in a third one that imports vLLM and torch
+        # once more. The same kernels and numbers.
+        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+    }
     try:
         with serve_subprocess(
             "--config", str(config), env=env, log_path=log, python=str(VLLM_PYTHON), ready_timeout=start_s
