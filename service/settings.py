@@ -90,6 +90,11 @@ class Settings(BaseSettings):
     # share keeps rules off the cores the forwards need even where priority is not enough
     # (a container's CPU quota, say).
     rule_cpu_share: float | None = Field(default=None, gt=0, le=1)
+    # How the rule workers and the sandboxes they start stay below the serving process
+    # (models/rules/isolation.py): "nice" (niceness 19) or "idle" (SCHED_IDLE: only cores
+    # nothing else wants, so a forward never waits behind a rule; on a CPU the forwards
+    # keep busy, rules then get less time and may reach their limit sooner).
+    rule_priority: Literal["nice", "idle"] = "nice"
     # Connections (service/server.py): at most this many open at once (more are refused
     # with a 503), a request's headers must arrive within header_timeout_s, an idle
     # keep-alive connection is closed after keep_alive_s.
@@ -175,6 +180,7 @@ class Settings(BaseSettings):
             memory_mb=self.rule_memory_mb,
             max_queued=self.rule_queue_max,
             cpu_share=self.rule_cpu_share,
+            priority=self.rule_priority,
         )
 
     def requests_per_tenant(self) -> int:

@@ -5,7 +5,7 @@ A rule is code run on text the client controls (sympy on a crafted formula, a
 backtracking regex, a quadratic alignment); so is a request's template. None of it runs
 in the serving process:
 
-- each call runs in a pool worker (pebble, niced below the serving process) under
+- each call runs in a pool worker (pebble, below the serving process in CPU priority) under
   ``RLIMIT_AS`` set to what the worker already maps plus ``memory_mb``; a call over it
   fails with MemoryError alone;
 - workers are forked from a fork server that has the rules' libraries imported (not
@@ -23,8 +23,14 @@ import os
 import socket
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
+# How a worker (and what it starts: a sandbox, its tests) stays below the serving process
+# on the CPU. "nice": niceness 19, a small share of a core the forwards also want. "idle":
+# Linux's SCHED_IDLE, run only on a core nothing else wants: a forward's thread that
+# wakes is never kept waiting for a worker's time slice, and under a CPU-bound load a
+# worker gets about a fifth of what nice 19 gets (its call's wall-clock limit may run out).
+WorkerPriority = Literal["nice", "idle"]
 WORKER_NICENESS = 19
 # Imported once by the fork server, shared by every worker forked from it ("__main__":
 # a script's main module is imported there once, not again in every worker).
@@ -128,19 +134,27 @@ def _close_network() -> None:
     sys.addaudithook(_refuse_network)
 
 
-def init_worker(memory_mb: int, warm: tuple[str, ...]) -> None:
+def init_worker(memory_mb: int, warm: tuple[str, ...], priority: WorkerPriority = "nice") -> None:
     """Runs once per worker process, outside any call's time limit."""
     global _memory_bytes
     _memory_bytes = memory_mb * 1024 * 1024
     _close_network()
     # Below the serving process: a call that burns its whole time limit takes the cores
     # the forward passes leave, not the other way round.
-    os.nice(WORKER_NICENESS)
+    lower_priority(priority)
     import rewardserve.models.rules.warmed  # noqa: F401 (done in the fork server already, where there is one)
     from rewardserve.models.rules import get_rule
 
     for name in warm:
         get_rule(name).warm()
+
+
+def lower_priority(priority: WorkerPriority) -> None:
+    """This process (and every process it starts after) below the serving process."""
+    if priority == "idle":
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    else:
+        os.nice(WORKER_NICENESS)
 
 
 def _mapped_bytes() -> int:

@@ -36,7 +36,14 @@ from pebble import ProcessExpired, ProcessPool
 
 from rewardserve.models.fairness import FairScheduler
 from rewardserve.models.request_scope import RequestScope
-from rewardserve.models.rules.isolation import CallFailure, init_worker, ready, run_calls, worker_context
+from rewardserve.models.rules.isolation import (
+    CallFailure,
+    WorkerPriority,
+    init_worker,
+    ready,
+    run_calls,
+    worker_context,
+)
 
 CHUNK_CALLS = 16
 Tenant = str | None
@@ -101,6 +108,7 @@ class RulePool:
         max_tasks: int = 2000,
         scheduler: FairScheduler | None = None,
         name: str = "rules",
+        priority: WorkerPriority = "nice",
     ):
         self.workers = workers
         self.timeout_s = timeout_s
@@ -112,7 +120,11 @@ class RulePool:
         context = worker_context()
         self._workers = [
             ProcessPool(
-                max_workers=1, max_tasks=max_tasks, initializer=init_worker, initargs=(memory_mb, warm), context=context
+                max_workers=1,
+                max_tasks=max_tasks,
+                initializer=init_worker,
+                initargs=(memory_mb, warm, priority),
+                context=context,
             )
             for _ in range(workers)
         ]

@@ -51,6 +51,13 @@ def picky(prompts, completions, **columns):
     return [0.5]
 
 
+def where_i_run(prompts, completions, **columns):
+    import os
+
+    # The worker's scheduling policy and niceness, in one number: policy * 100 + nice.
+    return [float(os.sched_getscheduler(0) * 100 + os.getpriority(os.PRIO_PROCESS, 0))]
+
+
 NOT_A_FUNCTION = 3
 """
 
@@ -174,3 +181,20 @@ def test_prompt_text():
     ]
     assert prompt_text(Item(prompt=turns, response="r")) == "u2"
     assert prompt_text(Item(messages=[*turns, Message(role="assistant", content="r")])) == "u2"
+
+
+@pytest.mark.parametrize(("priority", "policy", "nice"), [("nice", "SCHED_OTHER", 19), ("idle", "SCHED_IDLE", 0)])
+def test_the_workers_run_below_the_service_as_the_setting_says(rewards_dir, priority, policy, nice):
+    """``rule_priority``: nice 19, or Linux's SCHED_IDLE (only cores nothing else wants)."""
+    import os
+
+    from rewardserve.service.settings import Settings
+
+    limits = Settings(models=[], rule_priority=priority, rule_workers=1).rule_limits()
+    assert limits.priority == priority
+    runner = RuleRunner(RuleLimits(workers=1, timeout_s=5.0, memory_mb=256, priority=limits.priority))
+    try:
+        (result,) = score(model_for("where_i_run", rewards_dir, runner), [Item(response="x")])
+    finally:
+        runner.close()
+    assert result.score == getattr(os, policy) * 100 + nice
