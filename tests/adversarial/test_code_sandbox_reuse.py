@@ -253,3 +253,37 @@ def test_a_test_cannot_lower_the_driver_s_priority_through_its_user():
     assert float(first) == 1.0, first.tests
     second, _ = run("import os\nprint(os.getpriority(os.PRIO_PROCESS, 0))", {"inputs": [""], "outputs": ["0"]})
     assert float(second) == 1.0, second.tests
+
+
+ESCAPE = (
+    "import os\n"
+    "before = (os.sched_getscheduler(0), os.getpriority(os.PRIO_PROCESS, 0))\n"
+    "for way in (lambda: os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0)),\n"
+    "            lambda: os.setpriority(os.PRIO_PROCESS, 0, 0)):\n"
+    "    try:\n        way()\n    except OSError:\n        pass\n"
+    "print(before, (os.sched_getscheduler(0), os.getpriority(os.PRIO_PROCESS, 0)))\n"
+)
+
+
+def _run_below(priority: str, code: str) -> str:
+    """``code`` run by the sandbox from a process lowered as a rule worker is."""
+    from rewardserve.models.rules import sandbox
+    from rewardserve.models.rules.isolation import lower_priority
+
+    lower_priority(priority)  # type: ignore[arg-type]  # "nice" or "idle", as the settings allow
+    return sandbox.run(code, [{"stdin": ""}], sandbox.Limits(timeout_s=5)).results[0]["stdout"]
+
+
+@pytest.mark.parametrize("priority", ["nice", "idle"])
+def test_a_completion_cannot_raise_its_own_priority_over_the_service(priority):
+    """A rule worker lowered by ``rule_priority`` (SCHED_IDLE, or nice 19) starts the
+    sandbox; its tests inherit that. A test asks for the normal policy and niceness 0 back
+    for itself (pid 0: the filter lets a process set its own): the kernel refuses both,
+    so its loops still yield to every forward."""
+    import multiprocessing
+    import os
+
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        out = pool.apply(_run_below, (priority, ESCAPE))
+    lowered = (os.SCHED_IDLE, 0) if priority == "idle" else (os.SCHED_OTHER, 19)
+    assert out == f"{lowered} {lowered}\n", out
