@@ -220,3 +220,15 @@ def check_verl_config(body: str, cwd: Path) -> None:
     fn = getattr(module, config["name"])
     scores = fn(["gsm8k", "gsm8k"], [r"\boxed{4}", "5"], ["4", "4"], [{}, {}], **config["reward_kwargs"])
     assert scores == [1.0, 0.0]
+
+
+def test_the_settings_table_names_every_setting_and_no_other():
+    """README's "Settings" table: a row (alone or paired) for every field of Settings, as
+    its environment variable, and no variable that is not one."""
+    from rewardserve.service.settings import Settings
+
+    rows = [line for line in (ROOT / "README.md").read_text(encoding="utf-8").splitlines() if line.startswith("| `")]
+    named = set(re.findall(r"`REWARDSERVE_([A-Z0-9_]+)`", "\n".join(r.split(" | ")[0] for r in rows)))
+    fields = {name.upper() for name in Settings.model_fields}
+    assert not fields - named, f"settings missing from README's table: {sorted(fields - named)}"
+    assert not named - fields, f"README's table names what is not a setting: {sorted(named - fields)}"
