@@ -24,12 +24,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.compare import cpu_name  # noqa: E402
 
+# Lowered as a rule worker is (isolation.lower_priority), then spinning.
 SPIN = (
-    "import os, sys\n"
-    "if sys.argv[1] == 'idle':\n"
-    "    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))\n"
-    "else:\n"
-    "    os.nice(19)\n"
+    "import sys\n"
+    "from rewardserve.models.rules.isolation import lower_priority\n"
+    "lower_priority(sys.argv[1])\n"
     "while True:\n"
     "    pass\n"
 )

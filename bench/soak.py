@@ -307,7 +307,9 @@ def main() -> None:
     from tests.harness import free_port, wait_ready
 
     print(f"CPU: {platform.processor() or platform.machine()} ({os.cpu_count()} cores), {_cpu_model()}", flush=True)
-    print(f"rule workers' priority: {os.environ.get('REWARDSERVE_RULE_PRIORITY', 'nice')}", flush=True)
+    from rewardserve.service.settings import Settings
+
+    print(f"rule workers' priority: {Settings().rule_priority}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         model = build_sequence_classifier(Path(tmp) / "rm", "qwen3", hidden=256, layers=4, heads=4, head_dim=64)
         port = free_port()

@@ -61,26 +61,10 @@ def test_a_flood_keeps_a_light_tenant_within_2x_of_its_latency_alone_and_takes_t
         m = measured()
         earlier = ""
         if m.beside < A_SHARE * m.left_for_a:  # see the last assert: measured once more
-            earlier = f"an earlier measurement: A got {m.beside / m.left_for_a:.1%} of what B leaves ({summary(m)}); "
+            earlier = f"an earlier measurement: {describe(m)}; "
             time.sleep(3.0)  # the first's flood cancelled: its queued work dropped
             m = measured()
-    retried = "".join(
-        f"an earlier window beside A p50/p99 {w.quantile(0.5):.3f}/{w.quantile(0.99):.3f} s "
-        f"(worst {max(w.latencies, default=float('nan')):.3f}); "
-        for w in m.retried
-    )
-    report = (
-        earlier
-        + retried
-        + (
-            f"B alone p50/p99 {m.alone.quantile(0.5):.3f}/{m.alone.quantile(0.99):.3f} s, beside A "
-            f"{m.light.quantile(0.5):.3f}/{m.light.quantile(0.99):.3f} s (worst {max(m.light.latencies):.3f}); "
-            f"A alone {m.capacity:.2f} items/s, beside B {m.beside:.2f}, B {m.light.items_per_s:.2f} "
-            f"taking {m.light_share:.1%} of the model alone, {m.light_share_beside:.1%} beside A: A gets "
-            f"{m.beside / m.left_for_a:.1%} of what B leaves, {m.beside / (m.capacity - m.light.items_per_s):.1%} "
-            f"of capacity - B items/s; the model busy {m.busy_beside:.1%} of the shared window"
-        )
-    )
+    report = earlier + describe(m)
     print(report)
     assert m.alone.statuses == {200: m.alone.sent} and m.light.statuses == {200: m.light.sent}, report
     assert not over_twice_alone(m.alone, m.light), report
@@ -99,11 +83,19 @@ def test_a_flood_keeps_a_light_tenant_within_2x_of_its_latency_alone_and_takes_t
     assert m.beside >= A_SHARE * m.left_for_a, report
 
 
-def summary(m: Measured) -> str:
-    return (
-        f"A alone {m.capacity:.2f} items/s, beside B {m.beside:.2f}; B's share {m.light_share:.1%} alone, "
-        f"{m.light_share_beside:.1%} beside A; B p99 {m.alone.quantile(0.99):.3f} s alone, "
-        f"{m.light.quantile(0.99):.3f} s beside A"
+def describe(m: Measured) -> str:
+    retried = "".join(
+        f"an earlier window beside A p50/p99 {w.quantile(0.5):.3f}/{w.quantile(0.99):.3f} s "
+        f"(worst {max(w.latencies, default=float('nan')):.3f}); "
+        for w in m.retried
+    )
+    return retried + (
+        f"B alone p50/p99 {m.alone.quantile(0.5):.3f}/{m.alone.quantile(0.99):.3f} s, beside A "
+        f"{m.light.quantile(0.5):.3f}/{m.light.quantile(0.99):.3f} s (worst {max(m.light.latencies):.3f}); "
+        f"A alone {m.capacity:.2f} items/s, beside B {m.beside:.2f}, B {m.light.items_per_s:.2f} "
+        f"taking {m.light_share:.1%} of the model alone, {m.light_share_beside:.1%} beside A: A gets "
+        f"{m.beside / m.left_for_a:.1%} of what B leaves, {m.beside / (m.capacity - m.light.items_per_s):.1%} "
+        f"of capacity - B items/s; the model busy {m.busy_beside:.1%} of the shared window"
     )
 
 

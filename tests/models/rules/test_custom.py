@@ -190,9 +190,7 @@ def test_the_workers_run_below_the_service_as_the_setting_says(rewards_dir, prio
 
     from rewardserve.service.settings import Settings
 
-    limits = Settings(models=[], rule_priority=priority, rule_workers=1).rule_limits()
-    assert limits.priority == priority
-    runner = RuleRunner(RuleLimits(workers=1, timeout_s=5.0, memory_mb=256, priority=limits.priority))
+    runner = RuleRunner(Settings(models=[], rule_priority=priority, rule_workers=1).rule_limits())
     try:
         (result,) = score(model_for("where_i_run", rewards_dir, runner), [Item(response="x")])
     finally:
