@@ -253,8 +253,9 @@ class CodeOptions(_Request):
     language: str | None = Field(default=None, max_length=32)
     # "tokens": whitespace tokens, numbers within 1e-6; "exact": verl's rule (trailing
     # newlines stripped, nothing else); "lines": LiveCodeBench's (stripped lines, equal as
-    # text or as decimals).
-    compare: Literal["tokens", "exact", "lines"] | None = None
+    # text or as decimals); "sandbox_fusion": SandboxFusion's (stripped lines, case-insensitive,
+    # numbers within 1e-5 relative).
+    compare: Literal["tokens", "exact", "lines", "sandbox_fusion"] | None = None
     # 1.0 when every test passes, else 0.0 (stopping at the first failure); else the
     # fraction passed.
     binary: bool | None = None

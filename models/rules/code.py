@@ -7,8 +7,8 @@ Verdicts: AC, WA, TLE, MLE, RE, CE, OLE. The score is the fraction of tests pass
 with ``binary`` 1.0 when all pass (it stops at the first failure). Where the sandbox
 itself fails the item is invalid (RuleError), never a 0.
 
-Comparison of outputs (``compare``: ``tokens``, the default, ``exact`` or ``lines``): see
-code_compare.py.
+Comparison of outputs (``compare``: ``tokens``, the default, ``exact``, ``lines`` or
+``sandbox_fusion``): see code_compare.py.
 """
 
 from __future__ import annotations

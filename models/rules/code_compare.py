@@ -5,12 +5,15 @@ trailing empty lines, needs the same line count, and compares whitespace-separat
 an expected integer matches only the same integer (``1000000.0`` or ``1e6`` is not
 ``1000000``: a float's tolerance would pass an integer answer that is off by one), other
 numbers match when within 1e-6 absolute or relative (NaN never matches). ``exact`` is
-verl's SandboxFusion rule: equal after trailing newlines are stripped. ``lines`` is
-LiveCodeBench's: the whole output stripped, then each line stripped, the same line
-count, each line equal as text or as a list of decimals (``1.0`` is ``1``,
-with no tolerance). Call-based results compare as JSON values (``same_value``): tuples as
-lists, an expected integer by ``==`` (a float result only where it is that integer
-exactly), an expected float by the 1e-6 rule, recursively.
+the rule of verl's client for SandboxFusion: equal after trailing newlines are stripped.
+``lines`` is LiveCodeBench's: the whole output stripped, then each line stripped, the same
+line count, each line equal as text or as a list of decimals (``1.0`` is ``1``, with no
+tolerance). ``sandbox_fusion`` is the judge of SandboxFusion's own server: the whole output
+stripped, the same line count, each line equal case-insensitively once stripped, or both
+lines numbers (as Python's ``float`` reads them) within 1e-5 relative to the expected one.
+Call-based results compare as JSON values (``same_value``): tuples as lists, an expected
+integer by ``==`` (a float result only where it is that integer exactly), an expected float
+by the 1e-6 rule, recursively.
 """
 
 from __future__ import annotations
@@ -131,4 +134,21 @@ def _same_decimal_line(got_line: str, want_line: str) -> bool:
         return False
 
 
-COMPARE = {"tokens": same_tokens, "exact": same_exact, "lines": same_lines}
+def same_sandbox_fusion(got: str, want: str) -> bool:
+    """SandboxFusion's rule (see the module's docstring)."""
+    got_lines, want_lines = got.strip().split("\n"), want.strip().split("\n")
+    return len(got_lines) == len(want_lines) and all(map(_same_folded_line, got_lines, want_lines))
+
+
+def _same_folded_line(got_line: str, want_line: str) -> bool:
+    got_line, want_line = got_line.lower(), want_line.lower()
+    if got_line.strip() == want_line.strip():
+        return True
+    try:
+        a, b = float(got_line), float(want_line)
+    except ValueError:
+        return False
+    return abs(a - b) / max(abs(b), 1e-10) < 1e-5  # NaN and inf - inf compare false
+
+
+COMPARE = {"tokens": same_tokens, "exact": same_exact, "lines": same_lines, "sandbox_fusion": same_sandbox_fusion}

@@ -321,6 +321,14 @@ def test_lines_comparison_is_livecodebench_s_decimals_without_tolerance():
     assert float(code_tests("print('1.0 ')", {"inputs": [""], "outputs": ["1"]}, compare="lines")) == 1.0
 
 
+def test_sandbox_fusion_comparison_is_case_insensitive_with_a_relative_tolerance():
+    yes = {"inputs": [""], "outputs": ["yes\n"]}
+    assert float(code_tests("print('YES')", yes)) == 0.0
+    assert float(code_tests("print('YES')", yes, compare="sandbox_fusion")) == 1.0
+    near = {"inputs": [""], "outputs": ["1000000"]}
+    assert float(code_tests("print(1000001)", near, compare="sandbox_fusion")) == 1.0
+
+
 async def test_the_built_in_code_model_scores_through_v1_score():
     from rewardserve.service.settings import Settings
     from tests.harness import serve_in_process

@@ -1,7 +1,10 @@
 """The code model's output comparisons (models/rules/code_compare.py). ``lines`` is checked
 against LiveCodeBench's own grader as lighteval 0.13.0 (PyPI) ships it,
 ``lighteval/tasks/tasks/lcb/codegen_metrics.py`` ``grade_stdio``, on every golden pair of
-code_golden.py; ``exact`` against verl's client in tests/service/test_code_routes.py."""
+code_golden.py; ``exact`` against verl's client in tests/service/test_code_routes.py;
+``sandbox_fusion`` against SandboxFusion's judge, whose verdicts on the same pairs
+make_sandbox_fusion_verdicts.py wrote (no PyPI package ships that judge), or live where
+``SANDBOXFUSION_SRC`` names a checkout of SandboxFusion."""
 
 from __future__ import annotations
 
@@ -13,8 +16,9 @@ import sys
 
 import pytest
 
-from rewardserve.models.rules.code_compare import same_lines, same_tokens, same_value
+from rewardserve.models.rules.code_compare import same_lines, same_sandbox_fusion, same_tokens, same_value
 from tests.models.rules.code_golden import golden
+from tests.models.rules.make_sandbox_fusion_verdicts import VERDICTS, pairs_digest
 
 # Run apart: grade_stdio runs the program in its own process with signal.alarm, and
 # lighteval's package __init__ imports every task (and their heavy dependencies), so the
@@ -59,6 +63,46 @@ def test_lines_is_livecodebench_s_rule_on_every_golden_pair():
     differ = [(got[:60], want[:60], t) for (got, want), o, t in zip(pairs, ours, theirs) if o != t]
     assert not differ, differ[:10]
     assert 40 <= sum(ours) <= len(pairs) - 40  # the set has both answers in numbers
+
+
+def sandbox_fusion_verdicts(pairs: list[tuple[str, str]]) -> list[bool]:
+    checkout = os.environ.get("SANDBOXFUSION_SRC")
+    if checkout:  # apart: the judge's stand-in modules stay out of this process
+        script = ["-m", "tests.models.rules.make_sandbox_fusion_verdicts", checkout, "--print"]
+        run = subprocess.run([sys.executable, *script], capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0, run.stderr[-2000:]
+        return [v == "1" for v in run.stdout.split()[-1]]
+    written = json.loads(VERDICTS.read_text())
+    assert written["pairs_sha256"] == pairs_digest(pairs), "code_golden.py changed: run make_sandbox_fusion_verdicts"
+    assert written["commit"] == "469de0845cb7d665bc68044d541aa3aa28c5b30a"
+    return [v == "1" for v in written["passed"]]
+
+
+def test_sandbox_fusion_is_sandbox_fusion_s_rule_on_every_golden_pair():
+    pairs = golden()
+    theirs = sandbox_fusion_verdicts(pairs)
+    ours = [same_sandbox_fusion(got, want) for got, want in pairs]
+    differ = [(got[:60], want[:60], t) for (got, want), o, t in zip(pairs, ours, theirs) if o != t]
+    assert not differ, differ[:10]
+    assert 40 <= sum(ours) <= len(pairs) - 40
+
+
+@pytest.mark.parametrize(
+    ("got", "want", "same"),
+    [
+        ("YES\n", "yes", True),  # case-insensitive, where the default is not
+        ("0.333334", "0.333333", True),  # 3e-6 relative: within its 1e-5
+        ("0.33334", "0.33333", False),  # 3e-5
+        ("1e6", "1000000", True),
+        ("1000001", "1000000", True),  # its tolerance takes an integer that is off by one
+        ("1 2", "1  2", False),  # a line is compared whole, not by tokens
+        ("nan", "nan", True),  # equal as text
+        ("nan", "NaN", True),
+        ("1\n\n2", "1\n2", False),
+    ],
+)
+def test_sandbox_fusion_s_rule(got, want, same):
+    assert same_sandbox_fusion(got, want) is same
 
 
 def test_lines_refuses_what_livecodebench_would_crash_on():
