@@ -55,6 +55,7 @@ from rewardserve.models.plans.rubric import asks_judge, plan_rubric, rubric_mode
 from rewardserve.models.plans.turns import score_all_turns, turns_work
 from rewardserve.models.policy_tokenizers import with_token_rewards
 from rewardserve.models.reward_model import Tokenized
+from rewardserve.models.rules.sandbox_fusion_extraction import sandbox_fusion_code
 from rewardserve.service import observed
 from rewardserve.service.context import RequestContext
 from rewardserve.service.dispatch import Executed, charge_work, refuse_over_limit, refuse_without_room, run_plan
@@ -130,6 +131,15 @@ async def score(
     if options.normalize == "group":
         warn(ctx, done, singleton_groups(items, "normalize: group"))
     return done
+
+
+async def submit(
+    ctx: RequestContext, model: str, completion: str, language: str, tests: dict[str, Any], options: ScoreOptions
+) -> tuple[str, Executed[ItemResult]]:
+    """SandboxFusion's /submit: the code its extraction takes from the completion, scored
+    as one item of a code model; (that code, the scoring)."""
+    code = await run_in_threadpool(sandbox_fusion_code, completion, language)
+    return code, await score(ctx, model, [Item(response=code, reference=tests)], options)
 
 
 def warn(ctx: RequestContext, done: Executed[Any], warning: str | None) -> None:

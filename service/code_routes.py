@@ -17,17 +17,24 @@ step here: a syntax error is a run that exits 1, as ``python file.py`` does. C++
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import PlainTextResponse, Response
 
 from rewardserve.client.protocol import (
     CodeOptions,
     CommandRunResult,
+    EvalResult,
+    EvalTestCase,
     Item,
     ItemResult,
     RunCodeRequest,
     RunCodeResponse,
     ScoreOptions,
+    SubmitRequest,
+    TestVerdict,
 )
 from rewardserve.service import application
 from rewardserve.service.body import BoundedRoute
@@ -42,6 +49,7 @@ MEMORY_MB = (32, 65536)  # what options.code.memory_mb takes; the model caps it 
 # (The code model's own names for them are the same.)
 LANGUAGES = ("python", "cpp")
 COMPILED = frozenset({"cpp"})
+STDIO_DATASETS = ("code_contests",)  # SandboxFusion's own CommonOJDataset datasets
 
 
 @router.get("/v1/ping", response_class=PlainTextResponse)
@@ -78,10 +86,13 @@ async def run_code(body: RunCodeRequest, request: Request, model: str = Query(de
 
 
 def ran(result: ItemResult, compiled: bool = False) -> RunCodeResponse:
-    """One code item's result in SandboxFusion's words."""
+    """One code item's (first) run in SandboxFusion's words."""
     if not result.valid or not result.tests:
         return RunCodeResponse(status="SandboxError", message=result.error or "the sandbox gave no result")
-    test = result.tests[0]
+    return ran_test(result.tests[0], compiled)
+
+
+def ran_test(test: TestVerdict, compiled: bool) -> RunCodeResponse:
     if test.verdict == "CE" and compiled:  # the compiler's error; the program never ran
         failed = CommandRunResult(status="Finished", execution_time=0.0, return_code=1, stdout="", stderr=test.detail)
         return RunCodeResponse(status="Failed", compile_result=failed)
@@ -98,3 +109,92 @@ def ran(result: ItemResult, compiled: bool = False) -> RunCodeResponse:
         status="Finished", execution_time=test.time_s, return_code=code, stdout=test.stdout, stderr=test.stderr
     )
     return RunCodeResponse(status="Success" if code == 0 else "Failed", run_result=run, files=test.files or {})
+
+
+@router.post("/submit", response_model=EvalResult)
+async def submit(body: SubmitRequest, request: Request, model: str = Query(default="code")) -> Response:
+    config = body.config
+    if config.dataset_type != "CommonOJDataset" and body.dataset not in STDIO_DATASETS:
+        raise InvalidRequest(
+            f"dataset {body.dataset!r}: this service judges stdin/stdout rows given in config.provided_data "
+            "(config.dataset_type CommonOJDataset)",
+            param="config.dataset_type",
+        )
+    if config.custom_extract_logic is not None:
+        raise InvalidRequest("custom_extract_logic (Python to run in the server) is not run here", param="config")
+    language = config.language
+    if language not in LANGUAGES:
+        known = ", ".join(LANGUAGES)
+        raise InvalidRequest(f"config.language {language!r}: this service runs {known}", param="config.language")
+    cases = stdio_cases(config.provided_data)
+    every_case = bool(config.extra.get("run_all_cases"))
+    options = CodeOptions(
+        language=language,
+        compare="sandbox_fusion",
+        binary=not every_case,  # SandboxFusion stops at the first failure unless asked for every case
+        timeout_s=config.run_timeout or (10.0 if language in COMPILED else 20.0),
+        outputs=True,
+        extract=False,
+    )
+    tests = {
+        "inputs": [case["input"]["stdin"] for case in cases],
+        "outputs": [case["output"]["stdout"] for case in cases],
+    }
+    code, done = await application.submit(
+        RequestContext.of(request), model, body.completion, language, tests, ScoreOptions(code=options)
+    )
+    result = done.results[0]
+    full = bool(config.extra.get("return_full_case"))
+    judged = [
+        EvalTestCase(
+            passed=test.verdict == "AC",
+            exec_info=ran_test(test, language in COMPILED),
+            test_info=case if full or test.verdict != "AC" else shortened(case),
+        )
+        for case, test in zip(cases, result.tests or [])
+    ]
+    if not result.valid or not result.tests:
+        judged = [EvalTestCase(passed=False, exec_info=ran(result), test_info=cases[0])]
+    accepted = result.valid and len(judged) == len(cases) and all(case.passed for case in judged)
+    return answer(EvalResult(id=body.id, accepted=accepted, extracted_code=code, tests=judged), done)
+
+
+def stdio_cases(rows: Any) -> list[dict[str, dict[str, str]]]:
+    """The row's ``test``: SandboxFusion's ``GeneralStdioTest`` list (or its JSON text)."""
+    if not isinstance(rows, dict) or "test" not in rows:
+        raise InvalidRequest('config.provided_data must be one row with its tests: {"test": [...]}', param="config")
+    cases = rows["test"]
+    if isinstance(cases, str):
+        try:
+            cases = json.loads(cases)
+        except ValueError:
+            raise InvalidRequest("config.provided_data.test is text that is not JSON", param="config") from None
+    if not isinstance(cases, list) or not cases or not all(_is_stdio_case(case) for case in cases):
+        raise InvalidRequest(
+            "config.provided_data.test must be a non-empty list of "
+            '{"input": {"stdin": text}, "output": {"stdout": text}}',
+            param="config",
+        )
+    return cases
+
+
+def _is_stdio_case(case: Any) -> bool:
+    return (
+        isinstance(case, dict)
+        and isinstance(case.get("input"), dict)
+        and isinstance(case.get("output"), dict)
+        and isinstance(case["input"].get("stdin"), str)
+        and isinstance(case["output"].get("stdout"), str)
+    )
+
+
+def shortened(case: dict[str, dict[str, str]], keep: int = 1000) -> dict[str, dict[str, str]]:
+    """A passed case as SandboxFusion echoes it: each text over ``keep`` characters cut to
+    its two ends around "..."."""
+    half = (keep - 3) // 2
+    return {
+        side: {
+            name: text if len(text) <= keep else text[:half] + "..." + text[-half:] for name, text in case[side].items()
+        }
+        for side in ("input", "output")
+    }

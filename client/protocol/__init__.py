@@ -111,6 +111,12 @@ from rewardserve.client.protocol.compat import (
     EmbeddingResponse as EmbeddingResponse,
 )
 from rewardserve.client.protocol.compat import (
+    EvalResult as EvalResult,
+)
+from rewardserve.client.protocol.compat import (
+    EvalTestCase as EvalTestCase,
+)
+from rewardserve.client.protocol.compat import (
     OpenRLHFRewardRequest as OpenRLHFRewardRequest,
 )
 from rewardserve.client.protocol.compat import (
@@ -133,6 +139,12 @@ from rewardserve.client.protocol.compat import (
 )
 from rewardserve.client.protocol.compat import (
     RunCodeResponse as RunCodeResponse,
+)
+from rewardserve.client.protocol.compat import (
+    SubmitConfig as SubmitConfig,
+)
+from rewardserve.client.protocol.compat import (
+    SubmitRequest as SubmitRequest,
 )
 from rewardserve.client.protocol.compat import (
     TokenizeRequest as TokenizeRequest,

@@ -220,3 +220,50 @@ class RunCodeResponse(_Response):
     run_result: CommandRunResult | None = None
     executor_pod_name: str | None = None
     files: dict[str, str] = Field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------- SandboxFusion /submit
+
+
+class SubmitConfig(_Request):
+    """SandboxFusion's ``TestConfig`` (sandbox/datasets/types.py): every field its client
+    sends. The rows come in ``provided_data`` (this service keeps no datasets);
+    ``custom_extract_logic`` is Python that SandboxFusion runs in its server, so it is refused."""
+
+    dataset_type: str | None = Field(default=None, max_length=64)
+    language: str | None = Field(default=None, max_length=32)
+    locale: str | None = Field(default=None, max_length=16)
+    is_fewshot: bool | None = None
+    compile_timeout: float | None = Field(default=None, gt=0)
+    run_timeout: float | None = Field(default=None, gt=0, le=60)
+    custom_extract_logic: str | None = Field(default=None, max_length=100_000)
+    provided_data: JSONValue = None
+    extra: dict[str, JSONValue] = Field(default_factory=dict, max_length=64)
+
+
+class SubmitRequest(_Request):
+    """SandboxFusion's ``POST /submit`` body (sandbox/datasets/types.py ``SubmitRequest``)."""
+
+    dataset: str = Field(max_length=256)
+    id: int | str
+    completion: str = Field(max_length=1_000_000)
+    config: SubmitConfig
+
+
+class EvalTestCase(_Response):
+    passed: bool
+    exec_info: RunCodeResponse
+    test_info: dict[str, Any] | None = None
+
+
+class EvalResult(_Response):
+    """SandboxFusion's answer to ``/submit``: ``accepted`` when every test passed."""
+
+    id: int | str
+    accepted: bool
+    extracted_code: str
+    full_code: str | None = None
+    test_code: str | None = None
+    tests: list[EvalTestCase]
+    extracted_type: Literal["fenced", "incomplete_fenced", "heuristic", "empty"] | None = None
+    extra: dict[str, Any] | None = None

@@ -1,4 +1,5 @@
-"""SandboxFusion's /run_code here, called by verl 0.9.1's own client:
+"""SandboxFusion's /run_code and /submit here. /submit is called by sandbox-fusion 0.3.7's
+own client (PyPI; ``submit`` in its client.py); /run_code by verl 0.9.1's own client:
 ``verl/utils/reward_score/sandbox_fusion/utils.py`` ``check_correctness`` (installed
 ``--no-deps`` by the Makefile; the module is loaded from its file, since ``import verl``
 pulls in ray and tensordict). Each case gets the result code verl documents for what
@@ -143,6 +144,76 @@ def test_files_go_in_and_fetch_files_come_back_through_sandbox_fusion_s_client(u
     with httpx.Client(timeout=30) as http:
         escape = http.post(url + "/run_code", json={"code": "", "language": "python", "files": {"../x": "YQ=="}})
     assert escape.status_code == 200 and escape.json()["status"] == "SandboxError" and ".." in escape.json()["message"]
+
+
+PARITY = "n = int(input())\nprint('YES' if n % 2 == 0 else 'NO')\n"
+PARITY_ROW = {
+    "test": [
+        {"input": {"stdin": "4\n"}, "output": {"stdout": "yes\n"}},  # SandboxFusion's judge ignores case
+        {"input": {"stdin": "3\n"}, "output": {"stdout": "no"}},
+        {"input": {"stdin": "8\n"}, "output": {"stdout": "YES"}},
+    ]
+}
+
+
+def submitted(url, completion, row=PARITY_ROW, **config):
+    """sandbox-fusion 0.3.7's own ``submit`` (client.py), with a CommonOJDataset row given
+    inline as SandboxFusion's ``provided_data``; its EvalResult, parsed by its own model."""
+    sandbox_fusion = pytest.importorskip("sandbox_fusion")
+    test_config = sandbox_fusion.TestConfig(
+        dataset_type="CommonOJDataset", language="python", provided_data=row, **config
+    )
+    request = sandbox_fusion.SubmitRequest(dataset="mine", id=7, completion=completion, config=test_config)
+    return sandbox_fusion.submit(request, endpoint=url, max_attempts=1, client_timeout=60)
+
+
+def test_sandbox_fusion_s_client_submits_a_completion_and_reads_each_case(url):
+    completion = f"Even or odd:\n```\nprint('draft')\n```\nFinal:\n```python\n{PARITY}```\n"
+    result = submitted(url, completion)
+    assert result.id == 7 and result.accepted, result
+    assert result.extracted_code == PARITY.rstrip("\n")  # the python block, as SandboxFusion takes it
+    assert [case.passed for case in result.tests] == [True, True, True]
+    assert [case.exec_info.run_result.stdout for case in result.tests] == ["YES\n", "NO\n", "YES\n"]
+    assert result.tests[1].test_info == PARITY_ROW["test"][1]
+
+
+def test_a_failed_case_ends_a_submission_unless_every_case_is_asked_for(url):
+    completion = "```python\nprint('YES')\n```"
+    result = submitted(url, completion)
+    assert not result.accepted and [case.passed for case in result.tests] == [True, False]
+    assert result.tests[1].exec_info.status == "Success"  # it ran; its output was wrong
+    every = submitted(url, completion, extra={"run_all_cases": True})
+    assert not every.accepted and [case.passed for case in every.tests] == [True, False, True]
+    crashed = submitted(url, "```python\nraise SystemExit(3)\n```")
+    assert [case.exec_info.run_result.return_code for case in crashed.tests] == [3]
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"dataset_type": "HumanEvalDataset"}, "config.dataset_type"),
+        ({"custom_extract_logic": "import os"}, "config"),
+        ({"language": "java"}, "config.language"),
+        ({"language": None}, "config.language"),
+        ({"provided_data": [PARITY_ROW]}, "config"),
+        ({"provided_data": {"test": [{"input": {"stdin": 1}, "output": {"stdout": "1"}}]}}, "config"),
+        ({"provided_data": {"test": "[not json"}}, "config"),
+    ],
+)
+def test_a_submission_this_service_cannot_judge_is_refused_not_scored_zero(url, change, named):
+    body = {
+        "dataset": "mine",
+        "id": 1,
+        "completion": "print(1)",
+        "config": {"dataset_type": "CommonOJDataset", "language": "python", "provided_data": PARITY_ROW, **change},
+    }
+    with httpx.Client(timeout=30) as http:
+        answer = http.post(url + "/submit", json=body)
+    assert answer.status_code == 422, answer.text  # invalid_request, as on every route
+    assert answer.json()["error"]["param"] == named
+    sandbox_fusion = pytest.importorskip("sandbox_fusion")
+    request = sandbox_fusion.SubmitRequest(**body)
+    assert not sandbox_fusion.submit_safe(request, endpoint=url, max_attempts=1).accepted  # its client's rejection
 
 
 def _running(marker: str) -> int:

@@ -18,7 +18,7 @@ from tests.harness import serve_subprocess
 
 HOOKS = Path(__file__).with_name("schemathesis_hooks.py")
 OPERATION_GROUPS = [
-    "^/v1/rubric$|^/classify$|^/get_reward$|^/run_code$|^/v1/ping$",
+    "^/v1/rubric$|^/classify$|^/get_reward$|^/run_code$|^/submit$|^/v1/ping$",
     "^/v1/score/steps$|^/v1/score/turns$|^/pooling$|^/v1/models$|^/v1/models/\\{name\\}/shadow$",
     "^/v1/score$|^/v1/embeddings$|^/health$|^/ready$|^/metrics$",
     # The admin API answers 403 here (no admin keys): fuzzed for what reaches admission.

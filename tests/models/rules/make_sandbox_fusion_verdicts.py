@@ -1,15 +1,18 @@
 """Writes sandbox_fusion_verdicts.json: SandboxFusion's own verdict on every golden pair of
-code_golden.py, for test_code_compare.py to hold the ``sandbox_fusion`` mode to.
+code_golden.py, for test_code_compare.py to hold the ``sandbox_fusion`` mode to, and the
+code its extraction takes from each completion of ``completions()``, for
+test_sandbox_fusion_extraction.py.
 
 SandboxFusion's judge is its server's ``sandbox/utils/testing.py`` ``check_stdio_test_case``,
-which no PyPI package ships (PyPI's sandbox-fusion 0.3.7 is its client only). This script
-runs that function from a checkout of github.com/bytedance/SandboxFusion, with the sandbox
+and its extraction ``sandbox/utils/extraction.py`` ``default_extract_helper``, which no PyPI
+package ships (PyPI's sandbox-fusion 0.3.7 is its client only). This script runs them
+from a checkout of github.com/bytedance/SandboxFusion, with the sandbox
 call it makes answered by a run that printed ``got`` and exited 0, and its server's
 configuration, logging and HTTP client left out (the judge reads none of them)::
 
     .venv/bin/python -m tests.models.rules.make_sandbox_fusion_verdicts /path/to/SandboxFusion
 
-The test runs it live (``--print``) where ``SANDBOXFUSION_SRC`` names such a checkout.
+The tests run it live (``--print``) where ``SANDBOXFUSION_SRC`` names such a checkout.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import asyncio
 import enum
 import hashlib
 import json
+import random
 import subprocess
 import sys
 import types
@@ -101,6 +105,59 @@ def sandbox_fusion_says(checkout: str, pairs: list[tuple[str, str]]) -> list[boo
     return [asyncio.run(judge(got, want)) for got, want in pairs]
 
 
+PIECES = [
+    "```python\n", "```py\n", "```\n", "```cpp\n", "```PY3\n", "``` python \n", "````\n", "```c++\n",
+    "```", "\n```", " ```\n", "\n  \t```", "def f(x):\n", "    return x\n", "\treturn 2\n", "class A:\n",
+    "import os\n", "from a import b\n", "#c\n", "import\n", "def \n", "x = 1\n", "\n", "\n\n \n",
+    "print(1)\n", "text ", "\r\n", "`", "\u3000\n", "\x1c",
+]  # fmt: skip
+
+
+def completions(generated: int = 300, seed: int = 41) -> list[tuple[str, str]]:
+    """(completion, language): some written, the rest drawn from PIECES."""
+    written = [
+        ("Here:\n```python\nprint(1)\n```\nand\n```py\nprint(2)\n```", "python"),
+        ("```\nprint(0)\n```\n```cpp\nint main(){}\n```", "cpp"),
+        ("```\nprint(0)\n```\n```cpp\nint main(){}\n```", "python"),
+        ("no code at all", "python"),
+        ("import os\n\ndef f():\n\n    return 1\nprint(f())", "python"),
+        ("import os\ndef f():\n    return 1", "cpp"),
+        ("```python\nunclosed\n", "python"),
+        ("```python", "python"),
+        ("```python\n" + "\n" * 3000, "python"),
+        ("```\n" + " \n" * 2000 + "x```", "python"),
+        ("import a\n" * 500 + "x = 1\n" + "def g():\n  pass\n", "python"),
+        ("", "python"),
+    ]
+    rng = random.Random(seed)
+    drawn = [
+        ("".join(rng.choice(PIECES) for _ in range(rng.randint(1, 12))), rng.choice(["python", "cpp"]))
+        for _ in range(generated)
+    ]
+    return written + drawn
+
+
+def code_digest(code: str) -> str:
+    return hashlib.sha256(code.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def sandbox_fusion_extracts(checkout: str, cases: list[tuple[str, str]]) -> list[str]:
+    """SandboxFusion's extraction (after sandbox_fusion_says has loaded its modules)."""
+    from sandbox.utils.extraction import default_extract_helper  # type: ignore[import-not-found]
+
+    return [code_digest(default_extract_helper(completion, language)) for completion, language in cases]
+
+
+def sandbox_fusion_live(checkout: str) -> tuple[list[str], str]:
+    """(extracted code digests, verdicts) from a checkout, run apart so that the stand-in
+    modules stay out of the caller's process."""
+    script = ["-m", "tests.models.rules.make_sandbox_fusion_verdicts", checkout, "--print"]
+    run = subprocess.run([sys.executable, *script], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    extracted, verdicts = json.loads(run.stdout.strip().splitlines()[-1])
+    return extracted, verdicts
+
+
 def main(checkout: str) -> None:
     pairs = golden()
     commit = subprocess.run(["git", "-C", checkout, "rev-parse", "HEAD"], capture_output=True, text=True).stdout
@@ -112,6 +169,9 @@ def main(checkout: str) -> None:
                 "commit": commit.strip() or "unknown",
                 "pairs_sha256": pairs_digest(pairs),
                 "passed": "".join("1" if v else "0" for v in verdicts),
+                "extraction": "bytedance/SandboxFusion sandbox/utils/extraction.py default_extract_helper",
+                "completions_sha256": pairs_digest(completions()),
+                "extracted_sha256_16": sandbox_fusion_extracts(checkout, completions()),
             },
             indent=1,
         )
@@ -121,7 +181,8 @@ def main(checkout: str) -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[2:] == ["--print"]:  # the verdicts only, for the test's live run
-        print("".join("1" if v else "0" for v in sandbox_fusion_says(sys.argv[1], golden())))
+    if sys.argv[2:] == ["--print"]:  # for the tests' live runs
+        verdicts = sandbox_fusion_says(sys.argv[1], golden())
+        print(json.dumps([sandbox_fusion_extracts(sys.argv[1], completions()), "".join("01"[v] for v in verdicts)]))
     else:
         main(sys.argv[1])

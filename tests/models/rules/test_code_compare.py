@@ -18,7 +18,7 @@ import pytest
 
 from rewardserve.models.rules.code_compare import same_lines, same_sandbox_fusion, same_tokens, same_value
 from tests.models.rules.code_golden import golden
-from tests.models.rules.make_sandbox_fusion_verdicts import VERDICTS, pairs_digest
+from tests.models.rules.make_sandbox_fusion_verdicts import VERDICTS, pairs_digest, sandbox_fusion_live
 
 # Run apart: grade_stdio runs the program in its own process with signal.alarm, and
 # lighteval's package __init__ imports every task (and their heavy dependencies), so the
@@ -67,11 +67,8 @@ def test_lines_is_livecodebench_s_rule_on_every_golden_pair():
 
 def sandbox_fusion_verdicts(pairs: list[tuple[str, str]]) -> list[bool]:
     checkout = os.environ.get("SANDBOXFUSION_SRC")
-    if checkout:  # apart: the judge's stand-in modules stay out of this process
-        script = ["-m", "tests.models.rules.make_sandbox_fusion_verdicts", checkout, "--print"]
-        run = subprocess.run([sys.executable, *script], capture_output=True, text=True, timeout=120)
-        assert run.returncode == 0, run.stderr[-2000:]
-        return [v == "1" for v in run.stdout.split()[-1]]
+    if checkout:
+        return [v == "1" for v in sandbox_fusion_live(checkout)[1]]
     written = json.loads(VERDICTS.read_text())
     assert written["pairs_sha256"] == pairs_digest(pairs), "code_golden.py changed: run make_sandbox_fusion_verdicts"
     assert written["commit"] == "469de0845cb7d665bc68044d541aa3aa28c5b30a"
