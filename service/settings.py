@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from rewardserve.models.rules.isolation import DEFAULT_PRIORITY, WorkerPriority
 from rewardserve.models.spec import ModelSpec, describe_spec_error
 from rewardserve.models.yaml_files import load_yaml
 from rewardserve.service.tenants import BATCH_MS, TenantSpec
@@ -94,7 +95,7 @@ class Settings(BaseSettings):
     # (models/rules/isolation.py): "nice" (niceness 19) or "idle" (SCHED_IDLE: only cores
     # nothing else wants, so a forward never waits behind a rule; on a CPU the forwards
     # keep busy, rules then get less time and may reach their limit sooner).
-    rule_priority: Literal["nice", "idle"] = "nice"
+    rule_priority: WorkerPriority = DEFAULT_PRIORITY
     # Connections (service/server.py): at most this many open at once (more are refused
     # with a 503), a request's headers must arrive within header_timeout_s, an idle
     # keep-alive connection is closed after keep_alive_s.

@@ -31,6 +31,7 @@ from typing import Any, Literal
 # wakes is never kept waiting for a worker's time slice, and under a CPU-bound load a
 # worker gets about a fifth of what nice 19 gets (its call's wall-clock limit may run out).
 WorkerPriority = Literal["nice", "idle"]
+DEFAULT_PRIORITY: WorkerPriority = "nice"  # the forwards keep a core; rules keep their wall clock
 WORKER_NICENESS = 19
 # Imported once by the fork server, shared by every worker forked from it ("__main__":
 # a script's main module is imported there once, not again in every worker).
@@ -134,7 +135,7 @@ def _close_network() -> None:
     sys.addaudithook(_refuse_network)
 
 
-def init_worker(memory_mb: int, warm: tuple[str, ...], priority: WorkerPriority = "nice") -> None:
+def init_worker(memory_mb: int, warm: tuple[str, ...], priority: WorkerPriority = DEFAULT_PRIORITY) -> None:
     """Runs once per worker process, outside any call's time limit."""
     global _memory_bytes
     _memory_bytes = memory_mb * 1024 * 1024

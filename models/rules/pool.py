@@ -37,6 +37,7 @@ from pebble import ProcessExpired, ProcessPool
 from rewardserve.models.fairness import FairScheduler
 from rewardserve.models.request_scope import RequestScope
 from rewardserve.models.rules.isolation import (
+    DEFAULT_PRIORITY,
     CallFailure,
     WorkerPriority,
     init_worker,
@@ -108,7 +109,7 @@ class RulePool:
         max_tasks: int = 2000,
         scheduler: FairScheduler | None = None,
         name: str = "rules",
-        priority: WorkerPriority = "nice",
+        priority: WorkerPriority = DEFAULT_PRIORITY,
     ):
         self.workers = workers
         self.timeout_s = timeout_s
