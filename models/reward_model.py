@@ -43,10 +43,12 @@ from rewardserve.client.protocol import (
     VerifyOptions,
     VerifyResult,
 )
+from rewardserve.models.batch_policy import BatchPolicy
 from rewardserve.models.cache import LRUCache
 from rewardserve.models.options import KindOptions, validate_options
 from rewardserve.models.planning import ItemError, Job, PeerLookup, Plan, RequestError, Unit, UnitOutput
 from rewardserve.models.spec import ModelSpec
+from rewardserve.models.text.tokenize import Tokenized, tokenize
 
 if TYPE_CHECKING:
     from rewardserve.models.backends.backend import Backend
@@ -83,72 +85,6 @@ def work_key(ids: list[int], *params: Any) -> bytes:
     digest.update(np.asarray(ids, dtype=np.int64).tobytes())
     digest.update(repr(params).encode())
     return digest.digest()
-
-
-@dataclass(frozen=True)
-class Tokenized:
-    """A text's token ids with a model's tokenizer (``RewardModel.tokenize``)."""
-
-    ids: list[int]
-    max_model_len: int  # the model's context in tokens (0: unknown)
-    token_strs: list[str] | None = None
-
-
-def _tokenizer_limit(tokenizer: Any) -> int | None:
-    """The tokenizer's own ``model_max_length``, where it names a real one (transformers
-    writes a huge sentinel when the checkpoint gives none)."""
-    limit = getattr(tokenizer, "model_max_length", None)
-    return limit if isinstance(limit, int) and 0 < limit < 10**8 else None
-
-
-@dataclass(frozen=True)
-class BatchPolicy:
-    """How the batcher feeds a model.
-
-    pads: a batch costs ``longest * count`` (padded forward) rather than ``sum(lengths)``.
-    concurrency: batches in flight at once (1 for a GPU/CPU forward; more for rule calls
-    that wait on a process pool).
-    """
-
-    max_batch_tokens: int = 8192
-    max_batch_items: int = 256
-    max_wait_ms: float = 5.0
-    max_queue_tokens: int = 1_000_000
-    pads: bool = True
-    concurrency: int = 1
-    # Close a batch rather than let padding pass this share of its tokens.
-    max_padding_ratio: float = 1.0
-    # Whether batches may be cut to a few items' compute while several tenants share the
-    # model (service/batcher.py): where small batches lose some speed (a CPU), not where
-    # throughput comes from big ones (a GPU).
-    short_when_shared: bool = False
-    # Whether a forward in flight runs other work between its layers when asked
-    # (models/backends/layer_boundaries.py): a shared model's light tenant need not wait
-    # for a whole batch of a flood's.
-    preemptible: bool = False
-
-    def cost(self, lengths: list[int]) -> int:
-        return self.cost_sized(len(lengths), sum(lengths), max(lengths, default=0))
-
-    def cost_sized(self, count: int, total: int, longest: int) -> int:
-        """The cost of ``count`` items of ``total`` tokens, the longest ``longest``."""
-        return longest * count if self.pads else total
-
-    def fits(self, lengths: list[int]) -> bool:
-        """Whether these items may form one batch."""
-        return self.fits_sized(len(lengths), sum(lengths), max(lengths, default=0))
-
-    def fits_sized(self, count: int, total: int, longest: int) -> bool:
-        """``fits`` from the items' count, total tokens and longest length (a batch grown
-        one item at a time checks each step at no cost per item already in it)."""
-        if count <= 1:
-            return True
-        cost = self.cost_sized(count, total, longest)
-        return (
-            cost <= self.max_batch_tokens
-            and count <= self.max_batch_items
-            and (not cost or 1.0 - total / cost <= self.max_padding_ratio)
-        )
 
 
 class RewardModel(ABC):
@@ -389,7 +325,7 @@ class RewardModel(ABC):
             f"backend={spec.backend}",
         ]
         if self.runs_torch:
-            from rewardserve.models.backends.transformers_backend import pick_device, pick_dtype
+            from rewardserve.models.backends.loading import pick_device, pick_dtype
             from rewardserve.models.checkpoints import checkpoint_context
 
             device = pick_device(spec.device)
@@ -410,7 +346,7 @@ class RewardModel(ABC):
         see service/served_models.py."""
         if not self.runs_torch or self.spec.backend == "vllm":
             return False
-        from rewardserve.models.backends.transformers_backend import pick_device
+        from rewardserve.models.backends.loading import pick_device
 
         on_cpu: bool = pick_device(self.spec.device).type == "cpu"
         return on_cpu
@@ -441,7 +377,7 @@ class RewardModel(ABC):
         holder = self.backend if self.backend is not None else self
         dtype, device = getattr(holder, "dtype", None), getattr(holder, "device", None)
         if dtype is None or device is None or isinstance(dtype, str):
-            from rewardserve.models.backends.transformers_backend import pick_device, pick_dtype
+            from rewardserve.models.backends.loading import pick_device, pick_dtype
 
             device = pick_device(self.spec.device)
             dtype = pick_dtype(self.spec.dtype, device)
@@ -466,48 +402,21 @@ class RewardModel(ABC):
         continue_final_message: bool = False,
         token_strs: bool = False,
     ) -> Tokenized:
-        """vLLM's /tokenize with this model's own tokenizer: ``prompt`` as it is, or
-        ``messages`` through the chat template (its text as the template writes it, BOS
-        included; nothing stripped). A text longer than the model's context could hold
-        (``MAX_CHARS_PER_TOKEN`` characters a token) is a 413 before it is tokenized."""
-        from rewardserve.models.text.chat import MAX_CHARS_PER_TOKEN, message_dicts
-
+        """vLLM's /tokenize with this model's own tokenizer (models/text/tokenize.py)."""
         tok = self.text_tokenizer
         if tok is None:
             raise RequestError(f"model {self.name!r} is a {self.kind} model: it has no tokenizer", param="model")
-        context = self.max_tokens or _tokenizer_limit(tok)
-        if messages is not None:
-            if getattr(tok, "chat_template", None) is None:
-                raise RequestError(f"model {self.name!r}'s tokenizer has no chat template", param="messages")
-            try:
-                chat = message_dicts(messages)
-            except ItemError as exc:
-                raise RequestError(f"messages: {exc}", param="messages") from None
-            try:
-                text: str = tok.apply_chat_template(
-                    chat,
-                    tokenize=False,
-                    add_generation_prompt=add_generation_prompt,
-                    continue_final_message=continue_final_message,
-                )
-            except Exception as exc:  # the template refuses these messages (roles, order)
-                raise RequestError(
-                    f"messages: the chat template cannot render them: {type(exc).__name__}: {exc}"[:500],
-                    param="messages",
-                ) from None
-            field = "messages"
-        else:
-            assert prompt is not None, "a prompt or messages"
-            text, field = prompt, "prompt"
-        if context and len(text) > context * MAX_CHARS_PER_TOKEN:
-            raise RequestError(
-                f"{field} has {len(text)} characters, more than this model's context of {context} tokens can hold",
-                param=field,
-                type="payload_too_large",
-            )
-        ids = [int(t) for t in tok(text, add_special_tokens=add_special_tokens)["input_ids"]]
-        strs = [str(s) for s in tok.convert_ids_to_tokens(ids)] if token_strs else None
-        return Tokenized(ids=ids, max_model_len=context or 0, token_strs=strs)
+        return tokenize(
+            tok,
+            self.max_tokens,
+            prompt,
+            messages,
+            name=self.name,
+            add_special_tokens=add_special_tokens,
+            add_generation_prompt=add_generation_prompt,
+            continue_final_message=continue_final_message,
+            token_strs=token_strs,
+        )
 
     def card(self, ready: bool) -> ModelCard:
         return ModelCard(

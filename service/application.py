@@ -54,8 +54,8 @@ from rewardserve.models.plans.groups import singleton_groups
 from rewardserve.models.plans.rubric import asks_judge, plan_rubric, rubric_models, rubric_rule_calls, rubric_work
 from rewardserve.models.plans.turns import score_all_turns, turns_work
 from rewardserve.models.policy_tokenizers import with_token_rewards
-from rewardserve.models.reward_model import Tokenized
 from rewardserve.models.rules.sandbox_fusion_extraction import sandbox_fusion_code
+from rewardserve.models.text.tokenize import Tokenized
 from rewardserve.service import observed
 from rewardserve.service.context import RequestContext
 from rewardserve.service.dispatch import Executed, charge_work, refuse_over_limit, refuse_without_room, run_plan

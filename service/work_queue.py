@@ -18,8 +18,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from rewardserve.models.batch_policy import BatchPolicy
 from rewardserve.models.planning import Unit
-from rewardserve.models.reward_model import BatchPolicy
 
 
 @dataclass(eq=False)

@@ -15,7 +15,10 @@ import torch
 from torch import nn
 
 from rewardserve.models.backends.backend import TASKS, Backend, TokenSequence, after_prefix
+from rewardserve.models.backends.checkpoint_tensors import check_fit, checkpoint_state, write_into
+from rewardserve.models.backends.heads import heads_at
 from rewardserve.models.backends.layer_boundaries import mark_layers
+from rewardserve.models.backends.loading import context_limit, own_memory, pick_device, pick_dtype
 from rewardserve.models.backends.packing import Unit
 from rewardserve.models.backends.readouts import unwrap_last_layer, wrap_last_layer
 from rewardserve.models.checkpoints import CheckpointWeights, load_tokenizer
@@ -25,12 +28,6 @@ from rewardserve.models.spec import ModelSpec
 
 log = logging.getLogger(__name__)
 
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-# A position limit above this is a "no limit" sentinel some configs carry.
-_MAX_SANE_POSITIONS = 1 << 20
-# Rows whose whole-vocabulary logits are held at once when log-probabilities are read
-# (256 rows of a 152k vocabulary: 156 MB of float32).
-LOGPROB_ROWS = 256
 # A CPU's matmuls are saturated by one item of a few hundred tokens, so padding is pure
 # loss, and batches of about 1k tokens run fastest (figures: bench/results).
 CPU_BATCH_PREFERENCES = {"max_batch_tokens": 1024, "max_padding_ratio": 0.05, "short_when_shared": True}
@@ -49,48 +46,6 @@ def batch_preferences(device: torch.device, packing: bool) -> dict[str, Any]:
     if device.type == "cpu":
         return PACKED_BATCH_PREFERENCES if packing else CPU_BATCH_PREFERENCES
     return {"pads": False} if packing else {}
-
-
-def pick_device(device: str) -> torch.device:
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
-
-
-def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
-    if dtype == "auto":
-        # bf16 is the checkpoints' own dtype on GPUs; on CPU fp32 keeps scores exact.
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    return _DTYPES[dtype]
-
-
-def _fitted(name: str, tensor: torch.Tensor, own: torch.Tensor) -> torch.Tensor:
-    """``tensor`` in ``own``'s dtype, or ValueError: another shape, a whole-number tensor
-    for a floating-point weight, or a value the cast makes infinite (1e300 into float32)."""
-    if tuple(tensor.shape) != tuple(own.shape):
-        raise ValueError(
-            f"not this model's weights: {name} has shape {tuple(tensor.shape)}, this model's {tuple(own.shape)}"
-        )
-    if own.is_floating_point() != tensor.is_floating_point():
-        raise ValueError(f"not this model's weights: {name} is {tensor.dtype}, this model's {own.dtype}")
-    try:
-        cast = tensor.to(dtype=own.dtype)
-    except (RuntimeError, TypeError) as exc:
-        raise ValueError(f"{name}: {tensor.dtype} does not cast to {own.dtype} ({exc})") from None
-    if cast.is_floating_point() and not bool(torch.isfinite(cast).all()):
-        raise ValueError(f"{name}: not finite (in {own.dtype})")
-    return cast
-
-
-def own_memory(module: nn.Module) -> None:
-    """Every parameter of ``module`` in the process's own memory. transformers keeps CPU
-    weights of the checkpoint's dtype as a map of its safetensors file: a trainer saving
-    over that file would change the served scores under the same version, or kill the
-    process (SIGBUS) while the file is shorter than the map. One tensor at a time: no
-    second copy of the weights is held."""
-    with torch.no_grad():
-        for parameter in module.parameters():
-            parameter.data = parameter.data.clone()
 
 
 class TransformersBackend(Backend):
@@ -319,51 +274,15 @@ class TransformersBackend(Backend):
         why = self.weights_in_place()
         if why is not None:
             raise NotImplementedError(why)
-        own = self._checkpoint_state()
-        unexpected = sorted(set(weights.shapes) - set(own))
-        # A tied weight (the LM head sharing the embeddings) is saved once, under one name.
-        given = {own[k].data_ptr() for k in weights.shapes if k in own}
-        missing = sorted(k for k in set(own) - set(weights.shapes) if own[k].data_ptr() not in given)
-        if unexpected or missing:
-            raise ValueError(
-                f"not this model's weights: {len(missing)} missing (e.g. {missing[:3]}), "
-                f"{len(unexpected)} unexpected (e.g. {unexpected[:3]})"
-            )
-        for name, shape in weights.shapes.items():
-            if shape != tuple(own[name].shape):
-                shapes = f"{shape}, this model's {tuple(own[name].shape)}"
-                raise ValueError(f"not this model's weights: {name} has shape {shapes}")
-        for name, tensor in weights.tensors():  # read once to check, then let go
-            _fitted(name, tensor, own[name])
+        assert self._checkpoint_module is not None
+        check_fit(checkpoint_state(self._checkpoint_module), weights)
 
     @torch.no_grad()  # type: ignore[untyped-decorator]  # torch is untyped
     def update_weights(self, weights: CheckpointWeights) -> None:
         """Each tensor checked again as it is written: the files may have changed since
         ``check_weights`` (a ValueError then, the caller reading the old weights back)."""
-        own = self._checkpoint_state()  # views of the parameters themselves
-        for name, tensor in weights.tensors():
-            if name not in own:
-                raise ValueError(f"{name}: not this model's (the checkpoint changed while it was read)")
-            own[name].copy_(_fitted(name, tensor, own[name]))
-
-    def _checkpoint_state(self) -> dict[str, torch.Tensor]:
-        """The module's state dict under the names its checkpoint gives them: the
-        wrappers put around a layer at load (``.layer``) are not in a checkpoint."""
-        from rewardserve.models.backends.kernels.compiled_layers import CompiledLayer
-        from rewardserve.models.backends.readouts import LastLayerAtReads
-
-        module = self._checkpoint_module
-        assert module is not None
-        wrapped = [
-            f"{name}.layer." for name, m in module.named_modules() if isinstance(m, (CompiledLayer, LastLayerAtReads))
-        ]
-        state = {}
-        for key, tensor in module.state_dict().items():
-            for prefix in sorted(wrapped, key=len, reverse=True):  # the innermost first
-                if key.startswith(prefix):
-                    key = prefix[: -len("layer.")] + key[len(prefix) :]
-            state[key] = tensor
-        return state
+        assert self._checkpoint_module is not None
+        write_into(checkpoint_state(self._checkpoint_module), weights)
 
     def _merged(self, model: Any) -> Any:
         """``model`` with the spec's LoRA adapter merged into its weights (peft): one set
@@ -489,56 +408,4 @@ class TransformersBackend(Backend):
     def _heads_at(
         self, hidden: torch.Tensor, seqs: list[TokenSequence], token_ids: list[int] | None
     ) -> list[np.ndarray]:
-        counts = [len(s.positions) for s in seqs]
-        rows = [r for r, n in enumerate(counts) for _ in range(n)]
-        cols = [p for s in seqs for p in s.positions]
-        rows = torch.tensor(rows, dtype=torch.long, device=hidden.device)
-        cols = torch.tensor(cols, dtype=torch.long, device=hidden.device)
-        picked = hidden[rows, cols]
-        if self.task == "lm" and token_ids is None and all(s.targets is not None for s in seqs):
-            out = self._target_logprobs(picked, [t for s in seqs for t in s.targets or ()])
-        elif self.task == "lm":
-            if not token_ids:
-                raise ValueError("the lm task reads the logits of given token_ids, or of each sequence's targets")
-            weight = self.head.weight[token_ids]
-            bias = self.head.bias[token_ids] if self.head.bias is not None else None
-            out = nn.functional.linear(picked, weight, bias)
-            if self._softcap:
-                out = torch.tanh(out / self._softcap) * self._softcap
-        else:
-            out = self.head(picked)
-        return [chunk.numpy() for chunk in torch.split(out.float().cpu(), counts)]
-
-    def _target_logprobs(self, picked: torch.Tensor, targets: list[int]) -> torch.Tensor:
-        """``[rows, 1]``: each row's log-probability of its target, the whole vocabulary's
-        logits a few rows at a time (rows times vocabulary floats at once would not be
-        bounded)."""
-        if len(targets) != picked.shape[0]:
-            raise ValueError(f"{picked.shape[0]} positions read but {len(targets)} targets")
-        index = torch.tensor(targets, dtype=torch.long, device=picked.device)
-        out = torch.empty((picked.shape[0], 1), dtype=torch.float32, device=picked.device)
-        for start in range(0, picked.shape[0], LOGPROB_ROWS):
-            stop = start + LOGPROB_ROWS
-            logits = self.head(picked[start:stop]).float()
-            if self._softcap:
-                logits = torch.tanh(logits / self._softcap) * self._softcap
-            out[start:stop, 0] = torch.log_softmax(logits, dim=-1).gather(1, index[start:stop, None])[:, 0]
-        return out
-
-
-def context_limit(name: str, asked: int | None, config: Any, tokenizer: Any) -> int:
-    """The tokens a model may be given: the checkpoint's position limit
-    (``max_position_embeddings``, or the tokenizer's ``model_max_length`` where smaller and
-    real), or less when the spec asks. Asking for more is a load error: a model read past
-    the positions it was trained on gives numbers, not scores."""
-    limits = [getattr(config, "max_position_embeddings", None), getattr(tokenizer, "model_max_length", None)]
-    sane = [int(x) for x in limits if isinstance(x, int) and 0 < x < _MAX_SANE_POSITIONS]
-    limit = min(sane) if sane else None
-    if asked is None:
-        return limit or 4096
-    if limit is not None and asked > limit:
-        raise ValueError(
-            f"model {name!r}: max_tokens {asked} is over the checkpoint's context of {limit} "
-            f"positions; set max_tokens to at most {limit} or leave it unset"
-        )
-    return asked
+        return heads_at(hidden, seqs, token_ids, self.head, lm=self.task == "lm", softcap=self._softcap)

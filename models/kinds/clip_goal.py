@@ -22,13 +22,14 @@ import torch
 from pydantic import Field
 
 from rewardserve.client.protocol import Item, ItemResult, ScoreOptions, StepOptions, StepsResult
+from rewardserve.models.batch_policy import BatchPolicy
 from rewardserve.models.cache import LRUCache
 from rewardserve.models.checkpoints import load_tokenizer
 from rewardserve.models.images import load_item_images
 from rewardserve.models.kinds import register_kind
 from rewardserve.models.options import KindOptions
 from rewardserve.models.planning import ItemError, Job, RequestError, Unit, UnitOutput
-from rewardserve.models.reward_model import BatchPolicy, RewardModel
+from rewardserve.models.reward_model import RewardModel
 from rewardserve.models.text.steps import aggregate
 
 
@@ -93,7 +94,7 @@ class CLIPGoalModel(RewardModel):
             raise ValueError(f"model {self.name!r}: 'adapter' is for outcome, process and verifier models")
         from transformers import AutoImageProcessor, CLIPModel
 
-        from rewardserve.models.backends.transformers_backend import pick_device
+        from rewardserve.models.backends.loading import pick_device
 
         self.device = pick_device(self.spec.device)
         spec = self.spec

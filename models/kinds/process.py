@@ -26,13 +26,14 @@ from rewardserve.client.protocol import (
     StepsResult,
 )
 from rewardserve.models.backends import Backend, TokenSequence, make_backend
+from rewardserve.models.batch_policy import BatchPolicy
 from rewardserve.models.cache import LRUCache
 from rewardserve.models.kinds import register_kind
 from rewardserve.models.options import WeightedKindOptions
 from rewardserve.models.planning import ItemError, Job, PeerLookup, Plan, RequestError, Unit, UnitOutput
 from rewardserve.models.plans.groups import group_advantages
 from rewardserve.models.prefix_sharing import jobs_of, read_units, share_prefixes
-from rewardserve.models.reward_model import BatchPolicy, RewardModel, work_key
+from rewardserve.models.reward_model import RewardModel, work_key
 from rewardserve.models.text.chat import MAX_CHARS_PER_TOKEN, fit_text, rendered_ids
 from rewardserve.models.text.prm_formats import FORMATS, StepFormat, StepFormatOptions
 from rewardserve.models.text.steps import aggregate, extract

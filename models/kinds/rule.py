@@ -20,10 +20,11 @@ from typing import Any
 from pydantic import Field
 
 from rewardserve.client.protocol import Item, ItemResult, ScoreOptions
+from rewardserve.models.batch_policy import BatchPolicy
 from rewardserve.models.kinds import register_kind
 from rewardserve.models.options import KindOptions
 from rewardserve.models.planning import ItemError, Job, RequestError, Unit, UnitOutput
-from rewardserve.models.reward_model import BatchPolicy, ModelContext, RewardModel, work_key
+from rewardserve.models.reward_model import ModelContext, RewardModel, work_key
 from rewardserve.models.rules import get_rule, rule_names
 from rewardserve.models.rules.custom import (
     CustomFnError,

@@ -37,6 +37,7 @@ from rewardserve.client.protocol import (
     VerifySample,
 )
 from rewardserve.models.backends import Backend, TokenSequence, make_backend
+from rewardserve.models.batch_policy import BatchPolicy
 from rewardserve.models.cache import LRUCache
 from rewardserve.models.kinds import register_kind
 from rewardserve.models.options import WeightedKindOptions
@@ -45,7 +46,7 @@ from rewardserve.models.plans.compare import compare_by_judge
 from rewardserve.models.plans.groups import group_advantages
 from rewardserve.models.plans.rubric import CriterionOutcome, Key
 from rewardserve.models.prefix_sharing import SharedUnit, read_units, shared_prefix_groups
-from rewardserve.models.reward_model import BatchPolicy, RewardModel, work_key
+from rewardserve.models.reward_model import RewardModel, work_key
 from rewardserve.models.text.chat import MAX_CHARS_PER_TOKEN, render_chat, rendered_ids
 from rewardserve.models.text.judge_templates import JudgeTemplate, ParseError, item_variables, load_templates
 

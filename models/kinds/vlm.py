@@ -23,13 +23,14 @@ from pydantic import Field
 from torch import nn
 
 from rewardserve.client.protocol import ImagePart, ImageURLPart, Item, ItemResult, ScoreOptions
-from rewardserve.models.backends.transformers_backend import context_limit
+from rewardserve.models.backends.loading import context_limit
+from rewardserve.models.batch_policy import BatchPolicy
 from rewardserve.models.checkpoints import load_tokenizer
 from rewardserve.models.images import load_item_images
 from rewardserve.models.kinds import register_kind
 from rewardserve.models.options import KindOptions
 from rewardserve.models.planning import ItemError, Job, RequestError, Unit, UnitOutput
-from rewardserve.models.reward_model import BatchPolicy, RewardModel, sigmoid
+from rewardserve.models.reward_model import RewardModel, sigmoid
 from rewardserve.models.text.chat import fit_text
 
 _ACTIVATIONS = {"relu": nn.ReLU, "silu": nn.SiLU, "gelu": nn.GELU, "tanh": nn.Tanh}
@@ -67,7 +68,7 @@ class VLMModel(RewardModel):
             raise ValueError(f"model {self.name!r}: 'adapter' is for outcome, process and verifier models")
         from transformers import AutoImageProcessor, AutoModelForImageTextToText
 
-        from rewardserve.models.backends.transformers_backend import pick_device, pick_dtype
+        from rewardserve.models.backends.loading import pick_device, pick_dtype
 
         source = self.spec.source
         self.device = pick_device(self.spec.device)

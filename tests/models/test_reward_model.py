@@ -1,6 +1,6 @@
 import random
 
-from rewardserve.models.reward_model import BatchPolicy
+from rewardserve.models.batch_policy import BatchPolicy
 
 
 def test_a_batch_fits_by_padded_cost_item_count_and_padding_share():

@@ -9,8 +9,8 @@ import time
 import pytest
 
 from rewardserve.client.protocol import ItemResult
+from rewardserve.models.batch_policy import BatchPolicy
 from rewardserve.models.planning import ItemError, Unit
-from rewardserve.models.reward_model import BatchPolicy
 from rewardserve.service.batcher import Batcher
 from rewardserve.service.errors import DeadlineExceeded, QueueFull, QueueTooSmall
 from rewardserve.service.metrics import Metrics

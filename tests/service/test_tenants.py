@@ -12,9 +12,9 @@ import time
 import httpx
 import pytest
 
+from rewardserve.models.batch_policy import BatchPolicy
 from rewardserve.models.planning import Unit
 from rewardserve.models.request_scope import RequestScope
-from rewardserve.models.reward_model import BatchPolicy
 from rewardserve.models.spec import ModelSpec
 from rewardserve.service.batcher import Batcher
 from rewardserve.service.errors import QueueFull, TenantQueueFull

@@ -1,8 +1,8 @@
 import asyncio
 import time
 
+from rewardserve.models.batch_policy import BatchPolicy
 from rewardserve.models.planning import Unit
-from rewardserve.models.reward_model import BatchPolicy
 from rewardserve.service.work_queue import Pending, WorkQueue
 
 

@@ -11,7 +11,8 @@ import torch
 
 from rewardserve.models import backends
 from rewardserve.models.backends import vllm_backend
-from rewardserve.models.backends.transformers_backend import batch_preferences, pick_device, pick_dtype
+from rewardserve.models.backends.loading import pick_device, pick_dtype
+from rewardserve.models.backends.transformers_backend import batch_preferences
 from rewardserve.models.kinds.outcome import OutcomeModel
 from rewardserve.models.spec import ModelSpec
 
