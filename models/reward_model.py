@@ -301,6 +301,26 @@ class RewardModel(ABC):
             if isinstance(value, LRUCache):
                 value.clear()
 
+    def backends(self) -> list[Backend]:
+        """The backends that hold its weights (a kind with a second one adds it)."""
+        return [self.backend] if self.backend is not None else []
+
+    def to_host(self) -> str:
+        """A level-1 sleep: what its weights hold on a device freed, the weights kept in host
+        memory (``from_host`` before it serves again); what was done, in a few words."""
+        done = [backend.to_host() for backend in self.backends()]
+        return "; ".join(dict.fromkeys(done)) or "nothing freed: it holds no weights"
+
+    def from_host(self) -> None:
+        """Its weights back where they serve from; where that fails (the device is full),
+        all of them stay in host memory and the error is raised."""
+        try:
+            for backend in self.backends():
+                backend.from_host()
+        except Exception:
+            self.to_host()
+            raise
+
     def close(self) -> None:
         """Release pools and processes (a vLLM engine's among them). Weights go with the
         object."""

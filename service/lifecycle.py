@@ -8,8 +8,10 @@ it. Lifecycle calls on one model are serialised (a lock per name), and each retu
 its work is done.
 
     sleep 1    stop serving: requests get a typed 503 (``model_asleep``, retry-after),
-               or wake it when the model says ``wake_on_request``. The weights stay where
-               they are (the transformers backend holds nothing else to free).
+               or wake it when the model says ``wake_on_request``. What the model holds
+               on a device is freed and its weights kept in host memory (moved there from
+               a GPU; vLLM's own sleep mode where its platform has one); on a CPU nothing
+               moves. The state's ``sleep_mode`` says which.
     sleep 2    also free the weights: the model is closed and dropped, its memory handed
                back (gc, malloc_trim); waking loads and probes it again from its source.
     load       a new version built and loaded beside the serving one, off the compute
@@ -138,6 +140,7 @@ class Lifecycle:
             version=served.version,
             source=served.model.spec.source,
             sleep_level=served.sleep_level if served.state == "sleeping" else None,
+            sleep_mode=served.sleep_mode if served.state == "sleeping" else None,
             loading_version=self._loading.get(name),
             in_flight=served.in_flight,
             memory_bytes=held_bytes(served.model),
@@ -207,6 +210,9 @@ class Lifecycle:
             if fresh is not None:
                 await self._close(served)
                 served.model = fresh
+                served.sleep_mode = "weights freed: loaded again from its source on wake"
+            elif served.sleep_mode is None:  # level 1 (or a model without weights)
+                served.sleep_mode = await in_thread(served.model.to_host)
             served.last_operation_s = time.perf_counter() - start
             log.info("model %s: asleep at level %d in %.2fs", name, level, served.last_operation_s)
         return self.state(name)
@@ -234,7 +240,17 @@ class Lifecycle:
                         param="name",
                     ) from None
                 self.registry.start_batching(served)
-            served.state, served.sleep_level = "awake", None
+            else:  # level 1: its weights back from host memory where to_host moved them
+                try:
+                    await in_thread(served.model.from_host)
+                except Exception as exc:  # noqa: BLE001 - the device is full (the policy holds it): it sleeps on
+                    raise LoadFailed(
+                        f"model {served.model.name!r} did not wake: its weights did not go back to its device "
+                        + " ".join(f"({type(exc).__name__}: {exc}".split())[:600]
+                        + "); it sleeps on, its weights in host memory",
+                        param="name",
+                    ) from None
+            served.state, served.sleep_level, served.sleep_mode = "awake", None, None
             served.last_operation_s = time.perf_counter() - start
             log.info("model %s: awake in %.2fs", served.model.name, served.last_operation_s)
 

@@ -56,6 +56,7 @@ class Served:
     version: str = "0"
     state: str = "awake"
     sleep_level: int | None = None
+    sleep_mode: str | None = None  # while sleeping: what its sleep freed, and how
     retired: bool = False  # drained and closed: a newer version serves
     in_flight: int = 0
     idle: asyncio.Event = field(default_factory=asyncio.Event)

@@ -179,6 +179,9 @@ class AdminModelState(_Response):
     version: str
     source: str
     sleep_level: int | None = None  # while sleeping
+    # While sleeping: what the sleep freed, and how ("weights moved from cuda:0 to host
+    # memory", "vLLM's sleep mode, level 1: ...", "nothing freed: ...", "weights freed: ...").
+    sleep_mode: str | None = None
     loading_version: str | None = None  # while a new version loads beside it
     in_flight: int = 0  # requests using it now
     memory_bytes: int = 0  # its weights and buffers held in this process

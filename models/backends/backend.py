@@ -42,6 +42,10 @@ def after_prefix(prefix: list[int], seqs: list[TokenSequence]) -> list[TokenSequ
     return [TokenSequence(prefix + s.ids, tuple(len(prefix) + p for p in s.positions), s.targets) for s in seqs]
 
 
+# What a level-1 sleep says of a model whose weights are on the CPU.
+IN_HOST_MEMORY = "nothing freed: the weights are in host memory already"
+
+
 class Backend(ABC):
     """A forward-pass engine and what it can do (as TEI's backends declare theirs): the
     kinds read through ``prefix_sharing.read_units``, which picks the best way from
@@ -100,6 +104,15 @@ class Backend(ABC):
     def update_weights(self, weights: CheckpointWeights) -> None:
         """Write ``weights`` (checked) into the tensors this backend reads."""
         raise NotImplementedError(self.weights_in_place())
+
+    def to_host(self) -> str:
+        """A level-1 sleep: free what the model holds on its device, keeping its weights
+        in host memory (``from_host`` puts them back); what was done, in a few words.
+        A model on the CPU has nothing to move: its weights are in host memory already."""
+        return IN_HOST_MEMORY
+
+    def from_host(self) -> None:  # noqa: B027 (what to_host did not move, nothing to undo)
+        """Undo ``to_host`` before the model serves again."""
 
     def close(self) -> None:  # noqa: B027 (most backends hold nothing more: not abstract)
         """Release what the backend holds beyond its weights (an engine's processes)."""

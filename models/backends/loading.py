@@ -9,6 +9,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from rewardserve.models.backends.backend import IN_HOST_MEMORY
+
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # A position limit above this is a "no limit" sentinel some configs carry.
 _MAX_SANE_POSITIONS = 1 << 20
@@ -25,6 +27,33 @@ def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
         # bf16 is the checkpoints' own dtype on GPUs; on CPU fp32 keeps scores exact.
         return torch.bfloat16 if device.type == "cuda" else torch.float32
     return _DTYPES[dtype]
+
+
+def weights_to_host(modules: list[nn.Module], device: torch.device) -> str:
+    """A level-1 sleep of weights on ``device`` (Backend.to_host): moved to host memory."""
+    if device.type == "cpu":
+        return IN_HOST_MEMORY
+    move_to(modules, torch.device("cpu"))
+    return f"weights moved from {device} to host memory"
+
+
+def move_to(modules: list[nn.Module], device: torch.device) -> None:
+    """Every module's parameters and buffers onto ``device`` (tied weights stay tied: the
+    shared parameter is moved once); leaving a GPU hands its cached blocks back. A move
+    that fails (the device is full) takes all of them back to the host: a model is never
+    left split across the two."""
+    try:
+        with torch.no_grad():
+            for module in modules:
+                module.to(device)
+    except Exception:
+        if device.type != "cpu":
+            move_to(modules, torch.device("cpu"))
+        raise
+    if device.type == "cpu":
+        for accelerator in (getattr(torch, name, None) for name in ("cuda", "xpu")):
+            if accelerator is not None and accelerator.is_available():
+                accelerator.empty_cache()
 
 
 def own_memory(module: nn.Module) -> None:

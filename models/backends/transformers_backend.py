@@ -18,7 +18,14 @@ from rewardserve.models.backends.backend import TASKS, Backend, TokenSequence, a
 from rewardserve.models.backends.checkpoint_tensors import check_fit, checkpoint_state, write_into
 from rewardserve.models.backends.heads import heads_at
 from rewardserve.models.backends.layer_boundaries import mark_layers
-from rewardserve.models.backends.loading import context_limit, own_memory, pick_device, pick_dtype
+from rewardserve.models.backends.loading import (
+    context_limit,
+    move_to,
+    own_memory,
+    pick_device,
+    pick_dtype,
+    weights_to_host,
+)
 from rewardserve.models.backends.packing import Unit
 from rewardserve.models.backends.readouts import unwrap_last_layer, wrap_last_layer
 from rewardserve.models.checkpoints import CheckpointWeights, load_tokenizer
@@ -72,9 +79,7 @@ class TransformersBackend(Backend):
             self._checkpoint_module: nn.Module | None = None
             self.base, self.head, config, self._whole = self._load(spec.source, task)
             if self.device.type == "cpu":
-                for module in {
-                    id(m): m for m in (self._checkpoint_module, self._whole, self.base, self.head) if m is not None
-                }.values():
+                for module in self._modules():
                     own_memory(module)
         # Packed rows are rounded up to a multiple of this many tokens (packing.pack).
         self._pack_multiple = 1
@@ -163,6 +168,18 @@ class TransformersBackend(Backend):
         self.causal_lm = model  # for generate()
         self._checkpoint_module = model
         return model.get_decoder(), model.get_output_embeddings(), model.config.get_text_config(), None
+
+    def _modules(self) -> list[nn.Module]:
+        """The distinct modules that hold its weights."""
+        held = (self._checkpoint_module, self._whole, self.base, self.head)
+        return list({id(m): m for m in held if m is not None}.values())
+
+    def to_host(self) -> str:
+        return weights_to_host(self._modules(), self.device)
+
+    def from_host(self) -> None:
+        if self.device.type != "cpu":
+            move_to(self._modules(), self.device)
 
     def _pad_batch(self, seqs: list[TokenSequence]) -> tuple[torch.Tensor, torch.Tensor]:
         width = max(len(s.ids) for s in seqs)

@@ -107,7 +107,20 @@ class VllmBackend(Backend):
     async def _start_engine(self) -> Any:
         from vllm.v1.engine.async_llm import AsyncLLM  # type: ignore[import-not-found]
 
-        return AsyncLLM.from_engine_args(engine_args(self.spec, self.task, self.options))
+        args = engine_args(self.spec, self.task, self.options)
+        self._sleep_mode = bool(args.enable_sleep_mode)
+        return AsyncLLM.from_engine_args(args)
+
+    def to_host(self) -> str:
+        """vLLM's own sleep mode where its platform has one (CUDA, ROCm, XPU)."""
+        if not self._sleep_mode:
+            return "nothing freed: vLLM has no sleep mode on this platform (its KV cache stays allocated)"
+        self._call(self.engine.sleep(1))
+        return "vLLM's sleep mode, level 1: weights offloaded to host memory, KV cache freed"
+
+    def from_host(self) -> None:
+        if self._sleep_mode:
+            self._call(self.engine.wake_up())
 
     def _call(self, coroutine: Coroutine[Any, Any, T]) -> T:
         """Run a coroutine on the engine's loop and wait for it (from any other thread)."""
@@ -210,6 +223,8 @@ def engine_args(spec: ModelSpec, task: str, options: BackendOptions) -> Any:
         runner="generate" if task == "lm" else "pooling",
         dtype=spec.dtype,  # the same names: auto, float32, bfloat16, float16
         enable_prefix_caching=True,
+        # A level-1 sleep (to_host) offloads the weights and frees the KV cache.
+        enable_sleep_mode=current_platform.is_sleep_mode_available(),
         gpu_memory_utilization=options.gpu_memory_utilization,
         max_model_len=spec.max_tokens,
         # Log-probabilities before any sampling processor: the prompt's (targets)

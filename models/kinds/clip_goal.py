@@ -22,6 +22,7 @@ import torch
 from pydantic import Field
 
 from rewardserve.client.protocol import Item, ItemResult, ScoreOptions, StepOptions, StepsResult
+from rewardserve.models.backends.loading import move_to, weights_to_host
 from rewardserve.models.batch_policy import BatchPolicy
 from rewardserve.models.cache import LRUCache
 from rewardserve.models.checkpoints import load_tokenizer
@@ -88,6 +89,13 @@ class CLIPGoalModel(RewardModel):
     # A unit of work is one frame; frames batch without padding.
     default_policy = BatchPolicy(max_batch_tokens=64, max_wait_ms=5.0, pads=False)
     endpoints = frozenset({"score", "steps"})
+
+    def to_host(self) -> str:
+        return weights_to_host([self.model], self.device)
+
+    def from_host(self) -> None:
+        if self.device.type != "cpu":
+            move_to([self.model], self.device)
 
     def load(self) -> None:
         if self.spec.adapter is not None:

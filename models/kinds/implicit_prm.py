@@ -83,6 +83,9 @@ class ImplicitPRMModel(RewardModel):
     backend: Backend  # set in load(), before any other method runs
     reference: Backend | None = None
 
+    def backends(self) -> list[Backend]:
+        return [*super().backends(), *([self.reference] if self.reference is not None else [])]
+
     def load(self) -> None:
         from rewardserve.models.checkpoints import checkpoint_problem
 

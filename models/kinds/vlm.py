@@ -23,7 +23,7 @@ from pydantic import Field
 from torch import nn
 
 from rewardserve.client.protocol import ImagePart, ImageURLPart, Item, ItemResult, ScoreOptions
-from rewardserve.models.backends.loading import context_limit
+from rewardserve.models.backends.loading import context_limit, move_to, weights_to_host
 from rewardserve.models.batch_policy import BatchPolicy
 from rewardserve.models.checkpoints import load_tokenizer
 from rewardserve.models.images import load_item_images
@@ -62,6 +62,13 @@ class VLMModel(RewardModel):
     options: VLMOptions
     default_policy = BatchPolicy(max_batch_tokens=8192, max_batch_items=32, max_wait_ms=5.0)
     endpoints = frozenset({"score", "compare"})
+
+    def to_host(self) -> str:
+        return weights_to_host([self.backbone, self.head], self.device)
+
+    def from_host(self) -> None:
+        if self.device.type != "cpu":
+            move_to([self.backbone, self.head], self.device)
 
     def load(self) -> None:
         if self.spec.adapter is not None:

@@ -66,6 +66,8 @@ async def test_sleep_and_wake_at_both_levels_give_the_same_scores(checkpoints):
             assert asleep.status_code == 200 and asleep.json()["state"] == "sleeping"
             assert asleep.json()["sleep_level"] == level
             assert (asleep.json()["memory_bytes"] == 0) == (level == 2)  # level 2 let the weights go
+            freed = {1: "nothing freed: the weights are in host memory already", 2: "weights freed: loaded again"}
+            assert asleep.json()["sleep_mode"].startswith(freed[level])  # on this CPU
             again = await http.post("/v1/admin/models/rm/sleep", json={"level": level}, headers=ADMIN)
             assert again.status_code == 200  # idempotent
             refused = await http.post("/v1/score", json={"model": "rm", "items": ITEMS}, headers=SCORER)
@@ -73,12 +75,34 @@ async def test_sleep_and_wake_at_both_levels_give_the_same_scores(checkpoints):
             assert refused.headers["retry-after"] == "1" and "wake_up" in refused.json()["error"]["message"]
             awake = await http.post("/v1/admin/models/rm/wake_up", headers=ADMIN)
             assert awake.status_code == 200 and awake.json()["state"] == "awake" and awake.json()["memory_bytes"] > 0
+            assert awake.json()["sleep_mode"] is None
             after, _ = await scores(http)
             assert after == before  # bitwise: the same weights, float32
         metrics = (await http.get("/metrics")).text
         timed = 'rewardserve_model_lifecycle_duration_seconds_count{model="rm",operation="sleep",outcome="ok"}'
         assert timed in metrics
         assert 'rewardserve_requests_rejected_total{model="rm",reason="asleep"} 2.0' in metrics
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="no GPU here: level 1 moves nothing")
+async def test_level_1_on_a_gpu_moves_the_weights_to_host_memory_and_back(checkpoints):
+    """The GPU's memory as torch's allocator holds it, before a level-1 sleep, asleep and
+    woken: the weights leave the GPU and come back, the scores bitwise the same."""
+    import torch
+
+    first, _, _ = checkpoints
+    async with serve_in_process(settings(first, device="cuda")) as (_, http):
+        before, _ = await scores(http)
+        held = torch.cuda.memory_allocated()
+        weights = (await http.get("/v1/admin/models/rm", headers=ADMIN)).json()["memory_bytes"]
+        asleep = await http.post("/v1/admin/models/rm/sleep", json={"level": 1}, headers=ADMIN)
+        assert asleep.json()["sleep_mode"].startswith("weights moved from cuda")
+        assert torch.cuda.memory_allocated() <= held - 0.9 * weights
+        awake = await http.post("/v1/admin/models/rm/wake_up", headers=ADMIN)
+        assert awake.status_code == 200, awake.text
+        assert torch.cuda.memory_allocated() >= held - 0.1 * weights
+        after, _ = await scores(http)
+        assert after == before
 
 
 async def test_a_request_wakes_a_model_that_says_so(checkpoints):

