@@ -36,11 +36,12 @@ def _trim() -> None:
 
 
 def held_bytes(model: RewardModel) -> int:
-    """The bytes of the torch parameters and buffers its backend holds (0 for none)."""
+    """The bytes of the torch parameters and buffers its backends hold, or the model
+    itself where a kind loads its modules without a backend (vlm, clip_goal); 0 for none."""
     seen: set[int] = set()
     total = 0
-    for backend in (getattr(model, "backend", None), getattr(model, "reference", None)):
-        for value in vars(backend).values() if backend is not None else ():
+    for holder in (*model.backends(), model):
+        for value in vars(holder).values():
             for tensor in _tensors(value):
                 try:
                     key = tensor.data_ptr()

@@ -198,6 +198,7 @@ def test_a_failed_case_ends_a_submission_unless_every_case_is_asked_for(url):
         ({"provided_data": [PARITY_ROW]}, "config"),
         ({"provided_data": {"test": [{"input": {"stdin": 1}, "output": {"stdout": "1"}}]}}, "config"),
         ({"provided_data": {"test": "[not json"}}, "config"),
+        ({"provided_data": {"test": PARITY_ROW["test"] * 100}}, "items[0].reference"),  # the code model's cap
     ],
 )
 def test_a_submission_this_service_cannot_judge_is_refused_not_scored_zero(url, change, named):
