@@ -22,6 +22,7 @@ from typing import Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import PlainTextResponse, Response
+from starlette.concurrency import run_in_threadpool
 
 from rewardserve.client.protocol import (
     CodeOptions,
@@ -126,7 +127,8 @@ async def submit(body: SubmitRequest, request: Request, model: str = Query(defau
     if language not in LANGUAGES:
         known = ", ".join(LANGUAGES)
         raise InvalidRequest(f"config.language {language!r}: this service runs {known}", param="config.language")
-    cases = stdio_cases(config.provided_data)
+    # Off the event loop: the row may be megabytes of JSON text and thousands of cases.
+    cases = await run_in_threadpool(stdio_cases, config.provided_data)
     every_case = bool(config.extra.get("run_all_cases"))
     options = CodeOptions(
         language=language,
