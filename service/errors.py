@@ -29,6 +29,11 @@ class ServiceError(RequestError):
         super().__init__(message, param=param, type=self.error_type, headers=headers)
 
 
+def one_line(exc: BaseException) -> str:
+    """An exception as ``Type: message`` on one line (messages carry tracebacks' newlines)."""
+    return " ".join(f"{type(exc).__name__}: {exc}".split())
+
+
 class NotFound(ServiceError):
     error_type = "not_found"
 

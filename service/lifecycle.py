@@ -48,7 +48,7 @@ from rewardserve.models.reward_model import RewardModel
 from rewardserve.models.spec import ModelSpec
 from rewardserve.service.admin_operations import AdminOperations
 from rewardserve.service.canary_watch import Canaries
-from rewardserve.service.errors import InvalidRequest, ServiceError
+from rewardserve.service.errors import InvalidRequest, ServiceError, one_line
 from rewardserve.service.metrics import Metrics
 from rewardserve.service.model_memory import drop, held_bytes
 from rewardserve.service.served_models import ModelRegistry, Served
@@ -235,7 +235,7 @@ class Lifecycle:
                     await asyncio.to_thread(drop, model)  # what it loaded; the next wake loads again
                     raise LoadFailed(
                         f"model {model.name!r} did not wake: {model.spec.source}: "
-                        + " ".join(f"{type(exc).__name__}: {exc}".split())[:600]
+                        + one_line(exc)[:600]
                         + "; it sleeps on (POST .../weights or .../load gives it weights that read)",
                         param="name",
                     ) from None
@@ -246,8 +246,7 @@ class Lifecycle:
                 except Exception as exc:  # noqa: BLE001 - the device is full (the policy holds it): it sleeps on
                     raise LoadFailed(
                         f"model {served.model.name!r} did not wake: its weights did not go back to its device "
-                        + " ".join(f"({type(exc).__name__}: {exc}".split())[:600]
-                        + "); it sleeps on, its weights in host memory",
+                        f"({one_line(exc)[:600]}); it sleeps on, its weights in host memory",
                         param="name",
                     ) from None
             served.state, served.sleep_level, served.sleep_mode = "awake", None, None
@@ -333,7 +332,7 @@ class Lifecycle:
             await asyncio.to_thread(drop, model)
             raise LoadFailed(
                 f"version {version!r} of model {name!r} did not load, version {old.version!r} serves on: "
-                + " ".join(f"{type(exc).__name__}: {exc}".split())[:800],
+                + one_line(exc)[:800],
                 param="source",
             ) from None
         finally:

@@ -30,7 +30,7 @@ from rewardserve.models.plans.running import RunningScore
 from rewardserve.models.reward_model import ModelContext, RewardModel
 from rewardserve.models.spec import ModelSpec, ShadowSpec
 from rewardserve.service.batcher import Batcher
-from rewardserve.service.errors import NotFound, NotReady
+from rewardserve.service.errors import NotFound, NotReady, one_line
 from rewardserve.service.metrics import Metrics
 from rewardserve.service.settings import StartupError
 from rewardserve.service.tenants import Tenants
@@ -230,7 +230,7 @@ class ModelRegistry:
                 await self._call(model, model.probe)
         except Exception as exc:
             log.debug("model %s failed to load", model.name, exc_info=True)
-            self._failed(served, " ".join(f"{type(exc).__name__}: {exc}".split()))
+            self._failed(served, one_line(exc))
             return
         self.start_batching(served)
         served.ready = True

@@ -37,6 +37,12 @@ def weights_to_host(modules: list[nn.Module], device: torch.device) -> str:
     return f"weights moved from {device} to host memory"
 
 
+def weights_from_host(modules: list[nn.Module], device: torch.device) -> None:
+    """Undo ``weights_to_host``."""
+    if device.type != "cpu":
+        move_to(modules, device)
+
+
 def move_to(modules: list[nn.Module], device: torch.device) -> None:
     """Every module's parameters and buffers onto ``device`` (tied weights stay tied: the
     shared parameter is moved once); leaving a GPU hands its cached blocks back. A move

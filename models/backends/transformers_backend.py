@@ -20,10 +20,10 @@ from rewardserve.models.backends.heads import heads_at
 from rewardserve.models.backends.layer_boundaries import mark_layers
 from rewardserve.models.backends.loading import (
     context_limit,
-    move_to,
     own_memory,
     pick_device,
     pick_dtype,
+    weights_from_host,
     weights_to_host,
 )
 from rewardserve.models.backends.packing import Unit
@@ -178,8 +178,7 @@ class TransformersBackend(Backend):
         return weights_to_host(self._modules(), self.device)
 
     def from_host(self) -> None:
-        if self.device.type != "cpu":
-            move_to(self._modules(), self.device)
+        weights_from_host(self._modules(), self.device)
 
     def _pad_batch(self, seqs: list[TokenSequence]) -> tuple[torch.Tensor, torch.Tensor]:
         width = max(len(s.ids) for s in seqs)

@@ -22,7 +22,7 @@ import torch
 from pydantic import Field
 
 from rewardserve.client.protocol import Item, ItemResult, ScoreOptions, StepOptions, StepsResult
-from rewardserve.models.backends.loading import move_to, weights_to_host
+from rewardserve.models.backends.loading import weights_from_host, weights_to_host
 from rewardserve.models.batch_policy import BatchPolicy
 from rewardserve.models.cache import LRUCache
 from rewardserve.models.checkpoints import load_tokenizer
@@ -94,8 +94,7 @@ class CLIPGoalModel(RewardModel):
         return weights_to_host([self.model], self.device)
 
     def from_host(self) -> None:
-        if self.device.type != "cpu":
-            move_to([self.model], self.device)
+        weights_from_host([self.model], self.device)
 
     def load(self) -> None:
         if self.spec.adapter is not None:

@@ -23,7 +23,7 @@ from pydantic import Field
 from torch import nn
 
 from rewardserve.client.protocol import ImagePart, ImageURLPart, Item, ItemResult, ScoreOptions
-from rewardserve.models.backends.loading import context_limit, move_to, weights_to_host
+from rewardserve.models.backends.loading import context_limit, weights_from_host, weights_to_host
 from rewardserve.models.batch_policy import BatchPolicy
 from rewardserve.models.checkpoints import load_tokenizer
 from rewardserve.models.images import load_item_images
@@ -67,8 +67,7 @@ class VLMModel(RewardModel):
         return weights_to_host([self.backbone, self.head], self.device)
 
     def from_host(self) -> None:
-        if self.device.type != "cpu":
-            move_to([self.backbone, self.head], self.device)
+        weights_from_host([self.backbone, self.head], self.device)
 
     def load(self) -> None:
         if self.spec.adapter is not None:
