@@ -31,7 +31,7 @@ PYTEST_ARGS ?= -n 2 --dist loadfile --no-loadscope-reorder
 # docker-compose 1.29.2 wheel (not installed, only unpacked; its dependencies clash).
 COMPOSE_SCHEMA := $(VENV)/share/compose_spec.json
 
-.PHONY: serve test typecheck lint install install-dev system-deps bench vllm-venv rewardbench-venv ray-venv ray-venv-or-reason clean dist
+.PHONY: serve test test-images image-deps typecheck lint install install-dev system-deps bench vllm-venv rewardbench-venv ray-venv ray-venv-or-reason clean dist
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -81,8 +81,22 @@ dist: $(UV)
 test:
 	$(MAKE) -j3 install-dev vllm-venv ray-venv-or-reason rewardbench-venv
 	$(MAKE) typecheck lint
-	$(PY) -m pytest $(PYTEST_ARGS) -m "not alone"
-	$(PY) -m pytest -m alone
+	$(PY) -m pytest $(PYTEST_ARGS) -m "not alone and not images"
+	$(PY) -m pytest -m "alone and not images"
+
+# The deploy/ images built and run with rootful podman, the compose stack brought up
+# (tests/deploy/podman.py: local stand-ins for the registry images). Minutes the first
+# time; builds are cached by their inputs. Not part of `make test`: CI runs it after.
+test-images: install-dev image-deps
+	$(PY) -m pytest -n 0 -m images tests/deploy
+
+# podman (rootful), runc and debootstrap, from Debian's packages when missing.
+image-deps:
+	@if ! command -v podman >/dev/null || ! command -v runc >/dev/null || ! command -v debootstrap >/dev/null; then \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq podman runc debootstrap >/dev/null; \
+	fi
 
 # mypy needs the import names' folders (rewardserve/client, ...): links to ours.
 TYPECHECK := $(VENV)/typecheck

@@ -455,3 +455,44 @@ def test_dashboard_queries_are_valid_promql(tmp_path):
     done = subprocess.run(["promtool", "check", "rules", str(path)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"{len(rules)} rules found" in done.stdout
+
+
+PROFILE = ROOT / "deploy" / "seccomp-bwrap.json"
+# Docker's default seccomp profile as Docker 28.5.2 ships it (moby v28.5.2,
+# vendor/github.com/moby/profiles/seccomp/default.json).
+DOCKER_DEFAULT = Path(__file__).resolve().parent / "data" / "docker-v28.5.2-seccomp-default.json"
+
+
+def test_the_shipped_seccomp_profile_is_docker_s_default_plus_the_namespace_rule():
+    """deploy/seccomp-bwrap.json is Docker's default profile with one rule added (the
+    calls bwrap makes), nothing else widened."""
+    ours, default = json.loads(PROFILE.read_text()), json.loads(DOCKER_DEFAULT.read_text())
+    added = [rule for rule in ours["syscalls"] if rule not in default["syscalls"]]
+    assert [rule for rule in ours["syscalls"] if rule not in added] == default["syscalls"]
+    assert {k: v for k, v in ours.items() if k != "syscalls"} == {k: v for k, v in default.items() if k != "syscalls"}
+    assert len(added) == 1 and added[0]["action"] == "SCMP_ACT_ALLOW" and "args" not in added[0], added
+    assert sorted(added[0]["names"]) == ["clone", "mount", "pivot_root", "umount2", "unshare"], added
+    assert "bubblewrap" in added[0]["comment"]
+
+
+def test_compose_and_k8s_give_only_the_service_the_sandbox_profile():
+    """The service's containers run with deploy/seccomp-bwrap.json and AppArmor
+    unconfined (the code model's sandboxes need both); nginx and Prometheus keep the
+    runtime's defaults."""
+    services = compose()["services"]
+    for name in ("rewardserve", "rewardserve-gpu"):
+        options = services[name]["security_opt"]
+        assert "seccomp=./deploy/seccomp-bwrap.json" in options and "apparmor=unconfined" in options, name
+    assert (ROOT / "deploy/seccomp-bwrap.json").is_file()
+    for name in ("nginx", "prometheus", "grafana"):
+        assert "security_opt" not in services[name], name
+    deployment = next(
+        d
+        for f in sorted((ROOT / "deploy/k8s").glob("*.yaml"))
+        for d in yaml.safe_load_all(f.read_text())
+        if d["kind"] == "Deployment"
+    )
+    context = deployment["spec"]["template"]["spec"]["containers"][0]["securityContext"]
+    assert context["seccompProfile"] == {"type": "Localhost", "localhostProfile": "profiles/rewardserve-bwrap.json"}
+    assert context["appArmorProfile"] == {"type": "Unconfined"}
+    assert context["allowPrivilegeEscalation"] is False
