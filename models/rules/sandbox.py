@@ -361,9 +361,26 @@ def check(unsafe: bool = False) -> str:
             + ("a memory cgroup per sandbox)" if memory_cgroups() else "no writable memory cgroup: memory per process)")
         )
     if not unsafe:
-        raise SandboxUnavailable(f"{problem}; --unsafe-code-exec runs code without isolation")
+        raise SandboxUnavailable(f"{problem}{_namespace_hint(problem)}; --unsafe-code-exec runs code without isolation")
     _echo(isolated=False)
     return f"{UNSAFE} ({problem})"
+
+
+# unshare's and bwrap's words when the kernel, or a container's seccomp profile or
+# AppArmor profile, refuses an unprivileged user a new namespace or a mount.
+NAMESPACE_REFUSED = ("Operation not permitted", "No permissions to create", "Permission denied")
+
+
+def _namespace_hint(problem: str) -> str:
+    """What to set where namespaces were refused: in a container, Docker's and the
+    orchestrators' default seccomp profiles refuse them to a container without
+    CAP_SYS_ADMIN."""
+    if not any(words in problem for words in NAMESPACE_REFUSED):
+        return ""
+    return (
+        " (in a container: run it with the seccomp profile deploy/seccomp-bwrap.json, and apparmor=unconfined"
+        " where AppArmor confines containers; README, Deploy)"
+    )
 
 
 @functools.cache
