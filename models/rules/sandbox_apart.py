@@ -255,7 +255,8 @@ def completion_process(requests: int, answers: int) -> None:
     _no_digit_limit()
     try:
         sources = _read(requests, 1 << 30)
-        parts = [compile(str(text), "<completion>", "exec") for text in sources]  # type: ignore[attr-defined]
+        # Without the driver's future flags (its annotations are strings; a program's are not).
+        parts = [compile(str(text), "<completion>", "exec", dont_inherit=True) for text in sources]  # type: ignore[attr-defined]
     except BaseException as exc:  # noqa: BLE001 - the program's error is its verdict
         _write(answers, {"error": f"{type(exc).__name__}: {exc}"[:SHOWN]})
         return
@@ -265,7 +266,14 @@ def completion_process(requests: int, answers: int) -> None:
 def serve_completion(parts: "list[Any]", requests: int, answers: int) -> None:
     """In the completion's process: run its code, say which names it defined, then
     answer calls until the test's process closes the pipe."""
-    scope: dict[str, object] = {"__name__": "__main__", "__builtins__": builtins}
+    import sys
+
+    # As ``python3 prog.py`` runs it: a module of its own as ``__main__``, no arguments.
+    main = type(builtins)("__main__")
+    main.__dict__["__builtins__"] = builtins
+    sys.modules["__main__"] = main
+    sys.argv = sys.argv[:1]
+    scope: dict[str, object] = main.__dict__
     try:
         for part in parts:
             exec(part, scope)

@@ -37,6 +37,23 @@ if TYPE_CHECKING:
 for _name in ("math", "collections", "itertools", "heapq", "bisect", "functools"):
     __import__(_name)
 
+
+def _site_builtins() -> None:
+    """The names ``site`` adds to the builtins of ``python3 prog.py``, which this
+    interpreter (``-S``) skips: exit() and quit() above all, which programs end with."""
+    import _sitebuiltins
+    import builtins
+
+    builtins.exit = _sitebuiltins.Quitter("exit", "Ctrl-D (i.e. EOF)")
+    builtins.quit = _sitebuiltins.Quitter("quit", "Ctrl-D (i.e. EOF)")
+    builtins.copyright = _sitebuiltins._Printer("copyright", sys.copyright)
+    builtins.credits = _sitebuiltins._Printer("credits", "See https://www.python.org/about/credits/")
+    builtins.license = _sitebuiltins._Printer("license", "See https://www.python.org/psf/license/")
+    builtins.help = _sitebuiltins._Helper()
+
+
+_site_builtins()
+
 # Programs and their tests use integers of any length, as judges without Python 3.11's
 # limit on their text do (a long one's cost is the program's own time, which is limited).
 if hasattr(sys, "set_int_max_str_digits"):
@@ -83,7 +100,7 @@ def child(parts: Any, spec: dict[str, Any], stdin_r: int, out_w: int, err_w: int
     leave = os._exit
     if isinstance(parts, dict):  # assert-style: the completion in a process of its own
         parts = start_apart(parts["candidate"], parts["trusted"], parts["after"], parts["entry"], spec["output_bytes"])
-    scope = {"__name__": "__main__", "__builtins__": __builtins__}
+    scope = main_scope()
     try:
         for part in parts:
             if callable(part):  # start_apart's step between the setup and the asserts
@@ -111,6 +128,16 @@ def child(parts: Any, spec: dict[str, Any], stdin_r: int, out_w: int, err_w: int
     except BaseException:  # noqa: BLE001 - it closed its own stdout
         pass
     leave(status & 0xFF)
+
+
+def main_scope() -> dict[str, Any]:
+    """The globals of a program run as ``python3 prog.py``: a module of its own as
+    ``__main__`` (pickle, typing and dataclasses look its classes up there), no arguments."""
+    main = type(sys)("__main__")
+    main.__dict__["__builtins__"] = __builtins__
+    sys.modules["__main__"] = main
+    sys.argv = sys.argv[:1]
+    return main.__dict__
 
 
 def _say(text: str) -> None:
@@ -241,7 +268,7 @@ def compiled(spec: dict[str, Any]) -> Any:
     binary's argv (compiled once, for every test); a str where it does not compile."""
     if spec.get("language", "python") == "python":
         try:
-            return compile(spec["code"], "<completion>", "exec")
+            return compile(spec["code"], "<completion>", "exec", dont_inherit=True)
         except (SyntaxError, ValueError) as exc:
             return f"{type(exc).__name__}: {exc}"[:2000]
     argv = COMPILERS[spec["language"]]
@@ -263,7 +290,7 @@ def _prompt(text: str | None) -> list[Any]:
         return []
     for source in (text, text + "\n    pass\n"):  # a prompt may end at its function's signature
         try:
-            return [compile(source, "<prompt>", "exec")]
+            return [compile(source, "<prompt>", "exec", dont_inherit=True)]
         except (SyntaxError, ValueError):
             pass
     return []
@@ -275,12 +302,16 @@ def serve(spec: dict[str, Any], out: Any) -> None:
         say(out, {"compile_error": code})
         return
     say(out, {"compiled": True})
+    # A harness's prelude modules (code_formats.PRELUDE_MODULES), loaded once here
+    # rather than in every test's child.
+    for name in sorted({name for test in spec["tests"] for name in test.get("preload", ())}):
+        __import__(name)
     for index, test in enumerate(spec["tests"]):
         parts: Any = code  # a compiled program's argv, else the Python parts in order
         if not isinstance(code, tuple):
             try:  # the test's own code (the reference's, not the completion's)
-                before = [compile(test["before"], "<setup>", "exec")] if test.get("before") else []
-                after = [compile(test["after"], "<test>", "exec")] if test.get("after") else []
+                before = [compile(test["before"], "<setup>", "exec", dont_inherit=True)] if test.get("before") else []
+                after = [compile(test["after"], "<test>", "exec", dont_inherit=True)] if test.get("after") else []
             except (SyntaxError, ValueError) as exc:
                 say(out, {"test_error": f"{type(exc).__name__}: {exc}"[:2000]})
                 return
