@@ -40,6 +40,7 @@ from rewardserve.client.protocol import (
 from rewardserve.service import application
 from rewardserve.service.body import BoundedRoute
 from rewardserve.service.context import RequestContext
+from rewardserve.service.dispatch import Executed
 from rewardserve.service.errors import InvalidRequest
 from rewardserve.service.routes import ERROR_RESPONSES, answer, json_response
 
@@ -83,7 +84,8 @@ async def run_code(body: RunCodeRequest, request: Request, model: str = Query(de
     tests = {"inputs": [body.stdin or ""], "outputs": [None], "files": body.files, "fetch_files": body.fetch_files}
     item = Item(response=body.code, reference=tests)
     done = await application.score(RequestContext.of(request), model, [item], ScoreOptions(code=options))
-    return answer(ran(done.results[0], compiled=language in COMPILED), done)
+    # Off the event loop: its output may be megabytes (at most the code model's 16 MiB).
+    return await run_in_threadpool(lambda: answer(ran(done.results[0], compiled=language in COMPILED), done))
 
 
 def ran(result: ItemResult, compiled: bool = False) -> RunCodeResponse:
@@ -145,12 +147,22 @@ async def submit(body: SubmitRequest, request: Request, model: str = Query(defau
     code, done = await application.submit(
         RequestContext.of(request), model, body.completion, language, tests, ScoreOptions(code=options)
     )
+    # Off the event loop: each case's output (the code model shows at most 16 MiB of
+    # them all) and the row's cases, echoed, may be megabytes of JSON.
+    return await run_in_threadpool(judged_answer, body, cases, code, done, language in COMPILED)
+
+
+def judged_answer(
+    body: SubmitRequest, cases: list[dict[str, dict[str, str]]], code: str, done: Executed[ItemResult], compiled: bool
+) -> Response:
+    """/submit's answer: each case passed or not, with its run."""
+    config = body.config
     result = done.results[0]
     full = bool(config.extra.get("return_full_case"))
     judged = [
         EvalTestCase(
             passed=test.verdict == "AC",
-            exec_info=ran_test(test, language in COMPILED),
+            exec_info=ran_test(test, compiled),
             test_info=case if full or test.verdict != "AC" else shortened(case),
         )
         for case, test in zip(cases, result.tests or [])

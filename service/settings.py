@@ -144,6 +144,9 @@ class Settings(BaseSettings):
     # (a request over them is a 422 naming the setting's arg).
     code_max_timeout_s: float = Field(default=60.0, gt=0, le=600)
     code_max_memory_mb: int = Field(default=4096, ge=64, le=65536)
+    # Each code item's whole time (its tests, a checker): past it the pool kills the call;
+    # the item answers before it, its tests not run by then TLE.
+    code_call_timeout_s: float = Field(default=300.0, gt=0, le=3600)
     # Where the code model's sandbox cannot start here (no bwrap, no user namespaces),
     # run completions without it: rlimits only, as this service's user. Off, the code
     # model refuses to load and names what is missing.
@@ -225,7 +228,8 @@ class Settings(BaseSettings):
         args: dict[str, Any] = {"max_timeout_s": self.code_max_timeout_s, "max_memory_mb": self.code_max_memory_mb}
         if self.unsafe_code_exec:
             args["unsafe_exec"] = True
-        return spec.model_copy(update={"options": {**spec.options, "args": args}})
+        options = {**spec.options, "timeout_s": self.code_call_timeout_s, "args": args}
+        return spec.model_copy(update={"options": options})
 
 
 # What a config file may hold at its top level (tenants: service/tenants.py).

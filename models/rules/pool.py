@@ -49,6 +49,32 @@ from rewardserve.models.rules.isolation import (
 CHUNK_CALLS = 16
 Tenant = str | None
 
+# Worker side: when the rule call running in this process must have answered (its
+# pool's time limit from its start), or None outside a pool's call.
+_call_deadline: float | None = None
+
+
+def call_time_left() -> float | None:
+    """Seconds before the rule call running in this worker is killed (its time limit),
+    or None where no pool's call is running (a rule called directly)."""
+    return None if _call_deadline is None else _call_deadline - time.monotonic()
+
+
+def run_timed(calls: list[Any], timeout_s: float) -> list[Any]:
+    """Worker entry point: each call run as isolation.run_calls runs it, each knowing
+    its own time limit (``call_time_left``), so that a rule can answer before it; a
+    chunk's calls each get the whole limit, since the pool retries a chunk that ran out
+    one call at a time."""
+    global _call_deadline
+    results: list[Any] = []
+    for call in calls:
+        _call_deadline = time.monotonic() + timeout_s
+        try:
+            results += run_calls([call])
+        finally:
+            _call_deadline = None
+    return results
+
 
 class PoolBusy(Exception):
     """The queue has no room for this tenant's calls; retry later."""
@@ -219,7 +245,9 @@ class RulePool:
                     return
                 worker = self._idle.pop()
                 self._queued_calls -= len(chunk.calls)
-                task = self._workers[worker].schedule(run_calls, args=(chunk.calls,), timeout=chunk.run.timeout_s)
+                task = self._workers[worker].schedule(
+                    run_timed, args=(chunk.calls, chunk.run.timeout_s), timeout=chunk.run.timeout_s
+                )
                 self._running.setdefault(chunk.scope.id, set()).add(task)
                 started = time.monotonic()
                 task.add_done_callback(lambda t, c=chunk, w=worker, s=started: self._done(c, w, t, s))

@@ -46,6 +46,9 @@ class Limits:
     compile_timeout_s: float = 10.0  # a compiled language's compiler, once per completion
     memory_mb: int = 1024  # address space per test
     output_bytes: int = 16 << 20  # stdout per test (OLE past it)
+    # stdout and stderr summed over a completion's tests: past it the tests not run yet
+    # are OLE (the per-test caps alone let 256 tests pump 4 GiB through the judge).
+    output_total_bytes: int = 64 << 20
     stderr_bytes: int = 1 << 20
     file_bytes: int = 16 << 20  # the largest file a test may write
     workdir_bytes: int = 64 << 20  # the tmpfs all its files share (/tmp and /dev/shm)
@@ -71,6 +74,7 @@ def run(
     files: dict[str, bytes] | None = None,
     fetch_files: list[str] | None = None,
     unsafe: bool = False,
+    budget_s: float | None = None,
 ) -> Outcome:
     """Run ``code`` against ``tests`` ({stdin, before, after}) in a sandbox of this
     process's (started if none is idle), its tests one after the other.
@@ -81,24 +85,27 @@ def run(
     ``fetch_files``: read after each, into its result's ``files`` (regular files only).
     ``unsafe``: where the sandbox cannot start here, run without it (rlimits only; the
     service's --unsafe-code-exec).
+    ``budget_s``: the wall clock the whole completion may take (its share of the rule
+    call's time limit); past it the test running and those not run are TLE.
     Raises SandboxUnavailable where the sandbox itself failed, ValueError where the
     tests' own code or the files cannot be set up."""
     spec = _spec(code, tests, limits, asserts, language)
     spec["files"], spec["fetch_files"] = files or {}, fetch_files or []
     # Every test's time, the compiler's and some slack: past it the sandbox is killed.
     deadline = time.monotonic() + len(tests) * (limits.timeout_s + 0.5) + limits.compile_timeout_s + 5.0
+    spent = None if budget_s is None else time.monotonic() + budget_s
     isolated = not unsafe or isolation_works()
     sandbox = _idle.take(limits.workdir_bytes, isolated=isolated)
     try:
         try:
-            return sandbox.run(spec, deadline, stop)
+            return sandbox.run(spec, deadline, stop, spent, limits.output_total_bytes)
         except SandboxGone:
             if not sandbox.served:
                 raise
         # An idle sandbox that had died since its last completion (its driver's cleanup
         # failed): this completion never reached it, and gets a new one.
         sandbox = Sandbox(limits.workdir_bytes, isolated)
-        return sandbox.run(spec, deadline, stop)
+        return sandbox.run(spec, deadline, stop, spent, limits.output_total_bytes)
     finally:
         _idle.give_back(sandbox)
 
@@ -194,18 +201,30 @@ class Sandbox:
     def usable(self) -> bool:
         return self.pid == os.getpid() and self.proc.poll() is None
 
-    def run(self, spec: dict[str, Any], deadline: float, stop: Any) -> Outcome:
+    def run(
+        self,
+        spec: dict[str, Any],
+        deadline: float,
+        stop: Any,
+        spent: float | None = None,
+        output_total: int | None = None,
+    ) -> Outcome:
         """One completion. Any error on the way (``stop`` raising included) ends the
-        sandbox: records of this completion left unread must never be the next one's."""
+        sandbox: records of this completion left unread must never be the next one's.
+        ``spent``: when the completion's time budget runs out (the tests not run by then
+        are TLE); ``output_total``: the bytes of output its tests may print together
+        (the tests not run once they passed it are OLE)."""
         try:
-            return self._run(spec, deadline, stop)
+            return self._run(spec, deadline, stop, spent, output_total)
         except BaseException:
             self.close()
             raise
         finally:
             self.served += 1
 
-    def _run(self, spec: dict[str, Any], deadline: float, stop: Any) -> Outcome:
+    def _run(
+        self, spec: dict[str, Any], deadline: float, stop: Any, spent: float | None, output_total: int | None
+    ) -> Outcome:
         assert self.proc.stdin is not None
         data = marshal.dumps(spec)
         kills = 0
@@ -218,7 +237,11 @@ class Sandbox:
             self.proc.stdin.flush()
         except BrokenPipeError:
             raise SandboxGone(f"the sandbox ended: {_stderr(self.proc)}") from None
-        first = self.records.next(deadline)
+        wait = deadline if spent is None else min(deadline, spent)
+        first = self.records.next(wait)
+        if first is None and not self.records.ended and spent is not None and time.monotonic() >= spent:
+            self.close()
+            return Outcome(None, _budget_spent(len(spec["tests"])))
         if first is None:
             # A reused sandbox whose driver ended before it took this completion (it
             # had said its last one's files were gone): this one gets a new sandbox.
@@ -235,8 +258,12 @@ class Sandbox:
         if "test_error" in first:
             raise ValueError(first["test_error"])
         results: list[dict[str, Any]] = []
+        printed = 0
         while True:
-            record = self.records.next(deadline)
+            record = self.records.next(wait)
+            if record is None and not self.records.ended and spent is not None and time.monotonic() >= spent:
+                self.close()  # the test running now and those after it are never judged
+                return Outcome(None, results + _budget_spent(len(spec["tests"]) - len(results)))
             if record is None or record.get("done"):
                 break
             if "test_error" in record:
@@ -247,10 +274,17 @@ class Sandbox:
                 # own, or one it forked): the test went past its memory.
                 kills = now
                 record["verdict"] = record.get("verdict") or "MLE"
+            # Counted before ``stop``, which may drop what it has judged.
+            printed += len(record.get("stdout") or "") + len(record.get("stderr") or "")
             results.append(record)
             if stop is not None and stop(record):
                 self.close()  # its other tests are not run: a new sandbox costs less than they may
                 return Outcome(None, results)
+            if output_total is not None and printed > output_total and len(results) < len(spec["tests"]):
+                self.close()
+                why = f"the tests' output together passed {output_total} bytes"
+                left = len(spec["tests"]) - len(results)
+                return Outcome(None, results + [{"verdict": "OLE", "detail": why} for _ in range(left)])
         self._finish(record)
         return Outcome(None, results + [dict(gone) for _ in range(len(results), len(spec["tests"]))])
 
@@ -267,6 +301,13 @@ class Sandbox:
             self.cgroup.remove()
         if self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def _budget_spent(count: int) -> list[dict[str, Any]]:
+    """The results of ``count`` tests the completion's time budget left no time for:
+    TLE, marked so that a reader tells them from a test's own time limit."""
+    why = "the item's time budget ran out before this test ended"
+    return [{"verdict": "TLE", "detail": why, "budget": True} for _ in range(count)]
 
 
 class _Idle:
