@@ -304,11 +304,17 @@ class TestVerdict(_Response):
     memory_kb: int | None = None
     exit_code: int | None = None
     signal: int | None = None
+    # Why, in words: a compile error's message, an RE's last line of stderr (its
+    # exception), what ended a test its own run did not judge (the item's time budget, the
+    # tests' output total).
     detail: str | None = None
     # With ``options.code.outputs``: the start of what the run printed. One answer shows at
     # most 16 MiB of its item's output, each test an equal share (at most 1 MiB a stream).
     stdout: str | None = None
     stderr: str | None = None
+    truncated: bool = Field(
+        default=False, description="stdout or stderr was cut to its share of the answer; the run printed more."
+    )
     files: dict[str, str] | None = None  # the reference's fetch_files: {path: base64}
 
 
@@ -316,15 +322,9 @@ class ItemResult(_Response):
     """The reward of one item. A result that could not be computed has ``valid: false``,
     an ``error`` and ``score: null``; it is never a silent 0."""
 
-    # Why, in words: a compile error's message, an RE's last line of stderr (its
-    # exception), what ended a test its own run did not judge (the item's time budget, the
-    # tests' output total).
     id: str | None = None
     score: float | None = None
     valid: bool = True
-    truncated: bool = Field(
-        default=False, description="stdout or stderr was cut to its share of the answer; the run printed more."
-    )
     error: str | None = None
     advantage: float | None = None
     # Multi-head reward models: the whole head vector at the readout position.

@@ -37,9 +37,6 @@ COMPILERS = {"cpp": "/usr/bin/g++"}  # where the sandbox finds them (its /usr is
 MAX_TESTS = 256
 MAX_TEST_CHARS = 8_000_000  # all of an item's test data
 SHOWN = 1 << 20  # of a test's stdout and stderr, where the request asks for them
-
-
-def verdict(result: dict[str, Any], want: Any, style: str, compare: str) -> str:
 # An item's stdout and stderr shown in its answer, all its tests together: each test's
 # share of it is the same, so that one answer stays this size whatever the program prints.
 ANSWER_BYTES = 16 << 20
@@ -49,6 +46,9 @@ DETAIL_CHARS = 300  # of a failed run's last line of stderr
 # them after; the checker, the rest.
 TESTS_SHARE_WITH_CHECKER = 0.6
 ANSWER_MARGIN, ANSWER_MARGIN_S = 0.05, 1.0
+
+
+def verdict(result: dict[str, Any], want: Any, style: str, compare: str) -> str:
     if result.get("verdict"):
         return str(result["verdict"])
     if result.get("exit_code") == 137 and "MemoryError" in result.get("stderr", ""):
@@ -151,6 +151,7 @@ def code_tests(
     if checker is not None and style != "stdio":
         raise RuleError(f"a checker judges stdin/stdout tests ({{inputs, outputs}}); these are {style} tests")
     verdicts: list[str] = []
+    shown = min(SHOWN, ANSWER_BYTES // (2 * len(tests))) if outputs else 0
 
     def judged(result: dict[str, Any]) -> bool:
         # With a checker, a clean run is AC until the checker has read its output.
@@ -159,10 +160,12 @@ def code_tests(
             verdicts.append(verdict(result, want, style, compare))
         except Exception:  # noqa: BLE001 - an output that breaks the comparison (JSON nested past the stack, 10**400 for a float) is no answer
             verdicts.append("WA")
+        # Judged as it arrives: what the answer shows of it is kept, the rest goes now
+        # (an AC run's stdout stays whole for the checker, within the output total).
+        _shrink(result, verdicts[-1], shown, keep_stdout=checker is not None and verdicts[-1] == "AC")
         return binary and verdicts[-1] != "AC"
 
     try:
-    shown = min(SHOWN, ANSWER_BYTES // (2 * len(tests))) if outputs else 0
         outcome = sandbox.run(
             code,
             tests,
@@ -171,11 +174,9 @@ def code_tests(
             asserts=style == "asserts",
             language=language,
             files=files,
-        # Judged as it arrives: what the answer shows of it is kept, the rest goes now
-        # (an AC run's stdout stays whole for the checker, within the output total).
-        _shrink(result, verdicts[-1], shown, keep_stdout=checker is not None and verdicts[-1] == "AC")
             fetch_files=fetch,
             unsafe=unsafe_exec,
+            budget_s=_budget(TESTS_SHARE_WITH_CHECKER if checker is not None else 1.0),
         )
     except sandbox.SandboxUnavailable as exc:
         raise RuleError(f"the sandbox failed: {exc}") from None
@@ -187,7 +188,6 @@ def code_tests(
         verdicts.append(str(result["verdict"]))
     if checker is not None:
         verdicts = checked(checker, tests, wanted, outcome.results, verdicts, limits, binary, unsafe_exec)
-            budget_s=_budget(TESTS_SHARE_WITH_CHECKER if checker is not None else 1.0),
     details = [_detail(v, r, shown, bool(fetch)) for v, r in zip(verdicts, outcome.results)]
     passed = sum(v == "AC" for v in verdicts)
     score = float(passed == len(tests)) if binary else passed / len(tests)
@@ -195,17 +195,6 @@ def code_tests(
     return CodeScore(score, f"{passed}/{len(tests)} passed" + (f"; first failure {failed}" if failed else ""), details)
 
 
-# Before a checker runs: testlib's arguments (input, the program's output, the expected
-# answer) as files in its working directory, and the input on its stdin.
-# A setup that fails exits with its own status (never 1, a checker's "reject").
-CHECKER_SETUP = (
-    "import json as _rs_json, os as _rs_os, sys as _rs_sys\n"
-    "try:\n"
-    "    _rs_case = _rs_json.loads(_rs_sys.stdin.read())\n"
-    "    for _rs_name in ('input', 'output', 'answer'):\n"
-    "        with open(_rs_name + '.txt', 'w', encoding='utf-8') as _rs_file:\n"
-    "            _rs_file.write(_rs_case[_rs_name])\n"
-    "    _rs_sys.stdin = open('input.txt', encoding='utf-8')\n"
 def _budget(share: float = 1.0) -> float | None:
     """Seconds this item's runs may take from now: ``share`` of what is left of the rule
     call's time limit, less a margin to answer in (past the limit the pool kills the
@@ -273,6 +262,17 @@ def _last_line(text: str) -> str | None:
     return None
 
 
+# Before a checker runs: testlib's arguments (input, the program's output, the expected
+# answer) as files in its working directory, and the input on its stdin.
+# A setup that fails exits with its own status (never 1, a checker's "reject").
+CHECKER_SETUP = (
+    "import json as _rs_json, os as _rs_os, sys as _rs_sys\n"
+    "try:\n"
+    "    _rs_case = _rs_json.loads(_rs_sys.stdin.read())\n"
+    "    for _rs_name in ('input', 'output', 'answer'):\n"
+    "        with open(_rs_name + '.txt', 'w', encoding='utf-8') as _rs_file:\n"
+    "            _rs_file.write(_rs_case[_rs_name])\n"
+    "    _rs_sys.stdin = open('input.txt', encoding='utf-8')\n"
     "except BaseException:\n"
     "    _rs_os._exit(125)\n"
     "_rs_sys.argv = ['checker', 'input.txt', 'output.txt', 'answer.txt']\n"
@@ -335,6 +335,10 @@ def checked(
         sound: list[bool] = []
 
         def answered(result: dict[str, Any]) -> bool:
+            if result.get("budget"):  # no time left to tell: the test was not judged in time
+                out[asked[len(sound)]] = "TLE"
+                sound.append(True)
+                return False
             sound.append(not _checker_failed(result) and result.get("exit_code") == CHECKER_ACCEPTS)
             return not sound[-1]
 
@@ -346,10 +350,6 @@ def checked(
     if len(seen) < len(judged):  # a binary score's first WA: what follows was never checked
         return out[: seen[-1] + 1]
     return out
-            if result.get("budget"):  # no time left to tell: the test was not judged in time
-                out[asked[len(sound)]] = "TLE"
-                sound.append(True)
-                return False
 
 
 def _checker_case(test: dict[str, Any], output: str, answer: Any) -> dict[str, Any]:
