@@ -267,6 +267,16 @@ class CodeOptions(_Request):
     outputs: bool | None = None
     # The response's last fenced block for the language (default), or the response as it is.
     extract: bool | None = None
+    harness: Literal["lcb", "prime_code", "human_eval", "mbpp", "plain"] | None = Field(
+        default=None,
+        description=(
+            "The environment the tests run in, as their dataset's own grader runs them; unset, the"
+            " reference's shape decides (LiveCodeBench rows: lcb; APPS/TACO input_output: prime_code;"
+            " human-eval: human_eval; MBPP: mbpp; others: plain). lcb and prime_code run each program"
+            " after that grader's import prelude and recursion limit and compare call results by its =="
+            " (lcb also compares stdout by LiveCodeBench's lines rule); the others as python3 prog.py."
+        ),
+    )
 
 
 class ScoreOptions(GoalOptions):

@@ -17,13 +17,27 @@ its last untagged block, else the whole response. The reference is one of:
   place of the comparison, as testlib's checkers do: it gets the files ``input.txt``,
   ``output.txt`` (the completion's) and ``answer.txt`` (the expected one), also as
   ``sys.argv[1:]``, with the input on stdin, and exits 0 to accept, 1 (or 2) to reject.
+
+Each shape is run in its dataset's environment, its harness (``HARNESSES``), unless the
+request names another: LiveCodeBench's rows (``lcb``) after its import prelude and
+recursion limit, call results compared by its ``==``, and its private tests run with the
+public ones; APPS / TACO rows (``input_output``: ``prime_code``) after verl's prime_code
+prelude, with its ``==``; human-eval, MBPP and every other shape as plain Python
+(``python3 prog.py``). The I/O of a program is plain Python's under every harness: what
+LiveCodeBench's and prime_code's in-process mocks get wrong (iterating ``sys.stdin``,
+``open(0)``, ``sys.stdout.buffer``, ``os.write(1, ...)``, a ``global`` statement in
+their wrapped function) is not copied.
 """
 
 from __future__ import annotations
 
 import base64
+import binascii
+import io
 import json
+import pickle
 import re
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,10 +60,53 @@ def extract_code(response: str, language: str = "python") -> str:
     return str(untagged[-1]) if untagged else response
 
 
+# The environments a program is graded in (``options.code.harness``).
+HARNESSES = ("lcb", "prime_code", "human_eval", "mbpp", "plain")
+
+# LiveCodeBench's import_string, run before every program (LiveCodeBench/LiveCodeBench at
+# commit 28fef95ea8c9f7a547c8329f2cd3d32b92c1fa24, lcb_runner/evaluation/testing_util.py),
+# and the digit limit its compute_code_generation_metrics.py sets for the whole grader.
+LCB_PRELUDE = (
+    "from string import *\nfrom re import *\nfrom datetime import *\nfrom collections import *\n"
+    "from heapq import *\nfrom bisect import *\nfrom copy import *\nfrom math import *\n"
+    "from random import *\nfrom statistics import *\nfrom itertools import *\nfrom functools import *\n"
+    "from operator import *\nfrom io import *\nfrom sys import *\nfrom json import *\n"
+    "from builtins import *\nfrom typing import *\nimport string\nimport re\nimport datetime\n"
+    "import collections\nimport heapq\nimport bisect\nimport copy\nimport math\nimport random\n"
+    "import statistics\nimport itertools\nimport functools\nimport operator\nimport io\nimport sys\n"
+    "import json\nsys.setrecursionlimit(50000)\n"
+    "sys.set_int_max_str_digits(50000)\n"
+)
+# verl 0.9.1's prime_code header (verl/utils/reward_score/prime_code/testing_util.py,
+# run_test's ``sol``): LiveCodeBench's imports with a higher recursion limit.
+PRIME_CODE_PRELUDE = LCB_PRELUDE.split("sys.setrecursionlimit")[0] + "sys.setrecursionlimit(6*10**5)\n"
+# The preludes' modules, imported once per completion before its tests fork, so that
+# each test's prelude binds names rather than loading modules.
+PRELUDE_MODULES = (
+    "string re datetime collections heapq bisect copy math random statistics itertools functools operator io json"
+    " typing"
+).split()
+PRELUDES = {"lcb": LCB_PRELUDE, "prime_code": PRIME_CODE_PRELUDE}
+
+
+class Tests(dict[str, Any]):
+    """A reference read into one object of tests, with the harness its shape implies."""
+
+    harness = "plain"
+
+
+def _tests(fields: dict[str, Any], harness: str) -> Tests:
+    out = Tests(fields)
+    out.harness = harness
+    return out
+
+
 def tests_of(reference: Any) -> dict[str, Any]:
     """The reference as one object of tests (JSON text parsed, a peer's row read into
     inputs and outputs). The readers below take either form: read it once with this,
     then hand them what it gives."""
+    if isinstance(reference, Tests):
+        return reference
     if isinstance(reference, str):
         try:
             reference = json.loads(reference)
@@ -59,13 +116,17 @@ def tests_of(reference: Any) -> dict[str, Any]:
         raise RuleError(
             "the code model needs a reference object: {inputs, outputs}, {test, entry_point} or {test_list}"
         )
-    if "input_output" in reference:
-        return tests_of(reference["input_output"])
+    if "input_output" in reference:  # APPS and TACO rows
+        return _tests(tests_of(reference["input_output"]), "prime_code")
     if "public_test_cases" in reference:
-        return _livecodebench(reference)
+        return _tests(_livecodebench(reference), "lcb")
     if "test_cases" in reference:
-        return _open_r1(reference)
-    return reference
+        return _tests(_open_r1(reference), "plain")
+    if "test" in reference and "entry_point" in reference:
+        return _tests(reference, "human_eval")
+    if "test_list" in reference:
+        return _tests(reference, "mbpp")
+    return _tests(reference, "plain")
 
 
 def _open_r1(row: dict[str, Any]) -> dict[str, Any]:
@@ -84,44 +145,142 @@ def _open_r1(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def _livecodebench(row: dict[str, Any]) -> dict[str, Any]:
-    """A LiveCodeBench row's tests (``public_test_cases``, JSON text or a list, each
-    ``{input, output, testtype}``) as inputs and outputs; ``functional`` tests call
-    ``metadata.func_name`` (JSON text or an object)."""
-    cases = row["public_test_cases"]
+    """A LiveCodeBench row's tests (``public_test_cases``, then ``private_test_cases``,
+    each JSON text or a list of ``{input, output, testtype}``; the private ones also as
+    LiveCodeBench publishes them, see ``private_cases``) as inputs and outputs;
+    ``functional`` tests call ``metadata.func_name`` (JSON text or an object), as
+    LiveCodeBench's get_evaluation_sample does."""
     metadata = row.get("metadata") or {}
     try:
-        cases = json.loads(cases) if isinstance(cases, str) else cases
+        cases = _lcb_cases(row["public_test_cases"], "public_test_cases")
         metadata = json.loads(metadata) if isinstance(metadata, str) else metadata
     except ValueError:
         raise RuleError("public_test_cases or metadata is not JSON") from None
-    if not isinstance(cases, list) or not all(isinstance(c, dict) and "input" in c and "output" in c for c in cases):
-        raise RuleError("public_test_cases must be a list of {input, output, testtype}")
+    if row.get("private_test_cases") not in (None, "", []):
+        cases = cases + private_cases(row["private_test_cases"])
     out: dict[str, Any] = {"inputs": [c["input"] for c in cases], "outputs": [c["output"] for c in cases]}
-    if any(c.get("testtype") == "functional" for c in cases):
-        if not isinstance(metadata, dict) or not metadata.get("func_name"):
-            raise RuleError("functional tests need metadata.func_name")
-        out["fn_name"] = metadata["func_name"]
+    named = metadata.get("func_name") if isinstance(metadata, dict) else None
+    if any(c.get("testtype") == "functional" for c in cases) and not named:
+        raise RuleError("functional tests need metadata.func_name")
+    if named:
+        out["fn_name"] = named
     return out
 
 
-def plan(code: str, reference: Any) -> tuple[str, list[dict[str, Any]], list[Any], str]:
+def _lcb_cases(cases: Any, field: str) -> list[dict[str, Any]]:
+    cases = json.loads(cases) if isinstance(cases, str) else cases
+    if not isinstance(cases, list) or not all(isinstance(c, dict) and "input" in c and "output" in c for c in cases):
+        raise RuleError(f"{field} must be a list of {{input, output, testtype}}")
+    if not all(isinstance(c["input"], str) and isinstance(c["output"], str) for c in cases):
+        raise RuleError(f"{field}: each input and output is text")
+    return cases
+
+
+# Of a row's private tests once decompressed (LiveCodeBench's largest rows hold tens of MB).
+MAX_PRIVATE_BYTES = 256 << 20
+
+
+class _TextUnpickler(pickle.Unpickler):
+    """Reads a pickle that holds text, and nothing that names a class or a function:
+    whatever would import or call something is refused before it is built."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(f"it names {module[:60]}.{name[:60]}")
+
+    def persistent_load(self, pid: Any) -> Any:
+        raise pickle.UnpicklingError("it holds a persistent id")
+
+
+def private_cases(field: Any) -> list[dict[str, Any]]:
+    """LiveCodeBench's ``private_test_cases``: JSON text, or as it publishes them,
+    base64 of zlib of a pickle of the JSON text (lcb_runner/benchmarks/code_generation.py
+    at the commit named at LCB_PRELUDE). The pickle may hold text only (``_TextUnpickler``):
+    request data is never handed to a general unpickler. Tests that cannot be read make
+    the row invalid, never graded on the public ones alone."""
+    if isinstance(field, list):
+        return _lcb_cases(field, "private_test_cases")
+    if not isinstance(field, str):
+        raise RuleError("private_test_cases must be JSON text, a list, or LiveCodeBench's compressed text")
+    try:
+        return _lcb_cases(json.loads(field), "private_test_cases")
+    except ValueError:
+        pass
+    try:
+        packed = base64.b64decode(field.encode("ascii"), validate=True)
+        inflater = zlib.decompressobj()
+        pickled = inflater.decompress(packed, MAX_PRIVATE_BYTES)
+    except (binascii.Error, UnicodeEncodeError, zlib.error, ValueError):
+        raise RuleError("private_test_cases is neither JSON nor base64 of zlib data") from None
+    if inflater.unconsumed_tail:
+        raise RuleError(f"private_test_cases hold over {MAX_PRIVATE_BYTES} bytes decompressed")
+    try:
+        text = _TextUnpickler(io.BytesIO(pickled)).load()
+    except Exception as exc:  # noqa: BLE001 - any pickle that is not plain text is refused
+        raise RuleError(f"private_test_cases: not a pickle of text ({str(exc)[:120]})") from None
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    if not isinstance(text, str):
+        raise RuleError(f"private_test_cases: a pickle of {type(text).__name__}, not of JSON text")
+    try:
+        return _lcb_cases(json.loads(text), "private_test_cases")
+    except ValueError:
+        raise RuleError("private_test_cases: the pickled text is not JSON") from None
+
+
+@dataclass(frozen=True)
+class HarnessValue:
+    """A call's expected value, compared by its harness's equality (code_compare's
+    ``HARNESS_EQUALITY``), the result having come back with its types (``typed_result``)."""
+
+    value: Any
+    harness: str
+
+
+class HarnessText(str):
+    """A test's expected stdout, compared by its harness's rule whatever the request's
+    ``compare`` (LiveCodeBench's ``lines``)."""
+
+    compare = "lines"
+
+
+def harness_of(reference: Any, asked: str | None = None) -> str:
+    """The harness the reference is graded in: ``asked`` (the request's), else its shape's."""
+    chosen = asked or getattr(tests_of(reference), "harness", "plain")
+    if chosen not in HARNESSES:
+        raise RuleError(f"unknown harness {str(chosen)[:40]!r}; known: {', '.join(HARNESSES)}")
+    return chosen
+
+
+def plan(code: str, reference: Any, harness: str | None = None) -> tuple[str, list[dict[str, Any]], list[Any], str]:
     """(code to run, sandbox tests, what each test's output must be, style): style is
     ``stdio``, ``call`` (expected values: compared here) or ``asserts`` (a test passes by
-    running to its end)."""
+    running to its end). ``harness``: the request's, over the one the shape implies."""
     ref = tests_of(reference)
+    chosen = harness_of(ref, harness)
     if "inputs" in ref and "outputs" in ref:
+        if chosen in ("human_eval", "mbpp"):
+            raise RuleError(f"harness {chosen} grades its own shape of tests, not {{inputs, outputs}}")
         inputs, outputs = ref["inputs"], ref["outputs"]
         if not isinstance(inputs, list) or not isinstance(outputs, list) or len(inputs) != len(outputs):
             raise RuleError("reference inputs and outputs must be lists of the same length")
+        prelude = {"before": PRELUDES[chosen], "preload": PRELUDE_MODULES} if chosen in PRELUDES else {}
         fn = ref.get("fn_name")
         if fn:
             if not isinstance(fn, str) or not fn.isidentifier():
                 raise RuleError(f"fn_name {str(fn)[:40]!r} is not a Python name")
-            tests = [{"after": _call_harness(fn, _arguments(i))} for i in inputs]
-            return code, tests, [_expected_value(o) for o in outputs], "call"
-        tests = [{"stdin": i if isinstance(i, str) else "\n".join(map(str, i))} for i in inputs]
+            typed = chosen in PRELUDES
+            tests = [{**prelude, "after": _call_harness(fn, _arguments(i), chosen)} for i in inputs]
+            wanted: list[Any] = [_expected_value(o) for o in outputs]
+            if typed:
+                wanted = [HarnessValue(w, chosen) for w in wanted]
+            return code, tests, wanted, "call"
+        tests = [{**prelude, "stdin": i if isinstance(i, str) else "\n".join(map(str, i))} for i in inputs]
         wanted = [o if o is None or isinstance(o, str) else "\n".join(map(str, o)) for o in outputs]
+        if chosen == "lcb":
+            wanted = [w if w is None else HarnessText(w) for w in wanted]
         return code, tests, wanted, "stdio"
+    if chosen in ("lcb", "prime_code"):
+        raise RuleError(f"harness {chosen} grades {{inputs, outputs}} tests; these are assert-style")
     if "test" in ref and "entry_point" in ref:
         entry = str(ref["entry_point"])
         if not entry.isidentifier():
@@ -240,15 +399,90 @@ def _expected_value(value: Any) -> Any:
     return value
 
 
-def _call_harness(fn: str, args: str) -> str:
+def _call_harness(fn: str, args: str, harness: str = "plain") -> str:
     """Run after the program in its globals: the function (or Solution's method) on the
-    arguments (a JSON list's text), its result as one JSON line after a blank separator."""
-    return (
-        "import json as _rs_json\n"
-        f"_rs_fn = globals().get({fn!r}) or getattr(globals()['Solution'](), {fn!r})\n"
-        f"_rs_out = _rs_fn(*_rs_json.loads({json.dumps(args)}))\n"
-        f"print()\nprint({RESULT_MARKER!r} + _rs_json.dumps(_rs_out, default=repr))\n"
-    )
+    arguments (a JSON list's text), its result as one JSON line after a blank separator.
+    Under a harness with an equality of its own (lcb, prime_code) the result keeps its
+    types (tuples, sets, dict keys: ``TYPED_RESULT``), and prime_code's run_test turns
+    a first argument's dict keys into integers first."""
+    lines = [
+        "import json as _rs_json",
+        f"_rs_fn = globals().get({fn!r}) or getattr(globals()['Solution'](), {fn!r})",
+        f"_rs_args = _rs_json.loads({json.dumps(args)})",
+    ]
+    if harness == "prime_code":
+        lines += [
+            "try:",
+            "    if isinstance(_rs_args[0], dict):",
+            "        _rs_args = [{int(k): v for k, v in _rs_args[0].items()}]",
+            "except Exception:",
+            "    pass",
+        ]
+    lines.append("_rs_out = _rs_fn(*_rs_args)")
+    if harness in PRELUDES:
+        lines += [TYPED_RESULT, "_rs_out = _rs_typed(_rs_out, 0)"]
+    lines.append(f"print()\nprint({RESULT_MARKER!r} + _rs_json.dumps(_rs_out, default=repr))")
+    return "\n".join(lines) + "\n"
+
+
+# A call's result as JSON that keeps what JSON drops: a tuple ({"t": items}), a dict with
+# its keys' types ({"d": [[key, value], ...]}), a set ({"s": items}); any other object
+# is only its text ({"o": repr}), which equals no expected value. Exact types only: an
+# int subclass with an __eq__ of its own is an object.
+TYPED_RESULT = """\
+import sys as _rs_sys
+_rs_sys.set_int_max_str_digits(0)
+def _rs_typed(v, depth):
+    if depth > 1000:
+        raise ValueError('a result nested over 1000 deep')
+    t = type(v)
+    if v is None or t is bool or t is int or t is float or t is str:
+        return v
+    if t is list:
+        return [_rs_typed(x, depth + 1) for x in v]
+    if t is tuple:
+        return {'t': [_rs_typed(x, depth + 1) for x in v]}
+    if t is dict:
+        return {'d': [[_rs_typed(k, depth + 1), _rs_typed(x, depth + 1)] for k, x in v.items()]}
+    if t is set or t is frozenset:
+        return {'s': [_rs_typed(x, depth + 1) for x in v]}
+    return {'o': repr(v)[:200]}
+"""
+
+
+class Opaque:
+    """An object a call returned that is not data: equal only to itself."""
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def typed_result(value: Any) -> Any:
+    """A result in ``TYPED_RESULT``'s JSON as Python values; ValueError where it is not."""
+    if isinstance(value, list):
+        return [typed_result(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    if len(value) != 1:
+        raise ValueError("not a typed result")
+    ((tag, body),) = value.items()
+    if tag == "o":
+        return Opaque(str(body))
+    if not isinstance(body, list):
+        raise ValueError("not a typed result")
+    if tag == "t":
+        return tuple(typed_result(v) for v in body)
+    if tag == "s":
+        return frozenset(typed_result(v) for v in body)
+    if tag == "d" and all(isinstance(pair, list) and len(pair) == 2 for pair in body):
+        try:
+            return {typed_result(k): typed_result(v) for k, v in body}
+        except TypeError:  # an unhashable key: no result Python could have made
+            raise ValueError("not a typed result") from None
+    raise ValueError("not a typed result")
 
 
 def call_result(stdout: str) -> Any:
