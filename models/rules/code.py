@@ -40,6 +40,15 @@ COMPILERS = {"cpp": "/usr/bin/g++"}  # where the sandbox finds them (its /usr is
 MAX_TESTS = 256
 MAX_TEST_CHARS = 8_000_000  # all of an item's test data
 SHOWN = 1 << 20  # of a test's stdout and stderr, where the request asks for them
+# An item's stdout and stderr shown in its answer, all its tests together: each test's
+# share of it is the same, so that one answer stays this size whatever the program prints.
+ANSWER_BYTES = 16 << 20
+DETAIL_CHARS = 300  # of a failed run's last line of stderr
+# A completion's tests get this share of the rule call's time left (less a margin to send
+# its answer in: ANSWER_MARGIN of it, ANSWER_MARGIN_S at least) where a checker judges
+# them after; the checker, the rest.
+TESTS_SHARE_WITH_CHECKER = 0.6
+ANSWER_MARGIN, ANSWER_MARGIN_S = 0.05, 1.0
 
 
 def verdict(result: dict[str, Any], want: Any, style: str, compare: str) -> str:
@@ -153,6 +162,7 @@ def code_tests(
     if checker is not None and style != "stdio":
         raise RuleError(f"a checker judges stdin/stdout tests ({{inputs, outputs}}); these are {style} tests")
     verdicts: list[str] = []
+    shown = min(SHOWN, ANSWER_BYTES // (2 * len(tests))) if outputs else 0
 
     def judged(result: dict[str, Any]) -> bool:
         # With a checker, a clean run is AC until the checker has read its output.
@@ -161,6 +171,9 @@ def code_tests(
             verdicts.append(verdict(result, want, style, compare))
         except Exception:  # noqa: BLE001 - an output that breaks the comparison (JSON nested past the stack, 10**400 for a float) is no answer
             verdicts.append("WA")
+        # Judged as it arrives: what the answer shows of it is kept, the rest goes now
+        # (an AC run's stdout stays whole for the checker, within the output total).
+        _shrink(result, verdicts[-1], shown, keep_stdout=checker is not None and verdicts[-1] == "AC")
         return binary and verdicts[-1] != "AC"
 
     try:
@@ -174,6 +187,7 @@ def code_tests(
             files=files,
             fetch_files=fetch,
             unsafe=unsafe_exec,
+            budget_s=_budget(TESTS_SHARE_WITH_CHECKER if checker is not None else 1.0),
         )
     except sandbox.SandboxUnavailable as exc:
         raise RuleError(f"the sandbox failed: {exc}") from None
@@ -185,22 +199,78 @@ def code_tests(
         verdicts.append(str(result["verdict"]))
     if checker is not None:
         verdicts = checked(checker, tests, wanted, outcome.results, verdicts, limits, binary, unsafe_exec)
-    details: list[dict[str, Any]] = [
-        {
-            "verdict": v,
-            "time_s": r.get("time_s"),
-            "memory_kb": r.get("memory_kb"),
-            "exit_code": r.get("exit_code"),
-            "signal": r.get("signal"),
-            **({"stdout": r.get("stdout", "")[:SHOWN], "stderr": r.get("stderr", "")[:SHOWN]} if outputs else {}),
-            **({"files": {p: base64.b64encode(d).decode() for p, d in r.get("files", {}).items()}} if fetch else {}),
-        }
-        for v, r in zip(verdicts, outcome.results)
-    ]
+    details = [_detail(v, r, shown, bool(fetch)) for v, r in zip(verdicts, outcome.results)]
     passed = sum(v == "AC" for v in verdicts)
     score = float(passed == len(tests)) if binary else passed / len(tests)
     failed = next((f"test {i}: {v}" for i, v in enumerate(verdicts) if v != "AC"), "")
     return CodeScore(score, f"{passed}/{len(tests)} passed" + (f"; first failure {failed}" if failed else ""), details)
+
+
+def _budget(share: float = 1.0) -> float | None:
+    """Seconds this item's runs may take from now: ``share`` of what is left of the rule
+    call's time limit, less a margin to answer in (past the limit the pool kills the
+    call and the item has no answer); None outside a pool's call."""
+    from rewardserve.models.rules.pool import call_time_left
+
+    left = call_time_left()
+    return None if left is None else max(0.0, left - max(ANSWER_MARGIN_S, ANSWER_MARGIN * left)) * share
+
+
+def _shrink(result: dict[str, Any], judged: str, shown: int, keep_stdout: bool = False) -> None:
+    """A judged run's record cut to what its answer shows: an RE's last line of stderr
+    as its detail, and the first ``shown`` bytes of stdout and stderr (none where the
+    request did not ask for them), ``truncated`` where more was cut."""
+    if judged == "RE" and not result.get("detail"):
+        result["detail"] = _last_line(result.get("stderr") or "")
+    for stream in ("stderr",) if keep_stdout else ("stdout", "stderr"):
+        text, cut = _prefix(result.pop(stream, None) or "", shown)
+        if shown:
+            result[stream] = text
+        result["truncated"] = bool(result.get("truncated") or (cut and shown))
+
+
+def _detail(judged: str, result: dict[str, Any], shown: int, fetched: bool) -> dict[str, Any]:
+    """One test as the answer shows it."""
+    detail: dict[str, Any] = {
+        "verdict": judged,
+        "time_s": result.get("time_s"),
+        "memory_kb": result.get("memory_kb"),
+        "exit_code": result.get("exit_code"),
+        "signal": result.get("signal"),
+        "detail": result.get("detail"),
+    }
+    if shown:
+        stdout, cut_out = _prefix(result.get("stdout") or "", shown)  # an AC run kept whole for the checker
+        stderr, cut_err = _prefix(result.get("stderr") or "", shown)
+        detail.update(stdout=stdout, stderr=stderr, truncated=bool(result.get("truncated") or cut_out or cut_err))
+    if fetched:
+        detail["files"] = {p: base64.b64encode(d).decode() for p, d in result.get("files", {}).items()}
+    return detail
+
+
+def _prefix(text: str, limit: int) -> tuple[str, bool]:
+    """The start of ``text`` whose JSON string takes at most ``limit`` bytes (a control
+    character is six, ``\\u0001``), and whether anything was cut."""
+    if len(text) <= limit // 6:
+        return text, False
+    cut = text[:limit]
+    size = _json_bytes(cut)
+    while size > limit:
+        cut = cut[: len(cut) * limit // size]
+        size = _json_bytes(cut)
+    return cut, len(cut) < len(text)
+
+
+def _json_bytes(text: str) -> int:
+    return len(json.dumps(text, ensure_ascii=False).encode("utf-8", "surrogatepass")) - 2
+
+
+def _last_line(text: str) -> str | None:
+    """The last non-empty line of a run's stderr (a Python exception's own line), bounded."""
+    for line in reversed(text[-(1 << 16) :].splitlines()):
+        if line.strip():
+            return line.strip()[:DETAIL_CHARS]
+    return None
 
 
 # Before a checker runs: testlib's arguments (input, the program's output, the expected
@@ -242,7 +312,8 @@ def checked(
     not turn its wrong answer into no answer (dropped, not penalised) by printing what
     the checker cannot parse. A checker that fails on its own answer as well makes the
     item invalid. An outsized output (over CHECKER_OUTSIZED bytes and 4 times its
-    answer's) that breaks the checker is a WA without asking."""
+    answer's) that breaks the checker is a WA without asking. A test the item's time
+    budget left the checker no time for is a TLE."""
     judged = [i for i, v in enumerate(verdicts) if v == "AC"]
     if not judged:
         return verdicts
@@ -254,7 +325,9 @@ def checked(
         at = judged[len(seen)]
         seen.append(at)
         out[at] = "WA"
-        if _checker_failed(result):
+        if result.get("budget"):
+            out[at] = "TLE"
+        elif _checker_failed(result):
             output = len(results[at].get("stdout", ""))
             if output <= CHECKER_OUTSIZED or output <= 4 * len(wanted[at] or ""):
                 broke[at] = _why_failed(result)
@@ -266,18 +339,22 @@ def checked(
         limits, memory_mb=max(limits.memory_mb, CHECKER_MEMORY_MB), timeout_s=max(limits.timeout_s, CHECKER_TIMEOUT_S)
     )
     cases = [_checker_case(tests[i], results[i].get("stdout", ""), wanted[i]) for i in judged]
-    _run_checker(checker, cases, own, read, unsafe)
+    _run_checker(checker, cases, own, read, unsafe, _budget())
     if broke:
         # The checker on the expected answer, in the failed output's place.
         asked = list(broke)
         sound: list[bool] = []
 
         def answered(result: dict[str, Any]) -> bool:
+            if result.get("budget"):  # no time left to tell: the test was not judged in time
+                out[asked[len(sound)]] = "TLE"
+                sound.append(True)
+                return False
             sound.append(not _checker_failed(result) and result.get("exit_code") == CHECKER_ACCEPTS)
             return not sound[-1]
 
         answers = [_checker_case(tests[i], wanted[i] or "", wanted[i]) for i in asked]
-        _run_checker(checker, answers, own, answered, unsafe)
+        _run_checker(checker, answers, own, answered, unsafe, _budget())
         if not all(sound):
             at = asked[sound.index(False)]
             raise RuleError(f"the checker failed on test {at}: {broke[at]}; and on its own answer")
@@ -300,9 +377,12 @@ def _checker_failed(result: dict[str, Any]) -> bool:
     return bool(result.get("verdict") or result.get("signal")) or exit_code not in (CHECKER_ACCEPTS, *CHECKER_REJECTS)
 
 
-def _run_checker(checker: str, cases: list[dict[str, Any]], limits: Any, read: Any, unsafe: bool) -> None:
+def _run_checker(
+    checker: str, cases: list[dict[str, Any]], limits: Any, read: Any, unsafe: bool, budget_s: float | None = None
+) -> None:
     """The checker over ``cases`` in the sandbox, each result handed to ``read`` (which
-    says whether to stop), the tests its runner never reported (it was killed) included."""
+    says whether to stop), the tests its runner never reported (it was killed) or its
+    time budget (``budget_s``) left no time for included."""
     from rewardserve.models.rules import sandbox
 
     seen = 0
@@ -313,7 +393,7 @@ def _run_checker(checker: str, cases: list[dict[str, Any]], limits: Any, read: A
         return bool(read(result))
 
     try:
-        outcome = sandbox.run(checker, cases, limits, stop=counted, unsafe=unsafe)
+        outcome = sandbox.run(checker, cases, limits, stop=counted, unsafe=unsafe, budget_s=budget_s)
     except sandbox.SandboxUnavailable as exc:
         raise RuleError(f"the sandbox failed: {exc}") from None
     except ValueError as exc:
