@@ -1,8 +1,9 @@
 """Each format graded in its dataset's environment (models/rules/code_formats.py, the
 harnesses), held to the dataset's own grader run on the same rows:
 
-- LiveCodeBench rows against LiveCodeBench's ``check_correctness``
-  (lcb_runner/evaluation/compute_code_generation_metrics.py at commit 28fef95, stored in
+- LiveCodeBench rows against LiveCodeBench's ``check_correctness``, through its
+  ``evaluate_generations_by_problem`` (which makes a grader's crash a failure;
+  lcb_runner/evaluation/compute_code_generation_metrics.py at commit 28fef95, stored in
   tests/models/rules/data/livecodebench with its licence), each row's sample built by its
   own ``CodeGenerationProblem`` (which decodes the private tests);
 - APPS / TACO rows against verl 0.9.1's ``prime_code.compute_score``
@@ -84,6 +85,15 @@ LCB_ROWS = {
     "stdin_exit_early": (
         lcb_row([stdin("0\n", "NO\n"), stdin("2\n", "YES\n")]),
         "n = int(input())\nif n == 0:\n    print('NO')\n    exit()\nprint('YES')\n",
+    ),
+    "stdin_nonzero_exit_after_the_answer": (
+        lcb_row(ADD),
+        "import sys\na, b = map(int, input().split())\nprint(a + b)\nsys.exit(1)\n",
+    ),
+    "stdin_exit_with_a_message": (lcb_row(ADD), "a, b = map(int, input().split())\nprint(a + b)\nexit('done')\n"),
+    "functional_exit": (
+        lcb_row([functional("2", "4")], func_name="square"),
+        "class Solution:\n    def square(self, n):\n        exit()\n",
     ),
     "stdin_main_guard": (
         lcb_row(ADD),
@@ -213,11 +223,11 @@ LCB_GRADE = """
 import json, sys
 sys.path.insert(0, sys.argv[1])
 from lcb_runner.benchmarks.code_generation import CodeGenerationProblem
-from lcb_runner.evaluation.compute_code_generation_metrics import check_correctness
+from lcb_runner.evaluation.compute_code_generation_metrics import evaluate_generations_by_problem
 out = []
 for row, code in json.load(sys.stdin):
     sample = CodeGenerationProblem(**row).get_evaluation_sample()
-    results, _ = check_correctness(sample, code, timeout=6, debug=False)
+    (results,), _ = evaluate_generations_by_problem(([code], sample, False, 6))  # check_correctness per code
     out.append(bool(results) and all(bool(r > 0) for r in results))  # its pass_k_utils' rule
 print(json.dumps(out))
 """
@@ -288,6 +298,8 @@ def test_where_livecodebench_s_io_is_wrong_plain_python_s_verdict_stands(name, l
 def test_a_harness_may_be_asked_for_over_the_row_s_shape():
     row, code = LCB_ROWS["stdin_gcd_without_import"]
     assert not passes(code, row, harness="plain")  # python3 prog.py: gcd is not defined
+    exit_row, exit_code = LCB_ROWS["stdin_nonzero_exit_after_the_answer"]
+    assert not passes(exit_code, exit_row, harness="plain")  # python3 prog.py: exit status 1
     verl_shape = {"inputs": ["12 18\n"], "outputs": ["6\n"]}
     assert not passes(code, verl_shape)
     assert passes(code, verl_shape, harness="lcb") and passes(code, verl_shape, harness="prime_code")
