@@ -9,6 +9,7 @@ from typing import Any, cast
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
+from starlette.concurrency import run_in_threadpool
 
 from rewardserve.client.protocol import (
     ErrorBody,
@@ -62,17 +63,18 @@ def answer(body: BaseModel, done: Executed[Any]) -> Response:
 async def score(body: ScoreRequest, request: Request) -> Response:
     """Outcome reward per item, in request order (for a PRM, its trajectory aggregate)."""
     done = await application.score(RequestContext.of(request), body.model, body.items, body.options)
-    return answer(
-        ScoreResponse(
-            model=body.model,
-            revision=done.revision,
-            model_version=done.model_version,
-            results=done.results,
-            usage=done.usage,
-            warnings=done.warnings,
-        ),
-        done,
+    scored = ScoreResponse(
+        model=body.model,
+        revision=done.revision,
+        model_version=done.model_version,
+        results=done.results,
+        usage=done.usage,
+        warnings=done.warnings,
     )
+    if any(result.tests for result in done.results):
+        # Code items' tests may show megabytes of output each: encoded off the event loop.
+        return await run_in_threadpool(answer, scored, done)
+    return answer(scored, done)
 
 
 @scoring_routes.post("/v1/score/steps", response_model=StepsResponse)
