@@ -11,8 +11,9 @@ harnesses), held to the dataset's own grader run on the same rows:
 
 Both graders run the code in their own process after a reliability guard, not in a
 sandbox: they run here in a subprocess, on this file's rows only. Where LiveCodeBench's
-harness is wrong about I/O (its mocked stdin and captured stdout), the code model keeps
-plain Python's verdict, which the test takes from ``python3 prog.py`` itself.
+harness is wrong about I/O (its mocked stdin and captured stdout) or its guard removes
+``quit``, the code model keeps plain Python's verdict, which the test takes from
+``python3 prog.py`` itself.
 """
 
 from __future__ import annotations
@@ -170,9 +171,10 @@ LCB_ROWS = {
     ),
 }
 
-# Where LiveCodeBench's harness is wrong about I/O (named: what of it breaks): plain
-# Python's verdict, not LiveCodeBench's, is the code model's.
-LCB_WRONG_IO = {
+# Where LiveCodeBench's harness is wrong about I/O, or its guard takes away what Python
+# has (named: what of it breaks): plain Python's verdict, not LiveCodeBench's, is the
+# code model's.
+LCB_NOT_COPIED = {
     "io_iterating_stdin": (
         "for line in sys.stdin: iterates its mocked stdin, which has no __iter__",
         lcb_row([stdin(LINES, "6\n")]),
@@ -198,6 +200,16 @@ LCB_WRONG_IO = {
         lcb_row([stdin(LINES, "6\n")]),
         "import sys\nn = int(sys.stdin.buffer.readline())\n"
         "print(sum(int(sys.stdin.buffer.readline()) for _ in range(n)))\n",
+    ),
+    "io_readlines": (
+        "sys.stdin.readlines() is its input split on newlines: a last empty line, no line ends",
+        lcb_row([stdin(LINES, "6\n")]),
+        "import sys\nlines = sys.stdin.readlines()\nprint(sum(int(line) for line in lines[1:]))\n",
+    ),
+    "guard_quit": (
+        "quit(): its reliability_guard sets builtins.quit to None",
+        lcb_row(ADD),
+        "a, b = map(int, input().split())\nprint(a + b)\nquit()\n",
     ),
     "io_global_statement": (
         "a global statement: its harness wraps the program in a function",
@@ -248,7 +260,7 @@ def grade_elsewhere(script: str, jobs: list, *args: str) -> list:
 @pytest.fixture(scope="module")
 def lcb_verdicts(tmp_path_factory):
     root = lay_out_lcb(tmp_path_factory.mktemp("lcb"))
-    rows = {**LCB_ROWS, **{name: (row, code) for name, (_, row, code) in LCB_WRONG_IO.items()}}
+    rows = {**LCB_ROWS, **{name: (row, code) for name, (_, row, code) in LCB_NOT_COPIED.items()}}
     passed = grade_elsewhere(LCB_GRADE, list(rows.values()), str(root))
     return dict(zip(rows, passed))
 
@@ -287,9 +299,9 @@ def plain_python_passes(code: str, row: dict, tmp_path: Path) -> bool:
     return True
 
 
-@pytest.mark.parametrize("name", list(LCB_WRONG_IO))
-def test_where_livecodebench_s_io_is_wrong_plain_python_s_verdict_stands(name, lcb_verdicts, tmp_path):
-    why, row, code = LCB_WRONG_IO[name]
+@pytest.mark.parametrize("name", list(LCB_NOT_COPIED))
+def test_where_livecodebench_s_harness_is_wrong_plain_python_s_verdict_stands(name, lcb_verdicts, tmp_path):
+    why, row, code = LCB_NOT_COPIED[name]
     assert lcb_verdicts[name] is False, f"LiveCodeBench's harness no longer fails this: {why}"
     assert plain_python_passes(code, row, tmp_path)
     assert passes(code, row), code_tests(code, row).tests
