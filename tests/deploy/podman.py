@@ -235,7 +235,12 @@ class Container:
     url: str
 
     def logs(self) -> str:
-        return podman("logs", self.name, check=False, timeout=60)
+        """What the container wrote, stdout and stderr (the service logs to stderr)."""
+        env = {**os.environ, "CONTAINERS_CONF": str(conf_file())}
+        done = subprocess.run(
+            ["podman", "logs", self.name], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, timeout=60
+        )
+        return done.stdout.decode(errors="replace")
 
     def exec(self, *command: str, timeout: float = 60) -> subprocess.CompletedProcess[bytes]:
         env = {**os.environ, "CONTAINERS_CONF": str(conf_file())}

@@ -101,7 +101,7 @@ def stack(qwen3_rm, tmp_path):
 ITEMS = [{"prompt": f"question {k}", "response": f"answer number {k} " * (1 + k % 5)} for k in range(20)]
 
 
-def drive(url: str, on_progress) -> tuple[list[int], list[float | None]]:
+def drive(url: str, on_progress, model: str = "rm", items: list[dict] = ITEMS) -> tuple[list[int], list[float | None]]:
     """REQUESTS single-item scoring requests from CALLERS threads, each with its own
     RewardClient (what trainers use); returns statuses and scores in request order.
 
@@ -125,7 +125,7 @@ def drive(url: str, on_progress) -> tuple[list[int], list[float | None]]:
             with lock:
                 clients.append(local.client)
         try:
-            response = local.client.score("rm", [ITEMS[k % len(ITEMS)]])
+            response = local.client.score(model, [items[k % len(items)]])
             statuses[k], scores[k] = 200, response.results[0].score
         except APIStatusError as exc:
             statuses[k] = exc.status_code
