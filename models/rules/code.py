@@ -21,7 +21,7 @@ import os
 from typing import Any
 
 from rewardserve.models.rules import Limit, RuleError, Scored, rule
-from rewardserve.models.rules.code_compare import COMPARE, HARNESS_EQUALITY, same_value
+from rewardserve.models.rules.code_compare import COMPARE, HARNESS_EQUALITY, HARNESS_STDOUT, same_value
 from rewardserve.models.rules.code_formats import (
     LANGUAGES,
     RESULT_MARKER,
@@ -77,8 +77,8 @@ def verdict(result: dict[str, Any], want: Any, style: str, compare: str) -> str:
         # (verl 0.9.1's prime_code/testing_util.py, run_test) takes the value or its list.
         wrapped = isinstance(want, list) and len(want) == 1 and same_value(got, want[0])
         return "AC" if same_value(got, want) or wrapped else "WA"
-    rule = want.compare if isinstance(want, HarnessText) else compare  # LiveCodeBench's rows: its own rule
-    return "AC" if COMPARE[rule](result.get("stdout", ""), want) else "WA"
+    same = HARNESS_STDOUT[want.harness] if isinstance(want, HarnessText) else COMPARE[compare]  # a harness's own rule
+    return "AC" if same(result.get("stdout", ""), want) else "WA"
 
 
 class CodeScore(Scored):

@@ -215,4 +215,39 @@ def same_as_prime_code(got: Any, want: Any) -> bool:
     return same is True
 
 
+def same_as_prime_code_stdout(got: str, want: str) -> bool:
+    """verl 0.9.1's prime_code run_test on a stdin program's output (its lines, as
+    ``splitlines`` cuts them): the whole text stripped, or each line stripped then the
+    whole; the expected text's non-empty lines, stripped, against the output's lines, then
+    its non-empty lines; where not every pair of lines is two digit strings, each line as
+    one float within numpy's allclose (rtol 1e-5, atol 1e-8). Its last step, on sets of
+    tokens, is computed but never checked there, so not here either."""
+    lines = got.splitlines()
+    if "\n".join(lines).strip() == want.strip() or "\n".join(line.strip() for line in lines).strip() == want.strip():
+        return True
+    if lines == [want]:
+        return True
+    wanted = [line.strip() for line in want.split("\n") if line]
+    if lines == wanted:
+        return True
+    lines = [line for line in lines if line]
+    if lines == wanted:
+        return True
+    if len(lines) != len(wanted) or all(a.isdigit() and b.isdigit() for a, b in zip(lines, wanted)):
+        return False
+    try:
+        return all(_allclose(float(a), float(b)) for a, b in zip(lines, wanted))
+    except ValueError:
+        return False
+
+
+def _allclose(a: float, b: float) -> bool:
+    """numpy's isclose with its defaults: no NaN, infinities only equal ones."""
+    if math.isinf(a) or math.isinf(b):
+        return a == b
+    return abs(a - b) <= 1e-8 + 1e-5 * abs(b)
+
+
 HARNESS_EQUALITY: dict[str, Callable[[Any, Any], bool]] = {"lcb": same_as_lcb, "prime_code": same_as_prime_code}
+# A harness's own rule for a stdin program's output, over the request's ``compare``.
+HARNESS_STDOUT: dict[str, Callable[[str, str], bool]] = {"lcb": same_lines, "prime_code": same_as_prime_code_stdout}

@@ -237,10 +237,16 @@ class HarnessValue:
 
 
 class HarnessText(str):
-    """A test's expected stdout, compared by its harness's rule whatever the request's
-    ``compare`` (LiveCodeBench's ``lines``)."""
+    """A test's expected stdout, compared by its harness's rule (code_compare's
+    ``HARNESS_STDOUT``) whatever the request's ``compare``."""
 
-    compare = "lines"
+    harness = "lcb"
+
+
+def _harness_text(text: str, harness: str) -> HarnessText:
+    out = HarnessText(text)
+    out.harness = harness
+    return out
 
 
 def harness_of(reference: Any, asked: str | None = None) -> str:
@@ -274,12 +280,12 @@ def plan(code: str, reference: Any, harness: str | None = None) -> tuple[str, li
             if typed:
                 wanted = [HarnessValue(w, chosen) for w in wanted]
             return code, tests, wanted, "call"
-        if chosen == "lcb":  # its grader swallows SystemExit: any exit status ends a run cleanly
+        if chosen in PRELUDES:  # their graders swallow SystemExit: any exit status ends a run cleanly
             prelude["exit_clean"] = True
         tests = [{**prelude, "stdin": i if isinstance(i, str) else "\n".join(map(str, i))} for i in inputs]
         wanted = [o if o is None or isinstance(o, str) else "\n".join(map(str, o)) for o in outputs]
-        if chosen == "lcb":
-            wanted = [w if w is None else HarnessText(w) for w in wanted]
+        if chosen in PRELUDES:
+            wanted = [w if w is None else _harness_text(w, chosen) for w in wanted]
         return code, tests, wanted, "stdio"
     if chosen in ("lcb", "prime_code"):
         raise RuleError(f"harness {chosen} grades {{inputs, outputs}} tests; these are assert-style")

@@ -466,6 +466,14 @@ APPS_ROWS = {
         "def depth(n):\n    return 0 if n == 0 else 1 + depth(n - 1)\nprint(depth(int(input())))\n",
     ),
     "stdin_runtime_error": ({"inputs": ["1 2\n"], "outputs": ["3\n"]}, "print(3)\nraise ValueError\n"),
+    "stdin_float_within_1e-5": ({"inputs": ["\n"], "outputs": ["1.0\n"]}, "print('1.00001')\n"),
+    "stdin_float_past_1e-5": ({"inputs": ["\n"], "outputs": ["1.0\n"]}, "print('1.0001')\n"),
+    "stdin_spaces_inside_a_line": ({"inputs": ["\n"], "outputs": ["1 2\n"]}, "print('1  2')\n"),
+    "stdin_blank_lines_between": ({"inputs": ["\n"], "outputs": ["3\n7\n"]}, "print('3')\nprint()\nprint('7')\n"),
+    "stdin_nonzero_exit_after_the_answer": (
+        {"inputs": ["1 2\n"], "outputs": ["3\n"]},
+        "import sys\na, b = map(int, input().split())\nprint(a + b)\nsys.exit(1)\n",
+    ),
     "call_wrapped_output": (
         {"fn_name": "add", "inputs": ["1\n2", "5\n7"], "outputs": ["[3]", "[12]"]},
         "def add(a, b):\n    return a + b\n",
@@ -510,4 +518,13 @@ def test_apps_and_taco_rows_get_verl_prime_code_s_verdict(name, prime_code_verdi
 
 def test_the_apps_rows_cover_both_verdicts(prime_code_verdicts):
     assert prime_code_verdicts["stdin_gcd_without_import"] and prime_code_verdicts["call_one_for_true"]
+    assert prime_code_verdicts["stdin_float_within_1e-5"] and prime_code_verdicts["stdin_blank_lines_between"]
     assert not prime_code_verdicts["call_float_error"] and not prime_code_verdicts["stdin_wa"]
+    assert not prime_code_verdicts["stdin_spaces_inside_a_line"]
+
+
+def test_prime_code_s_guard_is_not_copied_exit_is_python_s():
+    """prime_code's reliability_guard sets builtins.exit to None: exit() at a program's end
+    fails there, and passes here as in python3 prog.py."""
+    row = {"input_output": json.dumps({"inputs": ["1 2\n"], "outputs": ["3\n"]})}
+    assert passes("a, b = map(int, input().split())\nprint(a + b)\nexit()\n", row)
