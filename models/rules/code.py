@@ -147,7 +147,9 @@ def code_tests(
     if compare not in COMPARE:
         raise RuleError(f"unknown compare {compare!r}; known: {', '.join(COMPARE)}")
     reference = tests_of(reference)  # parsed once for the readers below
-    code, tests, wanted, style = plan(extract_code(response, language) if extract else response, reference, harness)
+    code, tests, wanted, style = plan(
+        extract_code(response, language) if extract else response, reference, harness, language
+    )
     if language != "python" and style != "stdio":
         raise RuleError(f"{language} runs stdin/stdout tests ({{inputs, outputs}}); these are {style} tests")
     if not tests:

@@ -257,10 +257,14 @@ def harness_of(reference: Any, asked: str | None = None) -> str:
     return chosen
 
 
-def plan(code: str, reference: Any, harness: str | None = None) -> tuple[str, list[dict[str, Any]], list[Any], str]:
+def plan(
+    code: str, reference: Any, harness: str | None = None, language: str = "python"
+) -> tuple[str, list[dict[str, Any]], list[Any], str]:
     """(code to run, sandbox tests, what each test's output must be, style): style is
     ``stdio``, ``call`` (expected values: compared here) or ``asserts`` (a test passes by
-    running to its end). ``harness``: the request's, over the one the shape implies."""
+    running to its end). ``harness``: the request's, over the one the shape implies.
+    A harness's prelude is put before Python code as its grader puts it, in one source:
+    a ``from __future__`` import in the program is then a syntax error there and here."""
     ref = tests_of(reference)
     chosen = harness_of(ref, harness)
     if "inputs" in ref and "outputs" in ref:
@@ -269,7 +273,10 @@ def plan(code: str, reference: Any, harness: str | None = None) -> tuple[str, li
         inputs, outputs = ref["inputs"], ref["outputs"]
         if not isinstance(inputs, list) or not isinstance(outputs, list) or len(inputs) != len(outputs):
             raise RuleError("reference inputs and outputs must be lists of the same length")
-        prelude: dict[str, Any] = {"before": PRELUDES[chosen], "preload": PRELUDE_MODULES} if chosen in PRELUDES else {}
+        prelude: dict[str, Any] = {}
+        if chosen in PRELUDES and language == "python":
+            code = PRELUDES[chosen] + "\n" + code
+            prelude["preload"] = PRELUDE_MODULES
         fn = ref.get("fn_name")
         if fn:
             if not isinstance(fn, str) or not fn.isidentifier():

@@ -96,6 +96,15 @@ LCB_ROWS = {
         lcb_row([functional("2", "4")], func_name="square"),
         "class Solution:\n    def square(self, n):\n        exit()\n",
     ),
+    "stdin_future_import": (
+        lcb_row(ADD),
+        "from __future__ import annotations\na, b = map(int, input().split())\nprint(a + b)\n",
+    ),
+    "functional_future_import": (
+        lcb_row([functional("2", "4")], func_name="square"),
+        "from __future__ import annotations\n"
+        "class Solution:\n    def square(self, n: Num) -> Num:\n        return n * n\n",
+    ),
     "stdin_main_guard": (
         lcb_row(ADD),
         "def main():\n    a, b = map(int, input().split())\n    print(a + b)\n\n"
@@ -281,7 +290,7 @@ def test_the_rows_cover_both_verdicts_and_the_quirks(lcb_verdicts):
     expect_pass = {"stdin_exit_at_the_end", "stdin_gcd_without_import", "stdin_counter_without_import"}
     expect_pass |= {"stdin_deep_recursion", "functional_one_for_true", "functional_typing_names_without_import"}
     expect_fail = {"stdin_undefined_annotation", "functional_float_error", "functional_nested_tuples"}
-    expect_fail |= {"private_fail", "private_fail_functional"}
+    expect_fail |= {"private_fail", "private_fail_functional", "stdin_future_import", "functional_future_import"}
     assert all(lcb_verdicts[name] for name in expect_pass)
     assert not any(lcb_verdicts[name] for name in expect_fail)
 
@@ -312,6 +321,8 @@ def test_a_harness_may_be_asked_for_over_the_row_s_shape():
     assert not passes(code, row, harness="plain")  # python3 prog.py: gcd is not defined
     exit_row, exit_code = LCB_ROWS["stdin_nonzero_exit_after_the_answer"]
     assert not passes(exit_code, exit_row, harness="plain")  # python3 prog.py: exit status 1
+    future_row, future_code = LCB_ROWS["stdin_future_import"]
+    assert passes(future_code, future_row, harness="plain")  # the prelude is not before it
     verl_shape = {"inputs": ["12 18\n"], "outputs": ["6\n"]}
     assert not passes(code, verl_shape)
     assert passes(code, verl_shape, harness="lcb") and passes(code, verl_shape, harness="prime_code")
