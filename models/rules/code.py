@@ -276,12 +276,14 @@ def _last_line(text: str) -> str | None:
 
 
 # Before a checker runs: testlib's arguments (input, the program's output, the expected
-# answer) as files in its working directory, and the input on its stdin.
+# answer) as files in its working directory, and the input on its stdin. The output comes
+# in base64: whatever it holds, a third over its size (in JSON a control character is six).
 # A setup that fails exits with its own status (never 1, a checker's "reject").
 CHECKER_SETUP = (
-    "import json as _rs_json, os as _rs_os, sys as _rs_sys\n"
+    "import base64 as _rs_base64, json as _rs_json, os as _rs_os, sys as _rs_sys\n"
     "try:\n"
     "    _rs_case = _rs_json.loads(_rs_sys.stdin.read())\n"
+    "    _rs_case['output'] = _rs_base64.b64decode(_rs_case['output']).decode('utf-8')\n"
     "    for _rs_name in ('input', 'output', 'answer'):\n"
     "        with open(_rs_name + '.txt', 'w', encoding='utf-8') as _rs_file:\n"
     "            _rs_file.write(_rs_case[_rs_name])\n"
@@ -289,10 +291,11 @@ CHECKER_SETUP = (
     "except BaseException:\n"
     "    _rs_os._exit(125)\n"
     "_rs_sys.argv = ['checker', 'input.txt', 'output.txt', 'answer.txt']\n"
-    "del _rs_case, _rs_name, _rs_file\n"
+    "del _rs_case, _rs_name, _rs_file, _rs_base64\n"
 )
 CHECKER_ACCEPTS, CHECKER_REJECTS = 0, (1, 2)  # testlib's exit codes: ok; wrong answer, presentation error
 CHECKER_MEMORY_MB, CHECKER_TIMEOUT_S, CHECKER_OUTSIZED = 2048, 10.0, 1 << 16
+CHECKER_BATCH_CHARS = 16 << 20  # of the outputs one run of the checker judges (one output may pass it)
 
 
 def checked(
@@ -340,8 +343,15 @@ def checked(
     own = dataclasses.replace(
         limits, memory_mb=max(limits.memory_mb, CHECKER_MEMORY_MB), timeout_s=max(limits.timeout_s, CHECKER_TIMEOUT_S)
     )
-    cases = [_checker_case(tests[i], results[i].get("stdout", ""), wanted[i]) for i in judged]
-    _run_checker(checker, cases, own, read, unsafe, _budget())
+    offered = 0
+    for group in _checker_groups(judged, results):
+        # The outputs a group's cases carry are encoded (JSON, then the sandbox's spec)
+        # together: a group at a time keeps that to CHECKER_BATCH_CHARS of output.
+        offered += len(group)
+        cases = [_checker_case(tests[i], results[i].get("stdout", ""), wanted[i]) for i in group]
+        _run_checker(checker, cases, own, read, unsafe, _budget())
+        if len(seen) < offered:  # ``read`` stopped it: a binary score's first WA
+            break
     if broke:
         # The checker on the expected answer, in the failed output's place.
         asked = list(broke)
@@ -365,10 +375,31 @@ def checked(
     return out
 
 
+def _checker_groups(judged: list[int], results: list[dict[str, Any]]) -> list[list[int]]:
+    """The tests the checker judges, in order, in groups of at most CHECKER_BATCH_CHARS of
+    output (a group of one where one output is larger)."""
+    groups: list[list[int]] = [[]]
+    size = 0
+    for at in judged:
+        output = len(results[at].get("stdout") or "")
+        if groups[-1] and size + output > CHECKER_BATCH_CHARS:
+            groups.append([])
+            size = 0
+        groups[-1].append(at)
+        size += output
+    return groups
+
+
 def _checker_case(test: dict[str, Any], output: str, answer: Any) -> dict[str, Any]:
     """One run of the checker: its input, the output it judges, the expected answer."""
     return {
-        "stdin": json.dumps({"input": test.get("stdin", ""), "output": output, "answer": answer or ""}),
+        "stdin": json.dumps(
+            {
+                "input": test.get("stdin", ""),
+                "output": base64.b64encode(output.encode("utf-8")).decode("ascii"),
+                "answer": answer or "",
+            }
+        ),
         "before": CHECKER_SETUP,
     }
 

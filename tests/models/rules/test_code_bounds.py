@@ -86,3 +86,19 @@ def test_a_checker_the_budget_leaves_no_time_for_makes_tle_not_an_invalid_item()
     assert isinstance(result, CodeScore), result
     verdicts = [t["verdict"] for t in result.tests]
     assert len(verdicts) == 6 and "TLE" in verdicts and set(verdicts) <= {"AC", "TLE"}, verdicts
+
+
+def test_a_checker_judges_outputs_that_take_six_times_their_size_as_json_within_the_worker_s_memory():
+    """Four clean runs printing 16 MB of control characters each: sent to the checker at
+    once, their JSON (six bytes a character) and its copies passed the rule worker's
+    1 GiB and the item was invalid. The checker gets them a group at a time."""
+    checker = "raise SystemExit(0)\n"  # accepts anything
+    reference = {"inputs": ["1"] * 4, "outputs": ["1"] * 4, "checker": checker}
+    pool = RulePool(workers=1, timeout_s=120.0, memory_mb=1024)
+    try:
+        call = RuleCall("code_tests", "import sys\nsys.stdout.write('\\x01' * 16_000_000)\n", reference, {})
+        (result,) = pool.run([call]).result(timeout=240)
+    finally:
+        pool.close()
+    assert isinstance(result, CodeScore), result
+    assert [t["verdict"] for t in result.tests] == ["AC"] * 4
