@@ -441,26 +441,33 @@ def _call_harness(fn: str, args: str, harness: str = "plain") -> str:
 
 
 # A call's result as JSON that keeps what JSON drops: a tuple ({"t": items}), a dict with
-# its keys' types ({"d": [[key, value], ...]}), a set ({"s": items}); any other object
-# is only its text ({"o": repr}), which equals no expected value. Exact types only: an
-# int subclass with an __eq__ of its own is an object.
+# its keys' types ({"d": [[key, value], ...]}), a set ({"s": items}); a subclass of one of
+# these or of a number or text as its base (as the grader's == sees a defaultdict, a
+# namedtuple or an IntEnum), read through the base's own methods; any other object is
+# only its text ({"o": repr}), which equals no expected value.
 TYPED_RESULT = """\
 import sys as _rs_sys
 _rs_sys.set_int_max_str_digits(0)
 def _rs_typed(v, depth):
     if depth > 1000:
         raise ValueError('a result nested over 1000 deep')
-    t = type(v)
-    if v is None or t is bool or t is int or t is float or t is str:
+    if v is None or v is True or v is False:
         return v
-    if t is list:
-        return [_rs_typed(x, depth + 1) for x in v]
-    if t is tuple:
-        return {'t': [_rs_typed(x, depth + 1) for x in v]}
-    if t is dict:
-        return {'d': [[_rs_typed(k, depth + 1), _rs_typed(x, depth + 1)] for k, x in v.items()]}
-    if t is set or t is frozenset:
-        return {'s': [_rs_typed(x, depth + 1) for x in v]}
+    if isinstance(v, int):
+        return int.__int__(v)
+    if isinstance(v, float):
+        return float.__float__(v)
+    if isinstance(v, str):
+        return str.__str__(v)
+    if isinstance(v, list):
+        return [_rs_typed(x, depth + 1) for x in list.__iter__(v)]
+    if isinstance(v, tuple):
+        return {'t': [_rs_typed(x, depth + 1) for x in tuple.__iter__(v)]}
+    if isinstance(v, dict):
+        return {'d': [[_rs_typed(k, depth + 1), _rs_typed(x, depth + 1)] for k, x in dict.items(v)]}
+    if isinstance(v, (set, frozenset)):
+        items = set.__iter__(v) if isinstance(v, set) else frozenset.__iter__(v)
+        return {'s': [_rs_typed(x, depth + 1) for x in items]}
     return {'o': repr(v)[:200]}
 """
 

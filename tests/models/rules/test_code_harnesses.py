@@ -158,6 +158,16 @@ LCB_ROWS = {
         lcb_row([functional("2", "[0, 1]")], func_name="first"),
         "class Solution:\n    def first(self, n):\n        return tuple(range(n))\n",
     ),
+    "functional_dict_subclasses": (
+        lcb_row([functional('"abca"', '{"a": 2, "b": 1, "c": 1}')], func_name="counts"),
+        "from collections import defaultdict\nclass Solution:\n    def counts(self, s):\n"
+        "        out = defaultdict(int)\n        for c in s:\n            out[c] += 1\n        return out\n",
+    ),
+    "functional_namedtuple": (
+        lcb_row([functional("3", "[3, 9]")], func_name="pair"),
+        "from collections import namedtuple\nP = namedtuple('P', 'n square')\n"
+        "class Solution:\n    def pair(self, n):\n        return P(n, n * n)\n",
+    ),
     "functional_int_for_float": (
         lcb_row([functional("4", "2.0")], func_name="half"),
         "class Solution:\n    def half(self, n):\n        return n // 2\n",
@@ -289,6 +299,7 @@ def test_the_rows_cover_both_verdicts_and_the_quirks(lcb_verdicts):
     """LiveCodeBench passes and fails what the issue measured: the set tests something."""
     expect_pass = {"stdin_exit_at_the_end", "stdin_gcd_without_import", "stdin_counter_without_import"}
     expect_pass |= {"stdin_deep_recursion", "functional_one_for_true", "functional_typing_names_without_import"}
+    expect_pass |= {"functional_dict_subclasses", "functional_namedtuple", "stdin_nonzero_exit_after_the_answer"}
     expect_fail = {"stdin_undefined_annotation", "functional_float_error", "functional_nested_tuples"}
     expect_fail |= {"private_fail", "private_fail_functional", "stdin_future_import", "functional_future_import"}
     assert all(lcb_verdicts[name] for name in expect_pass)
@@ -314,6 +325,25 @@ def test_where_livecodebench_s_harness_is_wrong_plain_python_s_verdict_stands(na
     assert lcb_verdicts[name] is False, f"LiveCodeBench's harness no longer fails this: {why}"
     assert plain_python_passes(code, row, tmp_path)
     assert passes(code, row), code_tests(code, row).tests
+
+
+@pytest.mark.parametrize(
+    "returned",
+    [
+        "type('Yes', (), {'__eq__': lambda self, other: True, '__hash__': object.__hash__})()",
+        "type('Int', (int,), {'__eq__': lambda s, o: True, '__int__': lambda s: 9, '__hash__': int.__hash__})(0)",
+        "type('Items', (list,), {'__eq__': lambda self, other: True, '__iter__': lambda self: iter([9])})()",
+    ],
+)
+def test_a_result_that_says_it_equals_anything_passes_nothing(returned):
+    """LiveCodeBench's ``prediction == expected`` asks the completion's object; here the
+    result comes back as data (a subclass read through its base's own methods) and the
+    comparison is the built-in one, under lcb and prime_code alike."""
+    code = f"class Solution:\n    def sq(self, n):\n        return {returned}\n"
+    row = lcb_row([functional("3", "9")], func_name="sq")
+    assert float(code_tests(code, row)) == 0.0
+    apps = {"input_output": json.dumps({"fn_name": "sq", "inputs": ["3"], "outputs": ["[9]"]})}
+    assert float(code_tests(code, apps)) == 0.0
 
 
 def test_a_harness_may_be_asked_for_over_the_row_s_shape():
