@@ -569,3 +569,22 @@ def test_prime_code_s_guard_is_not_copied_exit_is_python_s():
     fails there, and passes here as in python3 prog.py."""
     row = {"input_output": json.dumps({"inputs": ["1 2\n"], "outputs": ["3\n"]})}
     assert passes("a, b = map(int, input().split())\nprint(a + b)\nexit()\n", row)
+
+
+# ------------------------------------------------------------------ plain Python, asserts apart
+
+HUMAN_EVAL = {"test": "def check(f):\n    assert f(2) == 3\n", "entry_point": "f"}
+
+
+@pytest.mark.parametrize(
+    ("code", "passed"),
+    [
+        ("def f(x: Undefined):\n    return x + 1\n", False),  # python3 prog.py: NameError at the def
+        ("from __future__ import annotations\ndef f(x: Undefined):\n    return x + 1\n", True),
+        ("import pickle\nclass A:\n    n = 1\ndef f(x):\n    return x + pickle.loads(pickle.dumps(A())).n\n", True),
+        ("import sys\ndef f(x):\n    return x + len(sys.argv)\n", True),  # no arguments: ['-c']
+        ("def f(x):\n    return x + 1\nexit()\n", False),  # it left before the asserts
+    ],
+)
+def test_an_assert_style_completion_runs_as_python3_prog_py_in_its_own_process(code, passed):
+    assert float(code_tests(code, HUMAN_EVAL)) == float(passed)
