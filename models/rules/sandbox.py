@@ -46,7 +46,7 @@ class Limits:
     compile_timeout_s: float = 10.0  # a compiled language's compiler, once per completion
     memory_mb: int = 1024  # address space per test
     output_bytes: int = 16 << 20  # stdout per test (OLE past it)
-    # stdout and stderr summed over a completion's tests: past it the tests not run yet
+    # stdout, stderr and fetched files summed over a completion's tests: past it the tests not run yet
     # are OLE (the per-test caps alone let 256 tests pump 4 GiB through the judge).
     output_total_bytes: int = 64 << 20
     stderr_bytes: int = 1 << 20
@@ -274,8 +274,10 @@ class Sandbox:
                 # own, or one it forked): the test went past its memory.
                 kills = now
                 record["verdict"] = record.get("verdict") or "MLE"
-            # Counted before ``stop``, which may drop what it has judged.
+            # Counted before ``stop``, which may drop what it has judged; the files fetched
+            # after the test are its output too.
             printed += len(record.get("stdout") or "") + len(record.get("stderr") or "")
+            printed += sum(len(data) for data in (record.get("files") or {}).values())
             results.append(record)
             if stop is not None and stop(record):
                 self.close()  # its other tests are not run: a new sandbox costs less than they may

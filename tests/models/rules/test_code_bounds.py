@@ -27,6 +27,16 @@ def test_tests_past_the_output_total_are_ole_and_those_before_are_judged():
     assert "output together" in outcome.results[-1]["detail"]
 
 
+def test_fetched_files_count_in_the_output_total():
+    """Each test writes a 12 MB file the reference fetches: 256 of them were 3 GB held in
+    the rule worker; past 64 MiB together the tests not run are OLE."""
+    code = "open('out.bin', 'wb').write(b'f' * 12_000_000)\nprint(1)\n"
+    reference = {"inputs": [""] * 12, "outputs": ["1"] * 12, "fetch_files": ["out.bin"]}
+    result = code_tests(code, reference)
+    verdicts = [t["verdict"] for t in result.tests]
+    assert verdicts == ["AC"] * 6 + ["OLE"] * 6, verdicts
+
+
 def test_tests_past_the_time_budget_are_tle_and_marked_so():
     limits = sandbox.Limits(timeout_s=1.0)
     outcome = sandbox.run(SLEEPS, [{"stdin": ""} for _ in range(10)], limits, budget_s=2.5)
