@@ -326,6 +326,14 @@ def from_service(response: httpx.Response) -> bool:
     return isinstance(body, dict) and isinstance(body.get("error"), dict)
 
 
+def check_url_scheme(url: str) -> None:
+    """Refuse a URL that httpx cannot send to, before any retry: without a scheme
+    every attempt fails the same way, and retrying only delays the message."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme.lower() not in ("http", "https") or not rest:
+        raise ValueError(f"base URL {url!r} needs http:// or https:// before the host, e.g. http://{rest or url}")
+
+
 class BaseClient:
     """Configuration, cloning and URLs; the sync and async clients add the I/O."""
 
@@ -371,7 +379,10 @@ class BaseClient:
     def _make_replicas(self) -> Replicas:
         from rewardserve.client._replicas import Replicas, split_urls
 
-        return Replicas(split_urls(self._config.base_url), self._config.failover_cooldown_s)
+        urls = split_urls(self._config.base_url)
+        for url in urls:
+            check_url_scheme(url)
+        return Replicas(urls, self._config.failover_cooldown_s)
 
     @property
     def config(self) -> ClientConfig:
