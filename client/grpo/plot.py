@@ -6,6 +6,7 @@ colour per run (``plot_runs``; ``rewardserve grpo-plot``)."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,28 @@ def plot_runs(runs: dict[str, list[dict[str, Any]]], path: Path, panel_w: int = 
     image.save(path)
 
 
+def step_ticks(first: float, last: float) -> list[int]:
+    """The steps labelled on x: whole steps only (steps are counted, a label 2.5 or a
+    step shown twice misleads), a stride of 1, 2 or 5 times a power of ten that gives
+    at most six labels."""
+    low, high = math.ceil(first), math.floor(last)
+    if high < low:
+        return [round(first)]
+    stride, scale = 1, 1
+    while (high - low) / stride > 5:
+        for factor in (1, 2, 5, 10):
+            if (high - low) / (factor * scale) <= 5:
+                stride = factor * scale
+                break
+        else:
+            scale *= 10
+            continue
+        break
+    start = math.ceil(low / stride) * stride
+    ticks = list(range(start, high + 1, stride))
+    return ticks or [low]
+
+
 def draw_panel(
     draw: Any,
     box: tuple[int, int, int, int],
@@ -82,11 +105,10 @@ def draw_panel(
         y = bottom - (bottom - top) * tick / 4
         draw.line([(left, y), (right, y)], fill=GRID)
         draw.text((x0 + 4, y - 6), f"{value:.3g}", fill=TEXT)
-    for tick in range(5):  # x: steps
-        step = first + span * tick / 4
-        x = left + (right - left) * tick / 4
+    for step in step_ticks(first, last):  # x: whole steps
+        x = left + (step - first) / span * (right - left)
         draw.line([(x, bottom), (x, bottom + 4)], fill=AXIS)
-        draw.text((x - 8, bottom + 6), f"{step:.0f}", fill=TEXT)
+        draw.text((x - 8, bottom + 6), str(step), fill=TEXT)
     draw.text((right - 28, bottom + 18), "step", fill=TEXT)
     draw.line([(left, top), (left, bottom), (right, bottom)], fill=AXIS)
     for _, points, colour in series:
