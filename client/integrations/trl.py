@@ -48,6 +48,15 @@ log = logging.getLogger("rewardserve.trl")
 OnInvalid = Literal["none", "raise"] | float
 
 
+class ColumnIfPresent(str):
+    """A reference column read when the dataset has it: the default, which serves
+    reward models (no reference) and rules alike. A column named by the caller must
+    exist, since a missing one leaves every item without its reference."""
+
+
+REFERENCE_IF_PRESENT = ColumnIfPresent("reference")
+
+
 def _items(
     prompts: list[Any],
     completions: list[Any],
@@ -56,6 +65,13 @@ def _items(
     group_column: str | None = None,
 ) -> list[Item]:
     rows = column_rows(kwargs, len(completions))
+    if reference_column and not isinstance(reference_column, ColumnIfPresent) and rows:
+        present = sorted(rows[0])
+        if reference_column not in present:
+            raise KeyError(
+                f"reference_column {reference_column!r} is not among the dataset's columns {present} "
+                "(TRL passes each dataset column but prompt and completion as a list per completion)"
+            )
     return [
         make_item(
             p,
@@ -105,7 +121,7 @@ def reward_function(
     endpoint: str = "score",
     client: RewardClient | None = None,
     base_url: str | list[str] | None = None,
-    reference_column: str | None = "reference",
+    reference_column: str | None = REFERENCE_IF_PRESENT,
     group_column: str | None = None,
     on_invalid: OnInvalid = "none",
     name: str | None = None,
@@ -133,7 +149,7 @@ def async_reward_function(
     endpoint: str = "score",
     client: AsyncRewardClient | None = None,
     base_url: str | list[str] | None = None,
-    reference_column: str | None = "reference",
+    reference_column: str | None = REFERENCE_IF_PRESENT,
     group_column: str | None = None,
     on_invalid: OnInvalid = "none",
     name: str | None = None,
@@ -245,7 +261,7 @@ def rubric_reward_functions(
     escalate: Mapping[str, Any] | None = None,
     client: RewardClient | AsyncRewardClient | None = None,
     base_url: str | list[str] | None = None,
-    reference_column: str | None = "reference",
+    reference_column: str | None = REFERENCE_IF_PRESENT,
     group_column: str | None = None,
     prefix: str = "",
     on_invalid: OnInvalid = "none",
@@ -279,7 +295,7 @@ def ensemble_reward_functions(
     members: Sequence[str],
     client: RewardClient | AsyncRewardClient | None = None,
     base_url: str | list[str] | None = None,
-    reference_column: str | None = "reference",
+    reference_column: str | None = REFERENCE_IF_PRESENT,
     group_column: str | None = None,
     prefix: str = "",
     on_invalid: OnInvalid = "none",

@@ -430,13 +430,22 @@ def test_trl_groups_are_its_prompts_and_missing_rewards_say_why(service, caplog)
     for group in (values[:4], values[4:]):
         assert abs(sum(group)) < 1e-6 and max(abs(v) for v in group) > 0.1, values
     no_answer = reward_function("fuzzy", client=client, reference_column="answer")
+    # A column the dataset lacks is the caller's mistake, named with the columns there.
+    with pytest.raises(KeyError, match=r"'answer' is not among the dataset's columns \['reference'\]"):
+        no_answer(prompts, completions, reference=["yes"] * 8)
+    empty = {"answer": [None] * 8}
     with caplog.at_level(logging.WARNING, "rewardserve.trl"):
-        assert no_answer(prompts, completions, reference=["yes"] * 8) == [None] * 8
+        assert no_answer(prompts, completions, **empty) == [None] * 8
     assert "8 of 8 completions have no reward" in caplog.text and "reference" in caplog.text
     stand_in = reward_function("fuzzy", client=client, reference_column="answer", on_invalid=0.0)
-    assert stand_in(prompts, completions) == [0.0] * 8
+    assert stand_in(prompts, completions, **empty) == [0.0] * 8
     with pytest.raises(RewardServeError, match="no reward"):
-        reward_function("fuzzy", client=client, reference_column="answer", on_invalid="raise")(prompts, completions)
+        reward_function("fuzzy", client=client, reference_column="answer", on_invalid="raise")(
+            prompts, completions, **empty
+        )
+    # The default column is read when there, and its absence is no error: reward
+    # models take no reference.
+    assert len(reward_function("rm", client=client)(prompts, completions)) == 8
     # The same choice for a rubric's functions, which share one call: every function
     # stands in or raises, not only the first TRL calls.
     criteria = [{"name": "f", "model": "fuzzy"}, {"name": "fmt", "fn": "think_format"}]
@@ -447,6 +456,6 @@ def test_trl_groups_are_its_prompts_and_missing_rewards_say_why(service, caplog)
         for fn in functions:
             if on_invalid == "raise":
                 with pytest.raises(RewardServeError, match="no reward"):
-                    fn(prompts, completions)
+                    fn(prompts, completions, **empty)
             else:
-                assert fn(prompts, completions) == [-1.0] * 8
+                assert fn(prompts, completions, **empty) == [-1.0] * 8
