@@ -33,6 +33,7 @@ from rewardserve.service import application
 from rewardserve.service.admission import scope_of
 from rewardserve.service.auth import has_valid_key
 from rewardserve.service.body import BoundedRoute
+from rewardserve.service.code_outputs import bound_outputs
 from rewardserve.service.context import RequestContext
 from rewardserve.service.dispatch import Executed
 from rewardserve.service.metrics import CONTENT_TYPE
@@ -72,8 +73,14 @@ async def score(body: ScoreRequest, request: Request) -> Response:
         warnings=done.warnings,
     )
     if any(result.tests for result in done.results):
-        # Code items' tests may show megabytes of output each: encoded off the event loop.
-        return await run_in_threadpool(answer, scored, done)
+        # Code items' tests may show megabytes of output each: bounded and encoded off the
+        # event loop.
+        return await run_in_threadpool(_bounded_answer, scored, done)
+    return answer(scored, done)
+
+
+def _bounded_answer(scored: ScoreResponse, done: Executed[Any]) -> Response:
+    bound_outputs(scored.results)
     return answer(scored, done)
 
 

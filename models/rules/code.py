@@ -225,7 +225,7 @@ def _shrink(result: dict[str, Any], judged: str, shown: int, keep_stdout: bool =
     if judged == "RE" and not result.get("detail"):
         result["detail"] = _last_line(result.get("stderr") or "")
     for stream in ("stderr",) if keep_stdout else ("stdout", "stderr"):
-        text, cut = _prefix(result.pop(stream, None) or "", shown)
+        text, cut = json_prefix(result.pop(stream, None) or "", shown)
         if shown:
             result[stream] = text
         result["truncated"] = bool(result.get("truncated") or (cut and shown))
@@ -242,28 +242,28 @@ def _detail(judged: str, result: dict[str, Any], shown: int, fetched: bool) -> d
         "detail": result.get("detail"),
     }
     if shown:
-        stdout, cut_out = _prefix(result.get("stdout") or "", shown)  # an AC run kept whole for the checker
-        stderr, cut_err = _prefix(result.get("stderr") or "", shown)
+        stdout, cut_out = json_prefix(result.get("stdout") or "", shown)  # an AC run kept whole for the checker
+        stderr, cut_err = json_prefix(result.get("stderr") or "", shown)
         detail.update(stdout=stdout, stderr=stderr, truncated=bool(result.get("truncated") or cut_out or cut_err))
     if fetched:
         detail["files"] = {p: base64.b64encode(d).decode() for p, d in result.get("files", {}).items()}
     return detail
 
 
-def _prefix(text: str, limit: int) -> tuple[str, bool]:
+def json_prefix(text: str, limit: int) -> tuple[str, bool]:
     """The start of ``text`` whose JSON string takes at most ``limit`` bytes (a control
     character is six, ``\\u0001``), and whether anything was cut."""
     if len(text) <= limit // 6:
         return text, False
     cut = text[:limit]
-    size = _json_bytes(cut)
+    size = json_bytes(cut)
     while size > limit:
         cut = cut[: len(cut) * limit // size]
-        size = _json_bytes(cut)
+        size = json_bytes(cut)
     return cut, len(cut) < len(text)
 
 
-def _json_bytes(text: str) -> int:
+def json_bytes(text: str) -> int:
     return len(json.dumps(text, ensure_ascii=False).encode("utf-8", "surrogatepass")) - 2
 
 

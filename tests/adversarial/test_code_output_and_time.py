@@ -117,3 +117,19 @@ def test_a_submission_of_256_cases_printing_a_megabyte_each_stays_small_and_the_
     assert 0 < shown <= ANSWER_CAP, shown
     assert len(answer.content) < ANSWER_CAP + (2 << 20), len(answer.content)  # the rest: the row's cases
     assert len(latencies) >= 3 and max(latencies) < 0.5, (max(latencies), statistics.median(latencies))
+
+
+def test_an_answer_of_many_code_items_shows_at_most_the_cap_of_output_in_all(url):
+    """32 items each showing its own 1 MiB of stdout were a 32 MiB answer; one answer
+    shows 16 MiB of output whatever the number of its items."""
+    reference = {"inputs": [""], "outputs": ["1"]}
+    items = [{"response": f"print({i})\nprint('w' * 2_000_000)\n", "reference": reference} for i in range(32)]
+    body = {"model": "code", "items": items, "options": {"code": {"outputs": True}}}
+    answer = httpx.post(url + "/v1/score", json=body, timeout=120)
+    assert answer.status_code == 200, answer.text[:2000]
+    tests = [test for result in answer.json()["results"] for test in result["tests"]]
+    assert len(tests) == 32 and all(test["verdict"] == "WA" and test["truncated"] for test in tests)
+    shown = sum(len(test["stdout"]) + len(test["stderr"]) for test in tests)
+    share = ANSWER_CAP // 64  # each test's stdout and stderr, 32 tests (a newline is two bytes of JSON)
+    assert shown <= ANSWER_CAP and all(share - 8 <= len(test["stdout"]) <= share for test in tests), shown
+    assert [test["stdout"].split("\n")[0] for test in tests] == [str(i) for i in range(32)]  # each its own start
