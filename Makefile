@@ -88,6 +88,7 @@ test:
 # (tests/deploy/podman.py: local stand-ins for the registry images). Minutes the first
 # time; builds are cached by their inputs. Not part of `make test`: CI runs it after.
 test-images: install-dev image-deps
+	$(PY) -m tests.deploy.podman
 	$(PY) -m pytest -n 0 -m images tests/deploy
 
 # podman (rootful), runc and debootstrap, from Debian's packages when missing.

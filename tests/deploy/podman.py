@@ -226,6 +226,8 @@ def service_image() -> str:
             str(ROOT),
             timeout=1800,
         )
+    # The build it replaced, left untagged: gigabytes each.
+    podman("image", "prune", "--force", "--filter", f"label={INPUTS_LABEL}", check=False, timeout=300)
     return SERVICE_IMAGE
 
 
@@ -298,3 +300,34 @@ def wait_exited(name: str, seconds: float = 240) -> dict:
             return current
         time.sleep(0.5)
     raise AssertionError(f"{name} still running after {seconds} s")
+
+
+def compose_images() -> dict[str, str]:
+    """The images docker-compose.yml runs without a profile, under the names it gives
+    them: the service's as built here, nginx's and Prometheus' as stand-ins."""
+    import yaml
+
+    services = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+    service = service_image()
+    tagged = f"localhost/{services['rewardserve']['image']}"
+    podman("tag", service, tagged)
+    return {
+        "rewardserve": tagged,
+        "nginx": standin("nginx", docker_hub_name(services["nginx"]["image"])),
+        "prometheus": standin("prometheus", docker_hub_name(services["prometheus"]["image"])),
+    }
+
+
+def docker_hub_name(image: str) -> str:
+    """The name podman finds an unqualified image under (Docker Hub's)."""
+    first = image.split("/")[0]
+    if "/" in image and ("." in first or ":" in first or first == "localhost"):
+        return image
+    return f"docker.io/{image}" if "/" in image else f"docker.io/library/{image}"
+
+
+if __name__ == "__main__":
+    # `make test-images` builds (or finds cached) every image before the tests run, so
+    # that no fixture waits minutes on a build.
+    for role, name in compose_images().items():
+        print(f"{role}: {name}")

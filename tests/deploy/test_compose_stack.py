@@ -21,24 +21,15 @@ from pathlib import Path
 
 import httpx
 import pytest
-import yaml
 
 from tests.deploy import podman
-from tests.deploy.test_files import for_installed_nginx, interpolate
+from tests.deploy.test_files import for_installed_nginx
 from tests.deploy.test_load_balancer import REQUESTS, drive
 
 pytestmark = [pytest.mark.images, pytest.mark.alone]
 
 ROOT = Path(__file__).resolve().parents[2]
 ITEMS = [{"response": f"\\boxed{{{k}}}", "reference": str(k if k % 3 else k + 1)} for k in range(20)]
-
-
-def qualified(image: str) -> str:
-    """The name podman finds an unqualified image under (Docker Hub's)."""
-    first = image.split("/")[0]
-    if "/" in image and ("." in first or ":" in first or first == "localhost"):
-        return image
-    return f"docker.io/{image}" if "/" in image else f"docker.io/library/{image}"
 
 
 @dataclass
@@ -91,11 +82,7 @@ def project_copy(workdir: Path, nginx_port: int, prometheus_port: int) -> None:
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory) -> Iterator[Stack]:
     assert shutil.which("podman"), "make test-images installs podman"
-    services = yaml.safe_load(interpolate((ROOT / "docker-compose.yml").read_text(), {}))["services"]
-    image = podman.service_image()
-    podman.podman("tag", image, f"localhost/{services['rewardserve']['image']}")
-    podman.standin("nginx", qualified(services["nginx"]["image"]))
-    podman.standin("prometheus", qualified(services["prometheus"]["image"]))
+    podman.compose_images()
     workdir = tmp_path_factory.mktemp("compose")
     nginx_port, prometheus_port = podman.free_port(), podman.free_port()
     project_copy(workdir, nginx_port, prometheus_port)
