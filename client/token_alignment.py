@@ -13,16 +13,25 @@ every prefix, which is exact and slower.
 A token covers the characters the ids up to it are the first to decode to. A token that
 completes no character (the first bytes of a character split over several tokens)
 covers none and sits between its neighbours; a character's reward lands on the token
-that completes it.
+that completes it. Whether the ids so far end inside a character is read from the
+tokens' bytes (a byte-level BPE's pieces, a SentencePiece byte fallback's <0xNN>), not
+from a decoded U+FFFD: a response may hold a literal U+FFFD (a garbled byte the policy
+emitted), which its first byte alone decodes to as well. Only for a tokenizer whose
+pieces' bytes cannot be read does a trailing U+FFFD mean an unfinished character.
 
-Only the tokenizer's ``decode``, ``convert_ids_to_tokens``, ``convert_tokens_to_string``
-and ``all_special_ids`` are used: any transformers tokenizer, and no import of it here.
+Only the tokenizer's ``decode``, ``convert_ids_to_tokens``, ``convert_tokens_to_string``,
+``all_special_ids`` and its decoder's kind (``backend_tokenizer.decoder``, or a slow
+tokenizer's ``byte_decoder`` / ``sp_model``) are used: any transformers tokenizer, and
+no import of it here.
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Mapping, Sequence
+import codecs
+import json
+import re
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 Spread = Literal["last", "uniform"]
@@ -117,7 +126,8 @@ class _Positions:
     ``after(c)``, the first token that reaches past c characters."""
 
     def __init__(self, tokenizer: Any, ids: list[int], text: str):
-        self.ends = _piece_ends(tokenizer, ids, text) or _prefix_ends(tokenizer, ids, text)
+        whole = _whole_characters(tokenizer, ids)
+        self.ends = _piece_ends(tokenizer, ids, text, whole) or _prefix_ends(tokenizer, ids, text, whole)
 
     def completing(self, c: int) -> int:
         return min(bisect.bisect_left(self.ends, c), len(self.ends) - 1)
@@ -126,10 +136,12 @@ class _Positions:
         return min(bisect.bisect_right(self.ends, c), len(self.ends) - 1)
 
 
-def _prefix_ends(tokenizer: Any, ids: list[int], text: str) -> list[int]:
+def _prefix_ends(tokenizer: Any, ids: list[int], text: str, whole: list[bool] | None = None) -> list[int]:
     """Each token's end in ``text`` the exact way: the most characters of ``text`` that
     any prefix of the ids up to it decodes to (a decoder may garble a character it has
-    already given while a later one is incomplete: it counts as given). A decode per
+    already given while a later one is incomplete: it counts as given). A prefix that
+    ends inside a character (``whole``, from the tokens' bytes) counts for nothing: its
+    first byte alone decodes to U+FFFD, which may be the text's own. A decode per
     token, so only where ``_piece_ends`` cannot say, and for at most
     MAX_PREFIX_DECODES tokens."""
     if len(ids) > MAX_PREFIX_DECODES:
@@ -137,30 +149,37 @@ def _prefix_ends(tokenizer: Any, ids: list[int], text: str) -> list[int]:
             f"this tokenizer's pieces do not rebuild the response, and placing its {len(ids)} tokens the "
             f"exact way (a decode per token) is bounded to {MAX_PREFIX_DECODES}"
         )
+    if whole is None:
+        whole = _whole_characters(tokenizer, ids)
     ends: list[int] = []
     best = 0
     for k in range(len(ids)):
-        best = max(best, _common_prefix(tokenizer.decode(ids[: k + 1], skip_special_tokens=True), text))
+        if whole is None or whole[k]:
+            best = max(best, _common_prefix(tokenizer.decode(ids[: k + 1], skip_special_tokens=True), text))
         ends.append(best)
     return ends
 
 
-def _piece_ends(tokenizer: Any, ids: list[int], text: str) -> list[int] | None:
+def _piece_ends(tokenizer: Any, ids: list[int], text: str, whole: list[bool] | None = None) -> list[int] | None:
     """Each token's end in ``text``, decoding a short window of pieces at a time (vLLM's
-    incremental detokenization); None where the pieces do not rebuild ``text``."""
+    incremental detokenization), the window's text taken where the ids end on a whole
+    character (``whole``); None where the pieces do not rebuild ``text``."""
+    if whole is None:
+        whole = _whole_characters(tokenizer, ids)
     special = set(getattr(tokenizer, "all_special_ids", ()) or ())
     pieces = tokenizer.convert_ids_to_tokens(ids)
     kept: list[str] = []
     ends: list[int] = []
     emitted = prefix = read = 0
-    for token_id, piece in zip(ids, pieces):
+    for k, (token_id, piece) in enumerate(zip(ids, pieces)):
         if token_id in special:
             ends.append(emitted)
             continue
         kept.append(piece)
         before = tokenizer.convert_tokens_to_string(kept[prefix:read]) if read > prefix else ""
         now = tokenizer.convert_tokens_to_string(kept[prefix:])
-        if len(now) > len(before) and not now.endswith("\ufffd"):
+        ended = whole[k] if whole is not None else not now.endswith("\ufffd")
+        if len(now) > len(before) and ended:
             if not now.startswith(before):
                 return None
             added = now[len(before) :]
@@ -170,6 +189,87 @@ def _piece_ends(tokenizer: Any, ids: list[int], text: str) -> list[int] | None:
             prefix, read = read, len(kept)
         ends.append(emitted)
     return ends if emitted == len(text) else None
+
+
+def _whole_characters(tokenizer: Any, ids: list[int]) -> list[bool] | None:
+    """For each token, whether the ids up to it end on a whole character of UTF-8 (no
+    character's bytes begun and unfinished), read from the pieces' bytes; None where
+    this tokenizer's pieces' bytes cannot be read. Bytes that can never finish a
+    character are a garbled character, whole as soon as that is known (as decoding with
+    errors='replace' gives them). A piece of text, not bytes, ends any bytes before it."""
+    read = _byte_reader(tokenizer)
+    if read is None:
+        return None
+    special = set(getattr(tokenizer, "all_special_ids", ()) or ())
+    utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    out: list[bool] = []
+    for token_id, piece in zip(ids, tokenizer.convert_ids_to_tokens(ids)):
+        data = None if token_id in special or not isinstance(piece, str) else read(piece)
+        if data is None:
+            utf8.reset()
+        else:
+            utf8.decode(data)
+        out.append(not utf8.getstate()[0])
+    return out
+
+
+_BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
+
+
+def _byte_reader(tokenizer: Any) -> Callable[[str], bytes | None] | None:
+    """How a piece's bytes are read, by the tokenizer's decoder: a byte-level BPE spells
+    every byte as one printable character (GPT-2's table); a byte fallback spells a byte
+    no piece covers as <0xNN> and other pieces are whole characters. None where the
+    decoder is neither. A reader gives None for a piece that is text (an added token
+    outside the byte table)."""
+    kinds: set[str] = set()
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    decoder = getattr(backend, "decoder", None)
+    if decoder is not None:
+        _decoder_kinds(json.loads(decoder.__getstate__()), kinds)
+    table: Mapping[str, int] | None = getattr(tokenizer, "byte_decoder", None)
+    if "ByteLevel" in kinds or (decoder is None and isinstance(table, Mapping)):
+        byte_of = table if isinstance(table, Mapping) else _byte_level_table()
+
+        def byte_level(piece: str) -> bytes | None:
+            try:
+                return bytes(byte_of[c] for c in piece)
+            except KeyError:
+                return None
+
+        return byte_level
+    if "ByteFallback" in kinds or (decoder is None and getattr(tokenizer, "sp_model", None) is not None):
+
+        def byte_fallback(piece: str) -> bytes | None:
+            match = _BYTE_PIECE.fullmatch(piece)
+            return bytes([int(match.group(1), 16)]) if match else None
+
+        return byte_fallback
+    return None
+
+
+def _decoder_kinds(spec: Any, kinds: set[str]) -> None:
+    if isinstance(spec, Mapping):
+        if isinstance(spec.get("type"), str):
+            kinds.add(spec["type"])
+        for value in spec.values():
+            _decoder_kinds(value, kinds)
+    elif isinstance(spec, list):
+        for value in spec:
+            _decoder_kinds(value, kinds)
+
+
+def _byte_level_table() -> dict[str, int]:
+    """GPT-2's byte-level alphabet, character to byte: printable Latin-1 bytes stand for
+    themselves, the others for the characters from U+0100 up in byte order."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    table = {chr(b): b for b in printable}
+    extra = 0
+    for b in range(256):
+        if b not in printable:
+            table[chr(256 + extra)] = b
+            extra += 1
+    return table
 
 
 def _common_prefix(a: str, b: str) -> int:

@@ -15,8 +15,21 @@ os.environ.setdefault("REWARDSERVE_GC_FREEZE", "false")
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
+from hypothesis import HealthCheck, settings  # noqa: E402
 
 from tests.builders import build_sequence_classifier  # noqa: E402
+
+# hypothesis profiles, chosen by HYPOTHESIS_PROFILE. "repeatable" (`make test`, and the
+# default) derandomizes: the draws follow from the test alone, so the same tree passes or
+# fails alike on any machine, and no example database (a failure some earlier run saved
+# here) changes that. "fuzz" (`make fuzz`) explores: many more examples, a new seed each
+# run. Every failure fuzzing finds becomes an explicit @example on its test, so that the
+# repeatable run keeps checking it. No deadline and no too_slow check in either: a
+# loaded machine would decide them.
+_UNTIMED = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow], "print_blob": True}
+settings.register_profile("repeatable", derandomize=True, database=None, max_examples=60, **_UNTIMED)
+settings.register_profile("fuzz", derandomize=False, max_examples=1500, **_UNTIMED)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 
 ADVERSARIAL = Path(__file__).parent / "adversarial"
 

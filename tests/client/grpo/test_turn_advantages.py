@@ -114,13 +114,40 @@ def test_a_character_split_over_tokens_at_a_turn_boundary_goes_to_its_turn(token
     spans = turn_spans(text, None)
     boundary = spans[0][1]
     owners = token_turns(tokenizer, ids, text, spans)
-    decoded = [tokenizer.decode(ids[: k + 1], skip_special_tokens=True) for k in range(len(ids))]
-    first_of_emoji = next(
-        k for k, d in enumerate(decoded) if len(d.encode("utf-8", "surrogatepass")) > 0 and d.endswith("\ufffd")
-    )
-    assert decoded[first_of_emoji - 1] == text[:boundary]  # the token before ends turn 0
+    held = bytes_held(tokenizer, ids)
+    first_of_emoji = held.index(len(text[:boundary].encode())) + 1  # the token before ends turn 0
+    assert held[first_of_emoji] < len(text[: boundary + 1].encode())  # it begins the emoji, unfinished
     assert owners[:first_of_emoji] == [0] * first_of_emoji
     assert owners[first_of_emoji:] == [1] * (len(ids) - first_of_emoji)
+
+
+def test_a_turn_ending_in_a_literal_replacement_character_keeps_its_bytes(tokenizer):
+    """A turn whose last character is a literal U+FFFD (a garbled byte the policy emitted,
+    decoded): all three of its bytes are that turn's. Its first byte alone decodes to
+    U+FFFD as well, so only the bytes say where the character ends."""
+    text = "a \ufffd|0 b"
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    spans = turn_spans(text, "|")
+    owners = token_turns(tokenizer, ids, text, spans)
+    held = bytes_held(tokenizer, ids)
+    cut = held.index(len("a \ufffd".encode())) + 1  # the tokens up to the character's last byte
+    assert held[cut - 2] < held[cut - 1]  # (these ids do split it: a mid-character end before)
+    assert owners[:cut] == [0] * cut
+    assert owners[cut:] == [1] * (len(ids) - cut)
+
+
+def bytes_held(tokenizer, ids: list[int]) -> list[int]:
+    """How many bytes of the text the ids up to each token spell: the byte-level BPE's
+    pieces read by GPT-2's table (transformers' own)."""
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    byte_of = {c: b for b, c in bytes_to_unicode().items()}
+    out, at = [], 0
+    for token_id, piece in zip(ids, tokenizer.convert_ids_to_tokens(ids)):
+        if token_id not in tokenizer.all_special_ids:
+            at += len(bytes(byte_of[c] for c in piece))
+        out.append(at)
+    return out
 
 
 @pytest.mark.long(30)
