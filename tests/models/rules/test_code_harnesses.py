@@ -168,6 +168,10 @@ LCB_ROWS = {
         "from collections import namedtuple\nP = namedtuple('P', 'n square')\n"
         "class Solution:\n    def pair(self, n):\n        return P(n, n * n)\n",
     ),
+    "functional_solution_over_a_function": (
+        lcb_row([functional("3", "9")], func_name="sq"),
+        "def sq(n):\n    return n * n\nclass Solution:\n    def sq(self, n):\n        return n + n\n",
+    ),
     "functional_int_for_float": (
         lcb_row([functional("4", "2.0")], func_name="half"),
         "class Solution:\n    def half(self, n):\n        return n // 2\n",
