@@ -35,8 +35,9 @@ from rewardserve.models.rules.code_formats import (
     tests_of,
     typed_result,
 )
+from rewardserve.models.rules.sandbox_builds import COMPILER_FILES
 
-COMPILERS = {"cpp": "/usr/bin/g++"}  # where the sandbox finds them (its /usr is the system's)
+COMPILERS = COMPILER_FILES  # where the sandbox finds them (its /usr is the system's)
 MAX_TESTS = 256
 MAX_TEST_CHARS = 8_000_000  # all of an item's test data
 SHOWN = 1 << 20  # of a test's stdout and stderr, where the request asks for them

@@ -44,7 +44,14 @@ from typing import Any
 from rewardserve.models.rules import RuleError
 from rewardserve.models.rules.code_compare import integer_text
 
-LANGUAGES = {"python": ("python", "py", "python3"), "cpp": ("cpp", "c++", "cc", "cxx")}
+# Each language's name and the tags of a fenced code block in it (the name first).
+LANGUAGES = {
+    "python": ("python", "py", "python3"),
+    "cpp": ("cpp", "c++", "cc", "cxx"),
+    "java": ("java",),
+    "javascript": ("javascript", "js", "nodejs", "node"),
+    "go": ("go", "golang"),
+}
 # Before the JSON line a harness prints after the program (a call's result, a grader's).
 RESULT_MARKER = "\x1erewardserve-result\x1e"
 _FENCE = re.compile(r"```([^\n`]*)\n(.*?)```", re.S)
@@ -420,13 +427,11 @@ def _call_harness(fn: str, args: str, harness: str = "plain") -> str:
     Under a harness with an equality of its own (lcb, prime_code) the result keeps its
     types (tuples, sets, dict keys: ``TYPED_RESULT``), and prime_code's run_test turns
     a first argument's dict keys into integers first."""
-    # Their graders call Solution's method wherever the program defines Solution.
-    find = (
-        f"getattr(globals()['Solution'](), {fn!r}) if 'Solution' in globals() else globals()[{fn!r}]"
-        if harness in PRELUDES
-        else f"globals().get({fn!r}) or getattr(globals()['Solution'](), {fn!r})"
-    )
-    lines = ["import json as _rs_json", f"_rs_fn = {find}", f"_rs_args = _rs_json.loads({json.dumps(args)})"]
+    lines = [
+        "import json as _rs_json",
+        f"_rs_fn = globals().get({fn!r}) or getattr(globals()['Solution'](), {fn!r})",
+        f"_rs_args = _rs_json.loads({json.dumps(args)})",
+    ]
     if harness == "prime_code":
         lines += [
             "try:",

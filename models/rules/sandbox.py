@@ -32,6 +32,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from rewardserve.models.rules.sandbox_builds import builds, key
 from rewardserve.models.rules.sandbox_command import ENV, NOBODY, argv, driver_source, python
 from rewardserve.models.rules.sandbox_filter import SandboxGone, SandboxUnavailable, seccomp_fd
 from rewardserve.models.rules.sandbox_memory import MemoryCgroup, enter
@@ -80,7 +81,8 @@ def run(
     process's (started if none is idle), its tests one after the other.
     ``stop(result)``: whether to end after this result (a binary score's first failure).
     ``asserts``: a test passes by running to its end (exit 0), so exits before are refused.
-    ``language``: python, or cpp (compiled once with the system's g++, then run per test).
+    ``language``: python, or a compiled one (sandbox_driver.COMPILERS: compiled once, or
+    its build taken from this process's cache, then run per test).
     ``files``: written (relative to the working directory) before each test;
     ``fetch_files``: read after each, into its result's ``files`` (regular files only).
     ``unsafe``: where the sandbox cannot start here, run without it (rlimits only; the
@@ -91,6 +93,8 @@ def run(
     tests' own code or the files cannot be set up."""
     spec = _spec(code, tests, limits, asserts, language)
     spec["files"], spec["fetch_files"] = files or {}, fetch_files or []
+    build_key = key(language, code) if language != "python" else None
+    spec["build"] = builds().get(build_key)  # compiled before: its build, not the compiler
     # Every test's time, the compiler's and some slack: past it the sandbox is killed.
     deadline = time.monotonic() + len(tests) * (limits.timeout_s + 0.5) + limits.compile_timeout_s + 5.0
     spent = None if budget_s is None else time.monotonic() + budget_s
@@ -107,6 +111,8 @@ def run(
         sandbox = Sandbox(limits.workdir_bytes, isolated)
         return sandbox.run(spec, deadline, stop, spent, limits.output_total_bytes)
     finally:
+        if sandbox.built:
+            builds().put(build_key, sandbox.built)
         _idle.give_back(sandbox)
 
 
@@ -140,6 +146,7 @@ class Sandbox:
 
     def __init__(self, workdir_bytes: int, isolated: bool = True):
         self.pid = os.getpid()  # a forked child must not share its pipes
+        self.built: dict[str, tuple[int, bytes]] | None = None  # the last completion's fresh build
         self.served = 0  # completions run
         self.workdir_bytes = workdir_bytes
         self.isolated = isolated
@@ -228,8 +235,9 @@ class Sandbox:
         assert self.proc.stdin is not None
         data = marshal.dumps(spec)
         kills = 0
+        self.built = None
         if self.cgroup is not None:  # the whole sandbox's memory, for this completion's tests
-            compiled = spec["language"] != "python"  # its compiler gets 2 GiB at least (the driver's)
+            compiled = spec["language"] != "python" and not spec.get("build")  # its compiler gets 2 GiB at least
             self.cgroup.limit(max(spec["memory_bytes"], (2 << 30) * compiled), self.workdir_bytes)
             kills = self.cgroup.oom_kills()
         try:
@@ -257,6 +265,9 @@ class Sandbox:
             return Outcome(first["compile_error"], [])
         if "test_error" in first:
             raise ValueError(first["test_error"])
+        self.built = first.get("built")
+        if self.cgroup is not None and self.built:  # the compiler's room taken back: the tests get their limit
+            self.cgroup.limit(spec["memory_bytes"], self.workdir_bytes)
         results: list[dict[str, Any]] = []
         printed = 0
         while True:

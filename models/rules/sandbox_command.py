@@ -4,6 +4,7 @@ directories and runs bwrap around the driver, and the programs it needs."""
 from __future__ import annotations
 
 import functools
+import glob
 import os
 import shutil
 from pathlib import Path
@@ -68,6 +69,9 @@ def argv(workdir_bytes: int, workdir_files: int, seccomp_fd: int) -> list[str]:
             mounts += ["--symlink", target, f"/{name}"]
         elif os.path.isdir(f"/{name}"):
             mounts += ["--ro-bind", f"/{name}", f"/{name}"]
+    # The JDK's configuration (jvm.cfg, security) is links from /usr/lib/jvm into /etc.
+    for config in sorted(glob.glob("/etc/java-*")):
+        mounts += ["--ro-bind", config, config]
     return [
         unshare(),
         "--user",

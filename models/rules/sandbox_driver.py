@@ -86,13 +86,15 @@ def child(parts: Any, spec: dict[str, Any], stdin_r: int, out_w: int, err_w: int
     os.dup2(err_w, 2)
     os.closerange(3, 1 << 16)
     limit(resource.RLIMIT_CPU, int(spec["cpu_s"]) + 1)
-    limit(resource.RLIMIT_AS, spec["memory_bytes"])
+    # A runtime that reserves address space it never touches (the JVM's, V8's) gets room
+    # for it: its heap flags and the sandbox's memory cgroup bound what it uses.
+    limit(resource.RLIMIT_AS, spec["memory_bytes"] + spec.get("reserve_bytes", 0))
     limit(resource.RLIMIT_FSIZE, spec["file_bytes"])
     limit(resource.RLIMIT_NPROC, spec["processes"])
     limit(resource.RLIMIT_NOFILE, 64)
     limit(resource.RLIMIT_CORE, 0)
     if isinstance(parts, tuple):  # a program to execute: a compiler, a compiled completion
-        os.execv(parts[0], list(parts))
+        os.execve(parts[0], list(parts), {**os.environ, **spec.get("env", {})})
     sys.stdin = open(0, encoding="utf-8", errors="replace", closefd=False)
     sys.stdout = open(1, "w", encoding="utf-8", errors="replace", closefd=False)
     sys.stderr = open(2, "w", encoding="utf-8", errors="replace", closefd=False)
@@ -230,6 +232,10 @@ def run_one(parts: Any, test: dict[str, Any], spec: dict[str, Any]) -> dict[str,
     }
     if result["signal"] == SIGXCPU:
         result["verdict"] = "TLE"
+    full = OUT_OF_MEMORY.get(spec.get("language", "python"))
+    failed = result["exit_code"] != 0 or result["signal"]
+    if full and failed and not result["verdict"] and full in result["stderr"][-4096:]:
+        result["verdict"] = "MLE"
     return result
 
 
@@ -262,27 +268,144 @@ def read_exactly(size: int) -> bytes | None:
     return data
 
 
-COMPILERS = {"cpp": ("/usr/bin/g++", "-O2", "-std=c++17", "-o", f"{WORKDIR}/main", f"{WORKDIR}/main.cpp")}
+JDK = "/usr/lib/jvm/default-java/bin"  # a link inside /usr: /usr/bin/java's goes through /etc/alternatives
+# Each compiled language: its source's name, the compiler's argv, and what the compiler
+# leaves that the program needs (the build a rule worker keeps for the next completion
+# with the same source: code.py's cache). JavaScript's "compiler" is node's syntax check.
+COMPILERS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
+    "cpp": (
+        "main.cpp",
+        ("/usr/bin/g++", "-O2", "-std=c++17", "-o", f"{WORKDIR}/main", f"{WORKDIR}/main.cpp"),
+        ("main",),
+    ),
+    "java": (
+        "Main.java",
+        (
+            f"{JDK}/javac",
+            "-J-Xmx512m",
+            "-J-XX:+UseSerialGC",
+            "-J-XX:TieredStopAtLevel=1",
+            "-J-XX:-UsePerfData",
+            "-J-XX:CompressedClassSpaceSize=64m",
+            "-J-XX:ReservedCodeCacheSize=64m",
+            "-encoding",
+            "UTF-8",
+            "-d",
+            f"{WORKDIR}/classes",
+            f"{WORKDIR}/Main.java",
+        ),
+        ("classes",),
+    ),
+    "javascript": ("main.js", ("/usr/bin/node", "--check", f"{WORKDIR}/main.js"), ("main.js",)),
+    "go": ("main.go", ("/usr/bin/go", "build", "-o", f"{WORKDIR}/main", f"{WORKDIR}/main.go"), ("main",)),
+}
+# The compilers' environment: Go's caches in the working folder (emptied after each
+# completion), no cgo (no C toolchain at run time), GOPATH mode for a single file. The
+# JDK's launchers find libjli by $ORIGIN, which the loader reads from /proc (not mounted
+# here), so its folder is named. (Rust is not here: rustc looks for its sysroot through
+# /proc/self/exe whatever its flags say, and /proc stays unmounted.)
+COMPILE_ENV = {
+    "java": {"LD_LIBRARY_PATH": f"{JDK}/../lib"},
+    "go": {"GOCACHE": f"{WORKDIR}/.gocache", "GOPATH": f"{WORKDIR}/.gopath", "GO111MODULE": "off", "CGO_ENABLED": "0"},
+}
+RESERVE = 2 << 30  # address space the JVM, V8 and Go's allocator reserve past their heaps (see child())
+
+
+def runner(language: str, memory_bytes: int) -> tuple[tuple[str, ...], dict[str, str], int]:
+    """How a compiled completion runs: its argv, its environment and the address space
+    it may reserve past ``memory_bytes``. The JVM's heap, V8's and Go's soft limit are set
+    from the memory limit, less room for the runtime itself, so that a program that holds
+    too much fails in its own runtime (MLE) before the cgroup kills it."""
+    mb = memory_bytes >> 20
+    heap = max(32, min(mb - 192, mb * 3 // 4))
+    if language == "java":
+        argv = (
+            f"{JDK}/java",
+            f"-Xmx{heap}m",
+            "-Xss64m",
+            "-XX:+UseSerialGC",
+            "-XX:CICompilerCount=2",
+            "-XX:-UsePerfData",
+            "-XX:CompressedClassSpaceSize=64m",
+            "-XX:ReservedCodeCacheSize=64m",
+            "-XX:MaxMetaspaceSize=128m",
+            f"-XX:MaxDirectMemorySize={heap // 4}m",
+            "-Xshare:auto",
+            "-cp",
+            f"{WORKDIR}/classes",
+            "Main",
+        )
+        return argv, COMPILE_ENV["java"], RESERVE
+    if language == "javascript":
+        return ("/usr/bin/node", f"--max-old-space-size={heap}", f"{WORKDIR}/main.js"), {}, RESERVE
+    if language == "go":
+        return (f"{WORKDIR}/main",), {"GOMAXPROCS": "1", "GOMEMLIMIT": f"{heap}MiB"}, RESERVE
+    return (f"{WORKDIR}/main",), {}, 0
+
+
+# What each runtime prints when its heap is full: the test went past its memory (MLE),
+# as a Python MemoryError does, not a runtime error.
+OUT_OF_MEMORY = {
+    "cpp": "std::bad_alloc",
+    "java": "java.lang.OutOfMemoryError",
+    "javascript": "JavaScript heap out of memory",
+    "go": "runtime: out of memory",
+}
 
 
 def compiled(spec: dict[str, Any]) -> Any:
     """The completion ready to run: Python's code object, or for a compiled language the
-    binary's argv (compiled once, for every test); a str where it does not compile."""
-    if spec.get("language", "python") == "python":
+    program's argv (compiled once, for every test; or the build a rule worker kept for
+    this source, ``spec["build"]``); a str where it does not compile. A fresh build's
+    files go in ``spec["built"]``, read before any test of the completion runs."""
+    language = spec.get("language", "python")
+    if language == "python":
         try:
             return compile(spec["code"], "<completion>", "exec", dont_inherit=True)
         except (SyntaxError, ValueError) as exc:
             return f"{type(exc).__name__}: {exc}"[:2000]
-    argv = COMPILERS[spec["language"]]
-    with open(argv[-1], "w", encoding="utf-8", errors="replace") as source:
-        source.write(spec["code"])
+    source, argv, outputs = COMPILERS[language]
+    argv_run, env, reserve = runner(language, spec["memory_bytes"])
+    spec["env"], spec["reserve_bytes"] = env, reserve
+    if spec.get("build"):
+        put_build(spec["build"])
+        return argv_run
+    with open(f"{WORKDIR}/{source}", "w", encoding="utf-8", errors="replace") as file:
+        file.write(spec["code"])
     limits = {**spec, "timeout_s": spec["compile_timeout_s"], "cpu_s": spec["compile_timeout_s"]}
     limits |= {"memory_bytes": max(spec["memory_bytes"], 2 << 30), "file_bytes": 1 << 28}
+    limits |= {"env": COMPILE_ENV.get(language, {}), "reserve_bytes": RESERVE, "processes": max(spec["processes"], 64)}
     result = run_one(argv, {"stdin": ""}, limits)
     if result["verdict"] or result["exit_code"] != 0:
-        why = "compile time limit" if result["verdict"] == "TLE" else result["stderr"][-2000:]
+        why = "compile time limit" if result["verdict"] == "TLE" else (result["stderr"] or result["stdout"])[-2000:]
         return f"compile error: {why}"
-    return (f"{WORKDIR}/main",)
+    spec["built"] = read_build(outputs)
+    return argv_run
+
+
+def read_build(names: tuple[str, ...]) -> dict[str, tuple[int, bytes]]:
+    """The compiler's outputs under the working folder: each file's path, mode and bytes."""
+    build: dict[str, tuple[int, bytes]] = {}
+    for name in names:
+        top = f"{WORKDIR}/{name}"
+        paths = (
+            [top]
+            if not os.path.isdir(top)
+            else [os.path.join(folder, file) for folder, _, files in os.walk(top) for file in files]
+        )
+        for path in paths:
+            with open(path, "rb") as file:
+                build[os.path.relpath(path, WORKDIR)] = (os.stat(path).st_mode & 0o755, file.read())
+    return build
+
+
+def put_build(build: dict[str, tuple[int, bytes]]) -> None:
+    for name, (mode, data) in build.items():
+        path = f"{WORKDIR}/{name}"
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as file:
+            file.write(data)
+        os.chmod(path, mode)
 
 
 def _prompt(text: str | None) -> list[Any]:
@@ -303,7 +426,7 @@ def serve(spec: dict[str, Any], out: Any) -> None:
     if isinstance(code, str):
         say(out, {"compile_error": code})
         return
-    say(out, {"compiled": True})
+    say(out, {"compiled": True, "built": spec.pop("built", None)})
     # A harness's prelude modules (code_formats.PRELUDE_MODULES), loaded once here
     # rather than in every test's child.
     for name in sorted({name for test in spec["tests"] for name in test.get("preload", ())}):
