@@ -427,11 +427,13 @@ def _call_harness(fn: str, args: str, harness: str = "plain") -> str:
     Under a harness with an equality of its own (lcb, prime_code) the result keeps its
     types (tuples, sets, dict keys: ``TYPED_RESULT``), and prime_code's run_test turns
     a first argument's dict keys into integers first."""
-    lines = [
-        "import json as _rs_json",
-        f"_rs_fn = globals().get({fn!r}) or getattr(globals()['Solution'](), {fn!r})",
-        f"_rs_args = _rs_json.loads({json.dumps(args)})",
-    ]
+    # Their graders call Solution's method wherever the program defines Solution.
+    find = (
+        f"getattr(globals()['Solution'](), {fn!r}) if 'Solution' in globals() else globals()[{fn!r}]"
+        if harness in PRELUDES
+        else f"globals().get({fn!r}) or getattr(globals()['Solution'](), {fn!r})"
+    )
+    lines = ["import json as _rs_json", f"_rs_fn = {find}", f"_rs_args = _rs_json.loads({json.dumps(args)})"]
     if harness == "prime_code":
         lines += [
             "try:",
