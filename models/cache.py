@@ -7,6 +7,16 @@ from collections import OrderedDict
 from collections.abc import Hashable
 from typing import Any
 
+# Verdicts the host's load decides as much as the program (a test's time, a memory limit
+# the host's own memory may end first): a result holding one is never served again.
+LOAD_VERDICTS = frozenset({"TLE", "MLE"})
+
+
+def cacheable(result: Any) -> bool:
+    """Whether ``result`` (an item's) may answer the same item again: not where any of its
+    tests' verdicts (``tests``, code items) was one the load decided."""
+    return not any(getattr(test, "verdict", None) in LOAD_VERDICTS for test in getattr(result, "tests", None) or ())
+
 
 class LRUCache:
     def __init__(self, max_entries: int):

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from rewardserve.client.protocol import Item, ItemResult
-from rewardserve.models.cache import LRUCache
+from rewardserve.models.cache import LRUCache, cacheable
 from rewardserve.models.planning import ItemError, Job, Plan, UnitOutput
 
 if TYPE_CHECKING:
@@ -66,7 +66,8 @@ def plan_items(
                 for twin in twins.get(index, [index]):
                     answers[twin] = result
                 if cache is not None and job.key is not None and isinstance(result, ItemResult) and result.valid:
-                    cache.put(job.key, result)
+                    if cacheable(result):
+                        cache.put(job.key, result)
         results = [_finished(item, answers[index], result_type) for index, item in enumerate(items)]
         return then(results) if then is not None else results
 

@@ -30,6 +30,7 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from rewardserve.models.rules.sandbox_builds import builds, key
@@ -37,13 +38,20 @@ from rewardserve.models.rules.sandbox_command import ENV, NOBODY, argv, driver_s
 from rewardserve.models.rules.sandbox_filter import SandboxGone, SandboxUnavailable, seccomp_fd
 from rewardserve.models.rules.sandbox_memory import MemoryCgroup, enter
 from rewardserve.models.rules.sandbox_memory import available as memory_cgroups
+from rewardserve.models.rules.sandbox_memory import mode as cgroup_mode
 
 __all__ = ["Limits", "Outcome", "Sandbox", "SandboxGone", "SandboxUnavailable", "check", "run"]
 
 
+# A test's time limit is CPU time (a loaded host slows a program, it does not make it use
+# more); the wall clock ends it at this many times its limit (a program that sleeps or
+# waits, one starved by the host).
+WALL_BACKSTOP = 2.0
+
+
 @dataclass(frozen=True)
 class Limits:
-    timeout_s: float = 6.0  # wall clock per test
+    timeout_s: float = 6.0  # CPU time per test (its wall clock: WALL_BACKSTOP times it)
     compile_timeout_s: float = 10.0  # a compiled language's compiler, once per completion
     memory_mb: int = 1024  # address space per test
     output_bytes: int = 16 << 20  # stdout per test (OLE past it)
@@ -54,7 +62,9 @@ class Limits:
     file_bytes: int = 16 << 20  # the largest file a test may write
     workdir_bytes: int = 64 << 20  # the tmpfs all its files share (/tmp and /dev/shm)
     workdir_files: int = 8192  # files and folders there: each costs the kernel memory
-    processes: int = 64  # RLIMIT_NPROC inside the sandbox's user namespace
+    # RLIMIT_NPROC inside the sandbox's user namespace: what a test may keep busy at once
+    # where no cgroup bounds its CPU.
+    processes: int = 16
 
 
 @dataclass
@@ -96,7 +106,8 @@ def run(
     build_key = key(language, code) if language != "python" else None
     spec["build"] = builds().get(build_key)  # compiled before: its build, not the compiler
     # Every test's time, the compiler's and some slack: past it the sandbox is killed.
-    deadline = time.monotonic() + len(tests) * (limits.timeout_s + 0.5) + limits.compile_timeout_s + 5.0
+    tests_s = len(tests) * (limits.timeout_s + 0.5) + limits.compile_timeout_s
+    deadline = time.monotonic() + tests_s * WALL_BACKSTOP + 5.0
     spent = None if budget_s is None else time.monotonic() + budget_s
     isolated = not unsafe or isolation_works()
     sandbox = _idle.take(limits.workdir_bytes, isolated=isolated)
@@ -128,11 +139,15 @@ def _spec(
         "tests": tests,
         "timeout_s": limits.timeout_s,
         "cpu_s": limits.timeout_s,
+        "wall_factor": WALL_BACKSTOP,
         "memory_bytes": limits.memory_mb << 20,
         "output_bytes": limits.output_bytes,
         "stderr_bytes": limits.stderr_bytes,
         "file_bytes": limits.file_bytes,
         "processes": limits.processes,
+        # Without a memory cgroup each open file (a pipe's buffer, a socket's) is memory no
+        # limit counts: fewer of them per process.
+        "open_files": 64 if memory_cgroups() else 32,
     }
 
 
@@ -156,8 +171,8 @@ class Sandbox:
         if not isolated:
             self._start_unsandboxed(as_nobody)
             return
-        self.cgroup = MemoryCgroup(NOBODY if as_nobody else None) if memory_cgroups() else None
-        command = argv(workdir_bytes, Limits().workdir_files, filter_fd := seccomp_fd())
+        self.cgroup = MemoryCgroup(NOBODY if as_nobody else None) if MemoryCgroup.any() else None
+        command = argv(workdir_bytes, Limits().workdir_files, filter_fd := seccomp_fd(memory_cgroups()))
         if self.cgroup is not None:
             self.cgroup.limit(Limits().memory_mb << 20, workdir_bytes)
             command = enter(self.cgroup.procs, command)
@@ -177,6 +192,8 @@ class Sandbox:
         finally:
             os.close(filter_fd)
         self._wait_ready()
+        if self.cgroup is None:
+            _least_autogroup(self.proc.pid)
 
     def _start_unsandboxed(self, as_nobody: dict[str, Any]) -> None:
         """The driver as a plain child in a private folder (--unsafe-code-exec): rlimits,
@@ -316,6 +333,31 @@ class Sandbox:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
 
+def _least_autogroup(pid: int) -> None:
+    """Where no cgroup bounds a sandbox's CPU: the autogroups of ``pid`` and what it started
+    (bwrap's session, the driver's, which every test shares: the filter refuses setsid)
+    at nice 19, below every nice-0 session of the host. The kernel's lists of children
+    (/proc/<pid>/task/<tid>/children) name them; where it has none, or no autogroups, as
+    before."""
+    seen: set[int] = set()
+    todo = [pid]
+    while todo:
+        one = todo.pop()
+        if one in seen:
+            continue
+        seen.add(one)
+        try:
+            with open(f"/proc/{one}/autogroup", "w") as file:
+                file.write("19")
+        except OSError:  # gone, or this kernel has no autogroups
+            pass
+        for task in Path(f"/proc/{one}/task").glob("*/children"):
+            try:
+                todo += [int(child) for child in task.read_text().split()]
+            except OSError:
+                pass
+
+
 def _budget_spent(count: int) -> list[dict[str, Any]]:
     """The results of ``count`` tests the completion's time budget left no time for:
     TLE, marked so that a reader tells them from a test's own time limit."""
@@ -412,7 +454,9 @@ def check(unsafe: bool = False) -> str:
         return (
             "a bubblewrap sandbox (user, pid, net, ipc, uts and mount namespaces; a seccomp filter; "
             "read-only /usr; /tmp and /dev/shm a tmpfs capped in bytes and files; rlimits; "
-            + ("a memory cgroup per sandbox)" if memory_cgroups() else "no writable memory cgroup: memory per process)")
+            + f"{cgroup_mode()}"
+            + ("" if memory_cgroups() else "; memfd_create refused and 32 open files per process")
+            + ")"
         )
     if not unsafe:
         raise SandboxUnavailable(f"{problem}{_namespace_hint(problem)}; --unsafe-code-exec runs code without isolation")

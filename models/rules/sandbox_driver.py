@@ -80,7 +80,8 @@ def limit(kind: int, value: int) -> None:
 def child(parts: Any, spec: dict[str, Any], stdin_r: int, out_w: int, err_w: int) -> None:
     """In the forked child: its pipes as 0, 1 and 2, every other descriptor closed, the
     test's limits, then the program."""
-    os.setsid()
+    if UNSAFE:  # its group is what _kill_others ends; in the sandbox the filter refuses setsid
+        os.setsid()
     os.dup2(stdin_r, 0)
     os.dup2(out_w, 1)
     os.dup2(err_w, 2)
@@ -91,7 +92,7 @@ def child(parts: Any, spec: dict[str, Any], stdin_r: int, out_w: int, err_w: int
     limit(resource.RLIMIT_AS, spec["memory_bytes"] + spec.get("reserve_bytes", 0))
     limit(resource.RLIMIT_FSIZE, spec["file_bytes"])
     limit(resource.RLIMIT_NPROC, spec["processes"])
-    limit(resource.RLIMIT_NOFILE, 64)
+    limit(resource.RLIMIT_NOFILE, spec.get("open_files", 64))
     limit(resource.RLIMIT_CORE, 0)
     if isinstance(parts, tuple):  # a program to execute: a compiler, a compiled completion
         os.execve(parts[0], list(parts), {**os.environ, **spec.get("env", {})})
@@ -172,7 +173,10 @@ def run_one(parts: Any, test: dict[str, Any], spec: dict[str, Any]) -> dict[str,
     os.set_blocking(stdin_w, False)
     outs = {out_r: bytearray(), err_r: bytearray()}
     caps = {out_r: spec["output_bytes"], err_r: spec["stderr_bytes"]}
-    deadline = start + spec["timeout_s"]
+    # TLE: the test's CPU time past its limit (read from the child's CPU clock, which
+    # clock_getcpuclockid names, while it runs), or the wall clock past the backstop.
+    deadline = start + spec["timeout_s"] * spec.get("wall_factor", 1.0)
+    cpu_clock = (~pid << 3) | 2  # MAKE_PROCESS_CPUCLOCK(pid, CPUCLOCK_SCHED)
     verdict = None
     writers = [stdin_w] if data else []
     if not data:
@@ -182,7 +186,7 @@ def run_one(parts: Any, test: dict[str, Any], spec: dict[str, Any]) -> dict[str,
     usage: Any = None
     while open_fds:
         left = deadline - time.monotonic()
-        if left <= 0:
+        if left <= 0 or (status is None and _cpu_time(cpu_clock) > spec["cpu_s"]):
             verdict = "TLE"
             break
         readable, writable, _ = select.select(open_fds, writers, [], min(left, 0.05))
@@ -230,13 +234,21 @@ def run_one(parts: Any, test: dict[str, Any], spec: dict[str, Any]) -> dict[str,
         "stdout": outs[out_r][: 1024 if verdict == "OLE" else None].decode("utf-8", "replace"),
         "stderr": outs[err_r][: 1 << 16].decode("utf-8", "replace"),
     }
-    if result["signal"] == SIGXCPU:
+    if result["signal"] == SIGXCPU or (result["verdict"] is None and result["cpu_s"] > spec["cpu_s"]):
         result["verdict"] = "TLE"
     full = OUT_OF_MEMORY.get(spec.get("language", "python"))
     failed = result["exit_code"] != 0 or result["signal"]
     if full and failed and not result["verdict"] and full in result["stderr"][-4096:]:
         result["verdict"] = "MLE"
     return result
+
+
+def _cpu_time(clock: int) -> float:
+    """A child's CPU time so far; 0 once it has ended (its wait4 usage counts then)."""
+    try:
+        return time.clock_gettime(clock)
+    except OSError:
+        return 0.0
 
 
 def _kill_others(pid: int | None = None) -> None:

@@ -27,7 +27,13 @@ DENIED_CALLS = (
     "io_uring_setup", "init_module", "finit_module", "delete_module", "swapon", "swapoff",
     "reboot", "acct", "quotactl", "open_by_handle_at", "name_to_handle_at", "fanotify_init",
     "syslog",
+    # A session of its own is an autogroup of its own where no cgroup bounds the sandbox's
+    # CPU: weighed as a nice-0 session beside the host's, whatever the sandbox's nice.
+    "setsid",
 )  # fmt: skip
+# Refused where no memory cgroup bounds the sandbox as a whole: a memfd's pages count in no
+# process's address space, so each process could hold its file limit per open file.
+NO_MEMORY_CGROUP_CALLS = ("memfd_create",)
 # Refused where they name another process (a non-zero pid or ``who``): a test's child knows
 # the driver's pid, and limits, a priority or an affinity set on the driver would pass to
 # every later test it forks, another completion's included. Argument index of the pid.
@@ -40,11 +46,12 @@ NEW_NAMESPACES = 0x10000000 | 0x20000000 | 0x40000000 | 0x04000000 | 0x08000000 
 
 
 @functools.cache
-def seccomp_program() -> bytes:
+def seccomp_program(memory_cgroup: bool = True) -> bytes:
     """The sandbox's system-call filter as BPF (pyseccomp over the system's libseccomp),
     for bwrap's ``--seccomp``: everything allowed but DENIED_CALLS, OTHER_PROCESS_CALLS on
     another process and a clone into new namespaces; clone3 answers ENOSYS, so that the C
-    library falls back to clone, whose flags the filter can read."""
+    library falls back to clone, whose flags the filter can read. Without a
+    ``memory_cgroup`` over the sandbox, NO_MEMORY_CGROUP_CALLS too."""
     import tempfile
 
     try:
@@ -52,7 +59,7 @@ def seccomp_program() -> bytes:
     except Exception as exc:  # noqa: BLE001 - not installed, or no libseccomp
         raise SandboxUnavailable(f"no seccomp filter: pip install pyseccomp, apt install libseccomp2 ({exc})") from None
     rules = seccomp.SyscallFilter(seccomp.ALLOW)
-    for name in DENIED_CALLS:
+    for name in DENIED_CALLS + (() if memory_cgroup else NO_MEMORY_CGROUP_CALLS):
         rules.add_rule(seccomp.ERRNO(errno.EPERM), name)
     for flag in (1 << bit for bit in range(32) if NEW_NAMESPACES >> bit & 1):
         rules.add_rule(seccomp.ERRNO(errno.EPERM), "clone", seccomp.Arg(0, seccomp.MASKED_EQ, flag, flag))
@@ -69,9 +76,9 @@ def seccomp_program() -> bytes:
         return file.read()
 
 
-def seccomp_fd() -> int:
+def seccomp_fd(memory_cgroup: bool = True) -> int:
     """The filter in a file of its own for one bwrap to read from its start."""
     fd = os.memfd_create("rewardserve-seccomp")
-    os.write(fd, seccomp_program())
+    os.write(fd, seccomp_program(memory_cgroup))
     os.lseek(fd, 0, os.SEEK_SET)
     return fd
