@@ -11,8 +11,9 @@ this service runs. ``run_timeout`` is the per-test wall clock (at most 60 s);
 written in the run's working directory first, ``fetch_files`` read back after it
 (regular files; a path with ``..``, a leading ``/`` or an empty part is a SandboxError,
 and no link is followed on the way). Python has no compile
-step here: a syntax error is a run that exits 1, as ``python file.py`` does. C++
-(``cpp``) is compiled once with the system's g++; a compile error is ``compile_result``.
+step here: a syntax error is a run that exits 1, as ``python file.py`` does, and so is
+node's (``nodejs``). C++ (``cpp``, g++), Java (``java``: ``public class Main``) and Go
+(``go``) are compiled once per distinct program; a compile error is ``compile_result``.
 """
 
 from __future__ import annotations
@@ -47,10 +48,11 @@ from rewardserve.service.routes import ERROR_RESPONSES, answer, json_response
 router = APIRouter(route_class=BoundedRoute, responses=ERROR_RESPONSES)
 
 MEMORY_MB = (32, 65536)  # what options.code.memory_mb takes; the model caps it further
-# SandboxFusion's language names this service runs.
-# (The code model's own names for them are the same.)
-LANGUAGES = ("python", "cpp")
-COMPILED = frozenset({"cpp"})
+# SandboxFusion's language names this service runs, and the code model's name for each.
+LANGUAGES = {"python": "python", "cpp": "cpp", "java": "java", "nodejs": "javascript", "go": "go"}
+# Those SandboxFusion compiles (its compile_languages): a compile error is compile_result
+# there, and their default time limit is 10 s, not 20 (node's syntax error is a run's).
+COMPILED = frozenset({"cpp", "java", "go"})
 STDIO_DATASETS = ("code_contests",)  # SandboxFusion's own CommonOJDataset datasets
 
 
@@ -74,7 +76,7 @@ async def run_code(body: RunCodeRequest, request: Request, model: str = Query(de
             f"memory_limit_MB must be -1 (the default) or {MEMORY_MB[0]}..{MEMORY_MB[1]}", param="memory_limit_MB"
         )
     options = CodeOptions(
-        language=language,
+        language=LANGUAGES[language],
         timeout_s=body.run_timeout,
         memory_mb=body.memory_limit_MB if body.memory_limit_MB > 0 else None,
         outputs=True,
@@ -133,7 +135,7 @@ async def submit(body: SubmitRequest, request: Request, model: str = Query(defau
     cases = await run_in_threadpool(stdio_cases, config.provided_data)
     every_case = bool(config.extra.get("run_all_cases"))
     options = CodeOptions(
-        language=language,
+        language=LANGUAGES[language],
         compare="sandbox_fusion",
         binary=not every_case,  # SandboxFusion stops at the first failure unless asked for every case
         timeout_s=config.run_timeout or (10.0 if language in COMPILED else 20.0),

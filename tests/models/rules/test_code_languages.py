@@ -33,7 +33,10 @@ public class Main {
             case "spam": { StringBuilder b = new StringBuilder(); for (int i = 0; i < 1 << 16; i++) b.append('x');
                            String s = b.toString(); while (true) System.out.print(s); }
             case "fork": {
-                try { for (int i = 0; i < 1000; i++) new ProcessBuilder("/bin/sleep", "30").start(); System.out.println("unlimited"); }
+                try {
+                    for (int i = 0; i < 1000; i++) new ProcessBuilder("/bin/sleep", "30").start();
+                    System.out.println("unlimited");
+                }
                 catch (IOException e) { System.out.println("limited"); }
                 break;
             }
@@ -43,7 +46,10 @@ public class Main {
                 break;
             }
             case "net": {
-                try (Socket s = new Socket()) { s.connect(new InetSocketAddress("127.0.0.1", Integer.parseInt(w[1])), 2000); System.out.println("connected"); }
+                try (Socket s = new Socket()) {
+                    s.connect(new InetSocketAddress("127.0.0.1", Integer.parseInt(w[1])), 2000);
+                    System.out.println("connected");
+                }
                 catch (IOException e) { System.out.println("refused"); }
                 break;
             }
