@@ -214,7 +214,7 @@ class RewardModel(ABC):
         self, inputs: list[str | list[int]], keep: int | None = None, side: str = "right"
     ) -> Plan[list[list[float]]]:
         """vLLM's /pooling: per input, the vectors read at its step tags (process kinds)."""
-        raise RequestError(f"model {self.name!r} is a {self.kind} model; it does not answer /pooling", param="model")
+        raise RequestError(f"model {self.name!r} is of kind {self.kind}; it does not answer /pooling", param="model")
 
     def plan_items(
         self,
@@ -265,7 +265,7 @@ class RewardModel(ABC):
             shape = item.rendered
             if shape is not None and shape not in self.inputs:
                 raise RequestError(
-                    f"items[{index}].{shape}: a {self.kind} model needs the conversation, not "
+                    f"items[{index}].{shape}: a model of kind {self.kind} needs the conversation, not "
                     f"pre-rendered {shape}; send 'messages' or 'prompt' + 'response'",
                     param=f"items[{index}].{shape}",
                 )
@@ -425,7 +425,7 @@ class RewardModel(ABC):
         """vLLM's /tokenize with this model's own tokenizer (models/text/tokenize.py)."""
         tok = self.text_tokenizer
         if tok is None:
-            raise RequestError(f"model {self.name!r} is a {self.kind} model: it has no tokenizer", param="model")
+            raise RequestError(f"model {self.name!r} is of kind {self.kind}: it has no tokenizer", param="model")
         return tokenize(
             tok,
             self.max_tokens,

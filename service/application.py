@@ -94,14 +94,20 @@ def admit(ctx: RequestContext, n_items: int) -> None:
         raise Overloaded(f"{named(ctx.tenant)} is over its items per second; retry after {wait}s", retry_after_s=wait)
 
 
-def serving(ctx: RequestContext, model: str, endpoint: str) -> Served:
-    """The served model, ready, that answers ``endpoint``; named in the request's log."""
-    served = ctx.svc.registry.get(model)
+def serving(ctx: RequestContext, model: str, endpoint: str, field: str = "model") -> Served:
+    """The served model, ready, that answers ``endpoint``; named in the request's log.
+    ``field``: the request field that named it, which the errors name."""
+    try:
+        served = ctx.svc.registry.get(model)
+    except NotFound as exc:
+        if field == "model":
+            raise
+        raise NotFound(f"{field}: {exc}", param=field) from None
     if not ctx.detached:
         ctx.name_model(model)
     if endpoint not in served.model.endpoints:
         routes = ", ".join(sorted(ENDPOINT_ROUTES[e] for e in served.model.endpoints))
-        raise InvalidRequest(f"model {model!r} is a {served.model.kind} model; it answers {routes}", param="model")
+        raise InvalidRequest(f"{field} {model!r} is of kind {served.model.kind}; it answers {routes}", param=field)
     return served
 
 
@@ -216,7 +222,7 @@ async def rubric(ctx: RequestContext, body: RubricRequest) -> Executed[RubricRes
     if asks_judge(body):
         if body.judge is None:
             raise InvalidRequest("judge criteria need a 'judge' verifier model", param="judge")
-        judge = serving(ctx, body.judge, "judge")
+        judge = serving(ctx, body.judge, "judge", field="judge")
     done: Executed[RubricResult] = await run_plan(
         ctx,
         judge,

@@ -314,7 +314,7 @@ class Lifecycle:
         """A new version built, loaded and probed off the compute thread, batching; the
         old one untouched. LoadFailed (the old one serving on) when it cannot."""
         if old.model.kind == "rule" or not old.model.runs_torch:
-            raise InvalidRequest(f"model {name!r} is a {old.model.kind} model: it has no weights to load")
+            raise InvalidRequest(f"model {name!r} is of kind {old.model.kind}: it has no weights to load")
         if spec is None:
             spec = old.model.spec.model_copy(update={"source": source, "revision": None, "version": version})
         try:
@@ -393,7 +393,7 @@ class Lifecycle:
     async def _weights_locked(self, name: str, path: str, version: str, remember: bool) -> AdminModelState:
         served = self.registry.current(name)
         if served.model.kind == "rule" or not served.model.runs_torch:
-            raise InvalidRequest(f"model {name!r} is a {served.model.kind} model: it has no weights")
+            raise InvalidRequest(f"model {name!r} is of kind {served.model.kind}: it has no weights")
         refuse_unless_checkpoint(path, served.version)
         spec = served.model.spec
         moved = spec.model_copy(update={"source": path, "tokenizer": spec.tokenizer or spec.source, "revision": None})

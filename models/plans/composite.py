@@ -27,7 +27,7 @@ def score_part(peers: PeerLookup, name: str, items: list[Item], param: str) -> t
     statistics; a 422 naming ``param`` for a model that does not score."""
     peer = peers(name, param)
     if "score" not in peer.model.endpoints:
-        raise RequestError(f"model {name!r} is a {peer.model.kind} model; it gives no /v1/score score", param=param)
+        raise RequestError(f"model {name!r} is of kind {peer.model.kind}; it gives no /v1/score score", param=param)
     return Part(name, peer.model.plan_score(items, ScoreOptions(), peer.cache, peers)), peer.running
 
 

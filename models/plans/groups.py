@@ -40,7 +40,8 @@ def singleton_groups(items: list[Item], what: str) -> str | None:
         return None
     return (
         f"{what}: each of the {len(items)} item(s) is a group of its own, so every advantage is 0; "
-        "give the completions of one prompt the same group_id (TRL's adapters in rewardserve.client.trl do)"
+        "give the completions of one prompt the same group_id"
+        " (the TRL adapters in rewardserve.client.integrations.trl do)"
     )
 
 

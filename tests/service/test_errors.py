@@ -157,3 +157,59 @@ async def test_invalid_rule_item_beside_valid_ones(service):
     assert results[0]["score"] == 1.0 and results[0]["valid"]
     assert results[1]["valid"] is False and results[1]["score"] is None and "reference" in results[1]["error"]
     assert results[2]["score"] == 0.0 and results[2]["valid"]
+
+
+@pytest.mark.parametrize(
+    ("body", "param", "meant", "model"),
+    [
+        ({"model": "qwen", "items": [{"completion": "x"}]}, "items[0].completion", None, "Item"),
+        ({"model": "qwen", "items": [{"respnse": "x"}]}, "items[0].respnse", "response", "Item"),
+        ({"model": "qwen", "items": [{"response": "x", "answer": "4"}]}, "items[0].answer", None, "Item"),
+        (
+            {"model": "qwen", "items": [{"response": "x"}], "options": {"normalise": "group"}},
+            "options.normalise",
+            "normalize",
+            "ScoreOptions",
+        ),
+        ({"model": "qwen", "inputs": [{"response": "x"}]}, "inputs", None, "ScoreRequest"),
+        ({"modle": "qwen", "items": [{"response": "x"}]}, "modle", "model", "ScoreRequest"),
+    ],
+)
+async def test_an_unknown_request_field_names_the_fields_and_the_nearest(service, body, param, meant, model):
+    _, http = service
+    error = error_of(await http.post("/v1/score", json=body), 422, "invalid_request")
+    assert error["param"] == param
+    message = error["message"]
+    assert f"unknown field {param.rsplit('.', 1)[-1]!r}" in message and f"{model} has the fields:" in message, message
+    if meant:
+        assert f"did you mean {meant!r}?" in message, message
+    if model == "Item":
+        assert "response, " in message and "reference" in message
+
+
+async def test_404_and_405_name_the_route_or_method_meant(service):
+    _, http = service
+    body = {"model": "qwen", "items": [{"response": "x"}]}
+    error = error_of(await http.post("/score", json=body), 404, "not_found")
+    assert "did you mean /v1/score?" in error["message"], error
+    error = error_of(await http.post("/v1/scor", json=body), 404, "not_found")
+    assert "did you mean /v1/score?" in error["message"], error
+    response = await http.get("/v1/score")
+    assert response.status_code == 405 and response.headers["allow"] == "POST"
+    assert "use POST" in response.json()["error"]["message"]
+    # A route's own 404 (an unknown model) keeps its message, with no route guessed.
+    error = error_of(await http.post("/v1/score", json={**body, "model": "nope"}), 404, "not_found")
+    assert "did you mean" not in error["message"]
+
+
+async def test_a_rubric_s_judge_errors_name_the_judge_field(service):
+    _, http = service
+    body = {"items": [{"response": "x"}], "criteria": [{"name": "right", "text": "Is it right?"}]}
+    error = error_of(await http.post("/v1/rubric", json={**body, "judge": "qwen"}), 422, "invalid_request")
+    assert error["param"] == "judge" and error["message"].startswith("judge 'qwen' is of kind outcome"), error
+    error = error_of(await http.post("/v1/rubric", json={**body, "judge": "nope"}), 404, "not_found")
+    assert error["param"] == "judge" and error["message"].startswith("judge: model 'nope' is not served"), error
+    error = error_of(
+        await http.post("/v1/verify", json={"model": "qwen", "items": [{"response": "x"}]}), 422, "invalid_request"
+    )
+    assert "is of kind outcome; it answers" in error["message"] and "a outcome" not in error["message"], error
