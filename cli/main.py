@@ -81,7 +81,10 @@ def _parser() -> argparse.ArgumentParser:
     add_model_args(models)
     score = commands.add_parser("score", help="score a JSONL file of items, one result per line")
     score.add_argument("input", help="JSONL: one item per line (the /v1/score item shape)")
-    score.add_argument("-o", "--output", required=True, help="JSONL results, in input order; a re-run resumes")
+    score.add_argument(
+        "-o", "--output", required=True, help="JSONL results, in input order; a re-run of the same run resumes"
+    )
+    score.add_argument("--overwrite", action="store_true", help="start over where -o holds another run's results")
     score.add_argument("--model", dest="name", help="the served model to score with (the judge for rubric)")
     score.add_argument("--endpoint", choices=["score", "steps", "verify", "rubric"], default="score")
     score.add_argument(
@@ -255,12 +258,27 @@ def score(args: argparse.Namespace) -> None:
         settings = None if args.url else settings_from(args, args.serve_models)
         async with reward_client(args.url, settings, args.api_key) as client:
             return await score_file(
-                client, args.endpoint, args.name or "", options, Path(args.input), Path(args.output)
+                client,
+                args.endpoint,
+                args.name or "",
+                options,
+                Path(args.input),
+                Path(args.output),
+                service=args.url or served_here(args),
+                overwrite=args.overwrite,
             )
 
     started = time.monotonic()
     results = asyncio.run(scored())
     print(table([*summary(results), ("seconds", f"{time.monotonic() - started:.1f}")]))
+
+
+def served_here(args: argparse.Namespace) -> str:
+    """The models loaded in process, as a run's record names its service."""
+    from pathlib import Path
+
+    config = str(Path(args.config).resolve()) if args.config else None
+    return "in process: " + ", ".join([f"config {config}" if config else "built-in rules", *args.serve_models])
 
 
 def evaluate(args: argparse.Namespace) -> None:

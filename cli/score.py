@@ -3,12 +3,14 @@
 The items go through the real service, either one running at ``--url`` or this
 process's own app (``--config`` or the built-in rules) behind an in-memory transport,
 so batching, limits and readouts are the service's. Results are written one per line
-in input order, a block at a time; a re-run appends after the last line written.
+in input order, a block at a time; a re-run of the same model, options, service and
+input (recorded beside the output, OUT.run.json) appends after the last line written.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import math
 import os
@@ -136,6 +138,39 @@ def lines_written(path: Path) -> list[dict[str, Any]]:
     return done
 
 
+def run_record_path(out: Path) -> Path:
+    """Where a run records what it scored, beside its output (the output stays one
+    result per line)."""
+    return out.with_name(out.name + ".run.json")
+
+
+def file_digest(path: Path) -> str:
+    with open(path, "rb") as f:
+        return "sha256:" + hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def check_same_run(out: Path, run: dict[str, Any]) -> None:
+    """ValueError unless the results in ``out`` were written by a run of the same
+    model, endpoint, options, service and input: resuming another run's file would
+    print its old scores as this run's."""
+    record_path = run_record_path(out)
+    try:
+        recorded = json.loads(record_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        recorded = None
+    if not isinstance(recorded, dict):
+        raise ValueError(
+            f"{out} holds results with no record of the run that wrote them ({record_path}); "
+            "choose another -o, or --overwrite to start over"
+        )
+    differ = [f"{key} {recorded.get(key)!r} (now {new!r})" for key, new in run.items() if recorded.get(key) != new]
+    if differ:
+        raise ValueError(
+            f"{out} holds another run's results: its " + "; ".join(differ) + ". "
+            "Choose another -o, or --overwrite to start over"
+        )
+
+
 def blocks(items: list[dict[str, Any]], start: int, size: int) -> list[tuple[int, int]]:
     """[start, end) ranges of about ``size`` items that never split a group_id run, so a
     group's normalisation sees the whole group."""
@@ -183,12 +218,26 @@ async def score_file(
     source: Path,
     out: Path,
     progress_stream: TextIO | None = None,
+    *,
+    service: str = "in process",
+    overwrite: bool = False,
 ) -> list[dict[str, Any]]:
-    """Score ``source`` into ``out``, skipping the items a previous run wrote; returns
-    every result line of ``out``."""
+    """Score ``source`` into ``out``, skipping the items a previous run of the same
+    model, endpoint, options, ``service`` and input wrote (another run's file is
+    refused, or replaced with ``overwrite``); returns every result line of ``out``."""
     items = read_items(source)
     resumable = check_output(source, out)
-    written = lines_written(out) if resumable else []
+    run = {
+        "model": model,
+        "endpoint": endpoint,
+        "options": options,
+        "service": service,
+        "input": file_digest(source),
+        "items": len(items),
+    }
+    if resumable and not overwrite and out.exists() and out.stat().st_size > 0:
+        check_same_run(out, run)
+    written = lines_written(out) if resumable and not overwrite else []
     if len(written) > len(items):
         raise ValueError(f"{out} has {len(written)} results for {len(items)} items: not a run of {source}")
     # A group cut by the stop is scored again whole: its normalisation needs all of it.
@@ -214,7 +263,10 @@ async def score_file(
         for start, end in blocks(items, resume, BLOCK):
             response = await call(items[start:end])
             if f is None:
-                f = open(out, "a" if resumable else "w", encoding="utf-8")  # noqa: SIM115 (closed below)
+                if resumable:
+                    run_record_path(out).write_text(json.dumps(run, indent=1) + "\n", encoding="utf-8")
+                mode = "a" if resumable and not overwrite else "w"
+                f = open(out, mode, encoding="utf-8")  # noqa: SIM115 (closed below)
             for index, result in zip(range(start, end), response.results):
                 line = {"index": index, **result.model_dump(exclude_none=True)}
                 f.write(json.dumps(line) + "\n")
@@ -223,7 +275,10 @@ async def score_file(
             progress.update(end)
         if not items:
             progress.update(0)
-            out.touch()
+            if resumable:
+                run_record_path(out).write_text(json.dumps(run, indent=1) + "\n", encoding="utf-8")
+            if overwrite or not out.exists():
+                out.write_text("", encoding="utf-8")
     finally:
         if f is not None:
             f.close()

@@ -181,3 +181,41 @@ def test_eval_decides_each_pair_as_rewardbench_does(qwen3_rm, tmp_path, capsys):
     assert Image.open(tmp_path / "eval" / "accuracy.png").size[0] == 720
     out = capsys.readouterr().out
     assert "best-of-5" in out and "pairs" in out and "accuracy.png" in out
+
+
+def test_score_refuses_another_run_s_output_and_overwrite_starts_over(tmp_path, capsys):
+    items = [{"response": rf"\boxed{{{i}}}", "reference": "2"} for i in range(6)]
+    source = write_jsonl(tmp_path / "items.jsonl", items)
+    out = tmp_path / "out.jsonl"
+    main(["score", "--model", "math", str(source), "-o", str(out)])
+    first = read_jsonl(out)
+    record = json.loads((tmp_path / "out.jsonl.run.json").read_text())
+    assert record["model"] == "math" and record["input"].startswith("sha256:") and record["items"] == 6
+    assert record["service"] == "in process: built-in rules"
+    capsys.readouterr()
+    # Another input (same length: the old check let it through) and another model: refused,
+    # the file untouched, the message naming what differs.
+    other = write_jsonl(tmp_path / "other.jsonl", [{**i, "reference": "3"} for i in items])
+    for argv, differs in (
+        ([str(other)], "input"),
+        ([str(source), "--model", "fuzzy"], "model 'math' (now 'fuzzy')"),
+        ([str(source), "--options", '{"normalize": "group"}'], "options"),
+        ([str(source), "--url", "http://127.0.0.1:1"], "service"),
+    ):
+        with pytest.raises(SystemExit):
+            main(["score", "--model", "math", *argv, "-o", str(out)])
+        err = capsys.readouterr().err
+        assert "holds another run's results" in err and differs in err and "--overwrite" in err, err
+        assert read_jsonl(out) == first
+    # A results file with no record of its run is refused too.
+    (tmp_path / "out.jsonl.run.json").unlink()
+    with pytest.raises(SystemExit):
+        main(["score", "--model", "math", str(other), "-o", str(out)])
+    assert "no record of the run" in capsys.readouterr().err
+    main(["score", "--model", "math", str(other), "-o", str(out), "--overwrite"])
+    again = read_jsonl(out)
+    assert [r["score"] for r in again] == [1.0 if i == 3 else 0.0 for i in range(6)]
+    assert "resuming" not in capsys.readouterr().err
+    # The same run again resumes (nothing left to score).
+    main(["score", "--model", "math", str(other), "-o", str(out)])
+    assert read_jsonl(out) == again and "resuming after 6 results" in capsys.readouterr().err
