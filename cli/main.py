@@ -205,14 +205,23 @@ def models(args: argparse.Namespace) -> None:
     )
     settings = settings_from(args, args.model, builtin_rules=False if args.no_builtin_rules else None)
     rows = [("model", "kind", "preset", "source", "status")]
+    failing = []
     for spec in settings.model_specs():
         try:
             model = build_checked(spec)
             rows.append((spec.name, model.kind, model.preset_name or "-", spec.source, "ok"))
         except ValueError as exc:
             rows.append((spec.name, spec.kind or "?", spec.preset or "-", spec.source, str(exc)))
+            failing.append(spec.name)
     print("\nthis configuration would serve:")
     print(table(rows))
+    if failing:
+        # A check run before serving (CI, a deploy step) must see the failure in its status.
+        print(
+            f"rewardserve: error: {len(failing)} of {len(rows) - 1} models would fail to load: {', '.join(failing)}",
+            file=sys.stderr,
+        )
+        raise SystemExit(1)
 
 
 def demo_models(args: argparse.Namespace) -> None:

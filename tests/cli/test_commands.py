@@ -51,8 +51,14 @@ def test_version_and_paths(capsys):
 
 
 def test_models_lists_kinds_presets_and_what_a_config_would_serve(capsys, qwen3_rm, tmp_path):
-    main(["models", "--model", f"rm={qwen3_rm}", "--model", f"gone={tmp_path}/gone:process"])
-    out = capsys.readouterr().out
+    main(["models", "--model", f"rm={qwen3_rm}"])  # all would load: exit 0
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as stopped:
+        main(["models", "--model", f"rm={qwen3_rm}", "--model", f"gone={tmp_path}/gone:process"])
+    assert stopped.value.code == 1  # a check before serving sees the failure in the exit status
+    printed = capsys.readouterr()
+    assert "1 of " in printed.err and "models would fail to load: gone" in printed.err
+    out = printed.out
     kinds = out.splitlines()[0].removeprefix("kinds: ").split(", ")
     assert {"clip_goal", "outcome", "process", "rule", "verifier", "vlm"} <= set(kinds)
     assert "skywork-reward-v2" in out and "qwen2.5-math-prm" in out
