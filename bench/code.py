@@ -3,6 +3,10 @@ sandbox) against verl 0.9.1's ``prime_code`` ``compute_score`` run serially in o
 (a completion's tests in one forked child, no sandbox), on the same completions.
 
     .venv/bin/python bench/code.py [--completions 64] [--rounds 2] [--rss-runs 2000] [--seed N]
+    .venv/bin/python bench/code.py --languages [--completions 16]
+
+``--languages``: completions/s per language (Python, C++, Java, JavaScript, Go; 1-test and
+10-test; each program compiled, or its build kept from before), the CPU beside them.
 
 Completions: a+b programs over fresh numbers (a new seed each run, so no cache answers),
 three in four right, one in four wrong; problems of 1 test and of 10. rewardserve is
@@ -117,8 +121,50 @@ def sandbox_overhead(rng: random.Random, runs: int) -> float:
     return statistics.median(costs)
 
 
+# Each language's a+b program (its right answer): the per-language figures' completions.
+ADD_PROGRAMS = {
+    "python": "a, b = map(int, input().split())\nprint(a + b)\n",
+    "cpp": '#include <cstdio>\nint main() { long long a, b; std::scanf("%lld %lld", &a, &b);'
+    ' std::printf("%lld\\n", a + b); }\n',
+    "java": "import java.io.*;\nimport java.util.*;\npublic class Main { public static void main(String[] x)"
+    " throws IOException { StringTokenizer t = new StringTokenizer(new BufferedReader("
+    "new InputStreamReader(System.in)).readLine());"
+    " System.out.println(Long.parseLong(t.nextToken()) + Long.parseLong(t.nextToken())); } }\n",
+    "javascript": "const [a, b] = require('fs').readFileSync(0, 'utf8').trim().split(/\\s+/).map(BigInt);"
+    " console.log((a + b).toString());\n",
+    "go": 'package main\nimport "fmt"\nfunc main() { var a, b int64; fmt.Scan(&a, &b); fmt.Println(a + b) }\n',
+}
+COMMENT = {"python": "#", "cpp": "//", "java": "//", "javascript": "//", "go": "//"}
+
+
+def languages(rng: random.Random, completions: int) -> None:
+    """Completions/s per language, one after another in this process (one sandbox, one
+    core): 1-test and 10-test problems, each program new (a comment makes its source, so
+    its build, new: compiled every time) or the same program again (its build kept)."""
+    from rewardserve.models.rules.code import code_tests
+
+    for language, program in ADD_PROGRAMS.items():
+        row = []
+        for tests in (1, 10):
+            for fresh in (True, False):
+                work = problems(rng, completions, tests)
+                same = f"{COMMENT[language]} {rng.random()}\n{program}"
+                code_tests(same, work[0][1], language=language, extract=False)  # warm: the sandbox, the build
+                start = time.perf_counter()
+                for _, reference in work:
+                    code = f"{COMMENT[language]} {rng.random()}\n{program}" if fresh else same
+                    score = code_tests(code, reference, language=language, extract=False)
+                    assert float(score) == 1.0, (language, score.reason)
+                rate = len(work) / (time.perf_counter() - start)
+                row.append(f"{tests:>2}-test {'compiled' if fresh else 'cached  '} {rate:7.1f}")
+        print(f"{language:<10} " + "  ".join(row), flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
+    parser.add_argument(
+        "--languages", action="store_true", help="only completions/s per language (compiled each time, and cached)"
+    )
     parser.add_argument("--completions", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--rss-runs", type=int, default=2000)
@@ -127,6 +173,11 @@ def main() -> None:
     seed = fresh_seed(args.seed)
     rng = random.Random(seed)
     cores = os.cpu_count() or 1
+    if args.languages:
+        load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+        print(f"CPU: {cpu_name()}, {cores} cores, load {load}; seed {seed}; {args.completions} completions a figure")
+        languages(rng, args.completions)
+        return
     module = prime_code()
     from tests.harness import serve_process
 
