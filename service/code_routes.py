@@ -12,8 +12,9 @@ written in the run's working directory first, ``fetch_files`` read back after it
 (regular files; a path with ``..``, a leading ``/`` or an empty part is a SandboxError,
 and no link is followed on the way). Python has no compile
 step here: a syntax error is a run that exits 1, as ``python file.py`` does, and so is
-node's (``nodejs``). C++ (``cpp``, g++), Java (``java``: ``public class Main``) and Go
-(``go``) are compiled once per distinct program; a compile error is ``compile_result``.
+node's (``nodejs``). C++ (``cpp``, g++), Java (``java``: ``public class Main``), Go
+(``go``) and Rust (``rust``) are compiled once per distinct program; a compile error is
+``compile_result``.
 """
 
 from __future__ import annotations
@@ -49,10 +50,12 @@ router = APIRouter(route_class=BoundedRoute, responses=ERROR_RESPONSES)
 
 MEMORY_MB = (32, 65536)  # what options.code.memory_mb takes; the model caps it further
 # SandboxFusion's language names this service runs, and the code model's name for each.
-LANGUAGES = {"python": "python", "cpp": "cpp", "java": "java", "nodejs": "javascript", "go": "go"}
-# Those SandboxFusion compiles (its compile_languages): a compile error is compile_result
-# there, and their default time limit is 10 s, not 20 (node's syntax error is a run's).
-COMPILED = frozenset({"cpp", "java", "go"})
+LANGUAGES = {"python": "python", "cpp": "cpp", "java": "java", "nodejs": "javascript", "go": "go", "rust": "rust"}
+# Those compiled before they run: a compile error is compile_result (node's syntax error,
+# as Python's, is a run's).
+COMPILED = frozenset({"cpp", "java", "go", "rust"})
+# SandboxFusion's compile_languages, whose /submit time limit defaults to 10 s, not 20.
+SHORT_DEFAULT_TIMEOUT = frozenset({"cpp", "java", "go"})
 STDIO_DATASETS = ("code_contests",)  # SandboxFusion's own CommonOJDataset datasets
 
 
@@ -138,7 +141,7 @@ async def submit(body: SubmitRequest, request: Request, model: str = Query(defau
         language=LANGUAGES[language],
         compare="sandbox_fusion",
         binary=not every_case,  # SandboxFusion stops at the first failure unless asked for every case
-        timeout_s=config.run_timeout or (10.0 if language in COMPILED else 20.0),
+        timeout_s=config.run_timeout or (10.0 if language in SHORT_DEFAULT_TIMEOUT else 20.0),
         outputs=True,
         extract=False,
     )

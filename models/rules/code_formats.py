@@ -51,6 +51,7 @@ LANGUAGES = {
     "java": ("java",),
     "javascript": ("javascript", "js", "nodejs", "node"),
     "go": ("go", "golang"),
+    "rust": ("rust", "rs"),
 }
 # Before the JSON line a harness prints after the program (a call's result, a grader's).
 RESULT_MARKER = "\x1erewardserve-result\x1e"

@@ -28,6 +28,7 @@ COMPILER_FILES = {
     "java": "/usr/lib/jvm/default-java/bin/javac",
     "javascript": "/usr/bin/node",
     "go": "/usr/bin/go",
+    "rust": "/usr/bin/rustc",
 }
 
 

@@ -72,6 +72,9 @@ def argv(workdir_bytes: int, workdir_files: int, seccomp_fd: int) -> list[str]:
     # The JDK's configuration (jvm.cfg, security) is links from /usr/lib/jvm into /etc.
     for config in sorted(glob.glob("/etc/java-*")):
         mounts += ["--ro-bind", config, config]
+    # No /proc, but the one link of it rustc needs (it finds its sysroot as the folder
+    # above the executable's): the sandbox's Python, under /usr/bin as rustc is.
+    mounts += ["--symlink", python(), "/proc/self/exe"]
     return [
         unshare(),
         "--user",

@@ -310,12 +310,19 @@ COMPILERS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
     ),
     "javascript": ("main.js", ("/usr/bin/node", "--check", f"{WORKDIR}/main.js"), ("main.js",)),
     "go": ("main.go", ("/usr/bin/go", "build", "-o", f"{WORKDIR}/main", f"{WORKDIR}/main.go"), ("main",)),
+    # gcc by a path inside /usr: rustc's default linker, cc, is a link through /etc/alternatives.
+    "rust": (
+        "main.rs",
+        ("/usr/bin/rustc", "-O", "--edition", "2021", "-C", "strip=symbols", "-C", "linker=/usr/bin/gcc")
+        + ("-o", f"{WORKDIR}/main", f"{WORKDIR}/main.rs"),
+        ("main",),
+    ),
 }
 # The compilers' environment: Go's caches in the working folder (emptied after each
 # completion), no cgo (no C toolchain at run time), GOPATH mode for a single file. The
 # JDK's launchers find libjli by $ORIGIN, which the loader reads from /proc (not mounted
-# here), so its folder is named. (Rust is not here: rustc looks for its sysroot through
-# /proc/self/exe whatever its flags say, and /proc stays unmounted.)
+# here), so its folder is named. rustc finds its sysroot by /proc/self/exe, whatever its
+# flags say: the sandbox has that one link (sandbox_command.argv).
 COMPILE_ENV = {
     "java": {"LD_LIBRARY_PATH": f"{JDK}/../lib"},
     "go": {"GOCACHE": f"{WORKDIR}/.gocache", "GOPATH": f"{WORKDIR}/.gopath", "GO111MODULE": "off", "CGO_ENABLED": "0"},
@@ -362,6 +369,7 @@ OUT_OF_MEMORY = {
     "java": "java.lang.OutOfMemoryError",
     "javascript": "JavaScript heap out of memory",
     "go": "runtime: out of memory",
+    "rust": "memory allocation of",
 }
 
 

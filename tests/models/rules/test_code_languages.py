@@ -1,4 +1,4 @@
-"""Java, JavaScript (Node) and Go in the ``code`` model (models/rules/code.py), each from
+"""Java, JavaScript (Node), Go and Rust in the ``code`` model (models/rules/code.py), each from
 Debian's packages under /usr: the golden cases every language has (AC, WA, TLE, MLE, RE,
 CE, OLE, a fork bomb, a file write outside /tmp, the network), and the build kept per
 distinct program (models/rules/sandbox_builds.py).
@@ -153,11 +153,68 @@ func main() {
 }
 """
 
-PROGRAMS = {"java": JAVA, "javascript": JAVASCRIPT, "go": GO}
+RUST = r"""
+use std::io::{Read, Write};
+
+fn main() {
+    let mut line = String::new();
+    std::io::stdin().read_to_string(&mut line).unwrap();
+    let w: Vec<&str> = line.split_whitespace().collect();
+    match w[0] {
+        "add" => println!("{}", w[1].parse::<i64>().unwrap() + w[2].parse::<i64>().unwrap()),
+        "loop" => {
+            let mut x: u64 = 0;
+            loop {
+                x = x.wrapping_mul(3).wrapping_add(1);
+                if x == 7 {
+                    println!("{}", x);
+                }
+            }
+        }
+        "alloc" => {
+            let mut held: Vec<Vec<u8>> = Vec::new();
+            loop {
+                held.push(vec![1u8; 1 << 20]);
+            }
+        }
+        "throw" => panic!("boom"),
+        "spam" => {
+            let s = "x".repeat(1 << 16);
+            let mut out = std::io::stdout();
+            loop {
+                if out.write_all(s.as_bytes()).is_err() {
+                    return;
+                }
+            }
+        }
+        "fork" => {
+            for _ in 0..1000 {
+                if std::process::Command::new("/bin/sleep").arg("30").spawn().is_err() {
+                    println!("limited");
+                    return;
+                }
+            }
+            println!("unlimited");
+        }
+        "write" => match std::fs::write("/usr/escaped", "x") {
+            Ok(_) => println!("written"),
+            Err(_) => println!("refused"),
+        },
+        "net" => match std::net::TcpStream::connect(("127.0.0.1", w[1].parse::<u16>().unwrap())) {
+            Ok(_) => println!("connected"),
+            Err(_) => println!("refused"),
+        },
+        _ => {}
+    }
+}
+"""
+
+PROGRAMS = {"java": JAVA, "javascript": JAVASCRIPT, "go": GO, "rust": RUST}
 NOT_COMPILING = {
     "java": "public class Main { public static void main(String[] a) { int x = } }",
     "javascript": "function f( {",
     "go": "package main\nfunc main() { x := 1 }\n",  # an unused variable: Go's compiler refuses it
+    "rust": 'fn main() { let x: i32 = "one"; }',
 }
 
 
