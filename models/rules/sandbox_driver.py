@@ -91,7 +91,9 @@ def child(parts: Any, spec: dict[str, Any], stdin_r: int, out_w: int, err_w: int
     # for it: its heap flags and the sandbox's memory cgroup bound what it uses.
     limit(resource.RLIMIT_AS, spec["memory_bytes"] + spec.get("reserve_bytes", 0))
     limit(resource.RLIMIT_FSIZE, spec["file_bytes"])
-    limit(resource.RLIMIT_NPROC, spec["processes"])
+    # Unsandboxed, RLIMIT_NPROC counts this user's processes host-wide (there is no user
+    # namespace of the test's own): its allowance comes on top of those there now.
+    limit(resource.RLIMIT_NPROC, spec["processes"] + (_processes_of(os.getuid()) if UNSAFE else 0))
     limit(resource.RLIMIT_NOFILE, spec.get("open_files", 64))
     limit(resource.RLIMIT_CORE, 0)
     if isinstance(parts, tuple):  # a program to execute: a compiler, a compiled completion
@@ -241,6 +243,16 @@ def run_one(parts: Any, test: dict[str, Any], spec: dict[str, Any]) -> dict[str,
     if full and failed and not result["verdict"] and full in result["stderr"][-4096:]:
         result["verdict"] = "MLE"
     return result
+
+
+def _processes_of(uid: int) -> int:
+    count = 0
+    for name in os.listdir("/proc"):
+        try:
+            count += name.isdigit() and os.stat(f"/proc/{name}").st_uid == uid
+        except OSError:  # ended since
+            pass
+    return count
 
 
 def _cpu_time(clock: int) -> float:
