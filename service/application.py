@@ -50,8 +50,16 @@ from rewardserve.client.protocol import (
     VerifyOptions,
     VerifyResult,
 )
+from rewardserve.models.kinds.rule import RuleModel
 from rewardserve.models.plans.groups import singleton_groups
-from rewardserve.models.plans.rubric import asks_judge, plan_rubric, rubric_models, rubric_rule_calls, rubric_work
+from rewardserve.models.plans.rubric import (
+    asks_judge,
+    hosted_rules,
+    plan_rubric,
+    rubric_models,
+    rubric_rule_calls,
+    rubric_work,
+)
 from rewardserve.models.plans.turns import score_all_turns, turns_work
 from rewardserve.models.policy_tokenizers import with_token_rewards
 from rewardserve.models.rules.sandbox_fusion_extraction import sandbox_fusion_code
@@ -213,6 +221,20 @@ async def verify(ctx: RequestContext, model: str, items: list[Item], options: Ve
     return done
 
 
+def rule_hosts(ctx: RequestContext, rules: set[str]) -> dict[str, str]:
+    """The served rule model that runs each of ``rules`` for rubric criteria (the code
+    model for code_tests and python criteria: ``code`` first, else the first configured);
+    a rule no model serves is left out, and its criteria are refused."""
+    hosts: dict[str, str] = {}
+    for served in sorted(ctx.svc.registry, key=lambda s: s.model.name != "code"):
+        model = served.model
+        if served.error:  # failed to load (--keep-going): it serves nothing
+            continue
+        if isinstance(model, RuleModel) and model.rule_name in rules:
+            hosts.setdefault(model.rule_name, model.name)
+    return hosts
+
+
 async def rubric(ctx: RequestContext, body: RubricRequest) -> Executed[RubricResult]:
     """Weighted criteria per item (rules, judge questions, served models' scores)."""
     admit(ctx, len(body.items))
@@ -223,6 +245,7 @@ async def rubric(ctx: RequestContext, body: RubricRequest) -> Executed[RubricRes
         if body.judge is None:
             raise InvalidRequest("judge criteria need a 'judge' verifier model", param="judge")
         judge = serving(ctx, body.judge, "judge", field="judge")
+    hosts = rule_hosts(ctx, hosted_rules(body))
     done: Executed[RubricResult] = await run_plan(
         ctx,
         judge,
@@ -230,7 +253,8 @@ async def rubric(ctx: RequestContext, body: RubricRequest) -> Executed[RubricRes
         plan_rubric,
         body,
         judge.model if judge is not None else None,
-        ctx.peers(rubric_models(body)),
+        ctx.peers(rubric_models(body) | set(hosts.values())),
+        hosts,
     )
     criteria = [*(body.criteria or []), *(c for item in body.items for c in item.criteria or [])]
     if any(c.normalize == "group" for c in criteria):

@@ -25,7 +25,7 @@ from rewardserve.models.kinds import register_kind
 from rewardserve.models.options import KindOptions
 from rewardserve.models.planning import ItemError, Job, RequestError, Unit, UnitOutput
 from rewardserve.models.reward_model import ModelContext, RewardModel, work_key
-from rewardserve.models.rules import get_rule, rule_names
+from rewardserve.models.rules import get_rule, over_cap, rule_names, without_operator_args
 from rewardserve.models.rules.custom import (
     CustomFnError,
     is_custom,
@@ -116,6 +116,34 @@ class RuleModel(RewardModel):
         self.runner = runner
 
     @property
+    def rule_name(self) -> str:
+        """The rule it runs (known before it loads)."""
+        return self.options.fn or self.spec.source
+
+    @property
+    def operator_args(self) -> dict[str, Any]:
+        """Its args that only the operator sets (the rule's operator_args): passed to each
+        call apart from the request's, which never set them."""
+        return {k: v for k, v in self.args.items() if k in self.rule.operator_args}
+
+    def check_request_args(self, asked: dict[str, Any], param: str) -> None:
+        """A 422 naming ``<param>.<key>`` for an arg the operator alone sets, or a value
+        over the model's cap on it (its args max_timeout_s, max_memory_mb)."""
+        for key in asked:
+            if key in self.rule.operator_args:
+                raise RequestError(
+                    f"{param}.{key} is model {self.name!r}'s own setting, set by the operator; a request cannot set it",
+                    param=f"{param}.{key}",
+                )
+        over = over_cap(asked, self.args)
+        if over is not None:
+            key, value, cap = over
+            raise RequestError(
+                f"{param}.{key} is {value}, over model {self.name!r}'s limit of {cap} (max_{key})",
+                param=f"{param}.{key}",
+            )
+
+    @property
     def backend_name(self) -> str:
         return "rule" if self.runs_on is None else f"rule in {self.runs_on}"
 
@@ -131,13 +159,7 @@ class RuleModel(RewardModel):
                 param="options.code",
             )
         asked = options.code.model_dump(exclude_none=True)
-        for key, value in asked.items():  # the model's caps on them (args max_timeout_s, ...)
-            cap = self.args.get(f"max_{key}")
-            if isinstance(cap, (int, float)) and isinstance(value, (int, float)) and value > cap:
-                raise RequestError(
-                    f"options.code.{key} is {value}, over model {self.name!r}'s limit of {cap} (max_{key})",
-                    param=f"options.code.{key}",
-                )
+        self.check_request_args(asked, "options.code")
         args = {**self.args, **asked}
         return args, work_key([], self.rule.name, args)
 
@@ -151,7 +173,14 @@ class RuleModel(RewardModel):
                 where = f"items[{index}].{problem.field}"
                 raise RequestError(f"{where}: {problem.message}", param=where, type=problem.error_type)
             if self.fn_path is None:
-                call = RuleCall(self.rule.name, response, item.reference, args, timeout_s=self.timeout_s)
+                call = RuleCall(
+                    self.rule.name,
+                    response,
+                    item.reference,
+                    without_operator_args(self.rule, args),
+                    timeout_s=self.timeout_s,
+                    operator_args=self.operator_args,
+                )
                 key = work_key([], args_key, response, item.reference)
             else:  # the function also sees the prompt and the metadata: both in its key
                 prompt = prompt_text(item)

@@ -15,11 +15,21 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
-from rewardserve.client.protocol import Aggregation, Criterion, CriterionResult, Item, RubricRequest, RubricResult
+from pydantic import ValidationError
+
+from rewardserve.client.protocol import (
+    Aggregation,
+    CodeOptions,
+    Criterion,
+    CriterionResult,
+    Item,
+    RubricRequest,
+    RubricResult,
+)
 from rewardserve.models.planning import ItemError, PeerLookup, Plan, RequestError, Unit, UnitOutput
 from rewardserve.models.plans.composite import Scaled, escalate, plan_model_criteria, scale_outcomes
 from rewardserve.models.plans.formula import FormulaError, compile_formula, evaluate
-from rewardserve.models.rules import get_rule, with_named_reference
+from rewardserve.models.rules import Rule, get_rule, with_named_reference, without_operator_args
 from rewardserve.models.rules.custom import is_custom, prompt_text, served_directory
 from rewardserve.models.rules.isolation import CallFailure, RenderCall, RuleCall
 from rewardserve.models.text.judge_templates import item_variables
@@ -73,9 +83,16 @@ def check_criteria(criteria: list[Criterion], aggregation: Aggregation, param: s
                 )
         elif criterion.fn is not None:
             try:
-                get_rule(criterion.fn)
+                rule = get_rule(criterion.fn)
             except KeyError as exc:
                 raise RequestError(str(exc.args[0]), param=f"{param}[{index}].fn") from exc
+            operator = sorted(set(criterion.args) & rule.operator_args)
+            if operator:
+                raise RequestError(
+                    f"criterion {criterion.name!r}: args.{operator[0]} is the served model's own setting, set "
+                    f"by the operator; a request cannot set it ({criterion.fn})",
+                    param=f"{param}[{index}].args.{operator[0]}",
+                )
         if criterion.choices is not None and len(set(criterion.choices)) != len(criterion.choices):
             raise RequestError("a criterion's choices must differ", param=f"{param}[{index}].choices")
         if criterion.model is not None:
@@ -107,11 +124,122 @@ class CriteriaPlan:
     failed: dict[Key, ItemError] = field(default_factory=dict)
 
 
-def plan_criteria(items: Sequence[Item], criteria: list[list[Criterion]], params: list[str]) -> CriteriaPlan:
+@runtime_checkable
+class ServedRule(Protocol):
+    """A served rule model (models/kinds/rule.py) as the criteria of a rule it hosts run
+    on it: its args, its operator's args and its call time limit."""
+
+    name: str
+    args: dict[str, Any]
+    timeout_s: float | None
+
+    @property
+    def rule_name(self) -> str: ...
+
+    @property
+    def operator_args(self) -> dict[str, Any]: ...
+
+    def check_request_args(self, asked: dict[str, Any], param: str) -> None: ...
+
+
+def criterion_param(criterion: Criterion, param: str, index: int) -> str:
+    """The field a rule criterion came from: its ``fn``, or ``python`` for a grader."""
+    return f"{param}[{index}].{'python' if criterion.fn == 'python_grader' else 'fn'}"
+
+
+def hosted_rules(body: RubricRequest) -> set[str]:
+    """The rules whose served model a rubric's criteria run on (``served_by``: the code
+    model for code_tests and python criteria), known before anything is planned."""
+    own = [item.criteria for item in body.items if item.criteria is not None]
+    hosts = set()
+    for criteria in [body.criteria or [], *own]:
+        for criterion in criteria:
+            if criterion.fn is None or is_custom(criterion.fn):
+                continue
+            try:
+                host = get_rule(criterion.fn).served_by
+            except KeyError:  # refused, naming it, when the rubric is checked
+                continue
+            if host is not None:
+                hosts.add(host)
+    return hosts
+
+
+def host_models(checked: CheckedRubric, hosts: dict[str, str], peers: PeerLookup | None) -> dict[str, ServedRule]:
+    """The served model each hosted rule's criteria run on (by the rule it hosts), with
+    the criteria's args checked against it: a 422 naming why where none is served, for an
+    arg it does not take, or for a value over its caps."""
+    found: dict[str, ServedRule] = {}
+    seen: set[int] = set()
+    for own, param in zip(checked.criteria, checked.params):
+        if id(own) in seen:  # the request's shared criteria: checked once
+            continue
+        seen.add(id(own))
+        for index, criterion in enumerate(own):
+            if criterion.fn is None or is_custom(criterion.fn):
+                continue
+            rule = get_rule(criterion.fn)
+            if rule.served_by is None:
+                continue
+            where = criterion_param(criterion, param, index)
+            if rule.served_by not in hosts or peers is None:
+                raise RequestError(
+                    f"criterion {criterion.name!r}: no code model is served; {criterion.fn} criteria run code "
+                    "only on the operator's code model (its sandbox and limits), and this service serves none",
+                    param=where,
+                )
+            host = found.get(rule.served_by)
+            if host is None:
+                model = peers(hosts[rule.served_by], where).model
+                assert isinstance(model, ServedRule), f"{model.name} hosts {rule.served_by} and is no rule model"
+                host = found[rule.served_by] = model
+            check_hosted_args(rule, criterion, host, f"{param}[{index}].args")
+    return found
+
+
+def check_hosted_args(rule: Rule, criterion: Criterion, host: ServedRule, where: str) -> None:
+    """A hosted criterion's args as the model checks a request's own (``options.code``):
+    typed where the rule takes them, within the model's caps. Templated values are the
+    item's, typed in the worker and held to the caps by the rule itself."""
+    plain = {k: v for k, v in criterion.args.items() if k != "reference" and not has_template(v)}
+    if rule.request_options == "code":
+        unknown = sorted(set(criterion.args) - set(CodeOptions.model_fields) - {"reference"})
+        if unknown:
+            raise RequestError(
+                f"criterion {criterion.name!r}: {criterion.fn} takes no argument {unknown[0]!r}; it takes "
+                f"{', '.join(sorted(CodeOptions.model_fields))} and reference",
+                param=f"{where}.{unknown[0]}",
+            )
+        try:
+            CodeOptions.model_validate(plain)
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            field = ".".join(str(part) for part in error["loc"])
+            raise RequestError(
+                f"criterion {criterion.name!r}: args.{field}: {error['msg']}", param=f"{where}.{field}"
+            ) from None
+    host.check_request_args(plain, where)
+
+
+def hosted_call_args(rule: Rule, args: dict[str, Any], host: ServedRule) -> dict[str, Any]:
+    """A hosted criterion's args: the model's own (for the rule it runs itself) with the
+    criterion's over them, the operator's apart (RuleCall.operator_args)."""
+    base = without_operator_args(rule, host.args) if host.rule_name == rule.name else {}
+    return {**base, **args}
+
+
+def plan_criteria(
+    items: Sequence[Item],
+    criteria: list[list[Criterion]],
+    params: list[str],
+    hosts: dict[str, ServedRule] | None = None,
+) -> CriteriaPlan:
     """Rule calls with their args rendered (plain templates here, others in the
     worker), and each judge criterion's text. RequestError (413 / 422) for an input over
-    a rule's cap or a template over its limits, naming the field."""
+    a rule's cap or a template over its limits, naming the field. ``hosts``: the served
+    model each hosted rule runs on (host_models)."""
     plan = CriteriaPlan()
+    hosts = hosts or {}
     templated: dict[int, bool] = {}  # by id: the request's criteria are shared by its items
 
     def has_template_once(source: Any) -> bool:
@@ -174,7 +302,20 @@ def plan_criteria(items: Sequence[Item], criteria: list[list[Criterion]], params
                     metadata=item.metadata,
                 )
             else:
-                call = RuleCall(criterion.fn, response, reference, source, variables if pooled else None)
+                rule = get_rule(criterion.fn)
+                host = hosts.get(rule.served_by) if rule.served_by is not None else None
+                if host is None:
+                    call = RuleCall(criterion.fn, response, reference, source, variables if pooled else None)
+                else:  # on the served model: its args, its operator's, its time limit
+                    call = RuleCall(
+                        criterion.fn,
+                        response,
+                        reference,
+                        hosted_call_args(rule, source, host),
+                        variables if pooled else None,
+                        timeout_s=host.timeout_s,
+                        operator_args={k: v for k, v in host.operator_args.items() if k in rule.operator_args},
+                    )
             plan.rule_calls.append(call)
     return plan
 
@@ -316,14 +457,22 @@ def rubric_rule_calls(body: RubricRequest) -> dict[str, int]:
     return calls
 
 
-def plan_rubric(body: RubricRequest, model: RewardModel | None, peers: PeerLookup | None = None) -> Plan[RubricResult]:
+def plan_rubric(
+    body: RubricRequest,
+    model: RewardModel | None,
+    peers: PeerLookup | None = None,
+    hosts: dict[str, str] | None = None,
+) -> Plan[RubricResult]:
     """The criteria checked (their templates parsed: off the event loop, as all
     planning is); rule calls, pool-rendered texts and model criteria (parts on their
     models) first; then the judge units (with the rule calls, when nothing had to be
-    rendered); then each item's aggregate, and the escalation stage when one is asked for."""
+    rendered); then each item's aggregate, and the escalation stage when one is asked for.
+    ``hosts``: the served model (lent in ``peers``) of each rule that hosts criteria
+    (hosted_rules: the code model), none when absent."""
     checked = check_rubric(body)
     judge = model if isinstance(model, Judge) else None
-    work = plan_criteria(body.items, checked.criteria, checked.params)
+    hosted = host_models(checked, hosts or {}, peers)
+    work = plan_criteria(body.items, checked.criteria, checked.params, hosted)
     models = plan_model_criteria(body.items, checked.criteria, checked.params, peers)
     outcomes: dict[Key, CriterionOutcome] = {key: (error, None) for key, error in work.failed.items()}
 

@@ -83,6 +83,13 @@ class Rule:
     startup: Callable[[dict[str, Any]], str] | None = None
     # The ScoreOptions field whose values a request may pass over the model's args ("code").
     request_options: str | None = None
+    # Keyword arguments only the operator sets (a served model's args, the settings): a
+    # sandbox's bypass, the caps on what a request asks. No request names them, by any route.
+    operator_args: frozenset[str] = frozenset()
+    # As a rubric criterion, the rule runs on the served model of this rule (its operator
+    # args, its settings) and is refused where none is served: code runs only where the
+    # operator serves a code model.
+    served_by: str | None = None
 
     def check(self, response: str, reference: Any, args: dict[str, Any]) -> Limit | None:
         """Every rule's caps (response size, number of references), then its own."""
@@ -109,12 +116,29 @@ def rule(
     warm: Callable[[], None] | None = None,
     startup: Callable[[dict[str, Any]], str] | None = None,
     request_options: str | None = None,
+    operator_args: tuple[str, ...] = (),
+    served_by: str | None = None,
 ) -> Callable[[RuleFn], RuleFn]:
     def add(fn: RuleFn) -> RuleFn:
-        _RULES[name] = Rule(name, fn, limits, pool, warm, startup, request_options)
+        _RULES[name] = Rule(name, fn, limits, pool, warm, startup, request_options, frozenset(operator_args), served_by)
         return fn
 
     return add
+
+
+def without_operator_args(rule: Rule, args: dict[str, Any]) -> dict[str, Any]:
+    """A request's args less any the operator alone sets."""
+    return {k: v for k, v in args.items() if k not in rule.operator_args}
+
+
+def over_cap(asked: dict[str, Any], operator: dict[str, Any]) -> tuple[str, float, float] | None:
+    """The first of a request's numeric args over the operator's cap on it (``max_<arg>``):
+    its name, its value and the cap."""
+    for key, value in asked.items():
+        cap = operator.get(f"max_{key}")
+        if isinstance(cap, (int, float)) and isinstance(value, (int, float)) and value > cap:
+            return key, value, cap
+    return None
 
 
 def over(field: str, size: int, cap: int, unit: str = "characters") -> Limit | None:

@@ -116,7 +116,19 @@ def _sandbox(args: dict[str, Any]) -> str:
     return sandbox.check(unsafe=bool(args.get("unsafe_exec")))
 
 
-@rule("code_tests", limits=_limits, pool="code", startup=_sandbox, request_options="code")
+# The served code model's own (its args; the settings for the built-in one): no request sets them.
+OPERATOR_ARGS = ("max_timeout_s", "max_memory_mb", "unsafe_exec")
+
+
+@rule(
+    "code_tests",
+    limits=_limits,
+    pool="code",
+    startup=_sandbox,
+    request_options="code",
+    operator_args=OPERATOR_ARGS,
+    served_by="code_tests",
+)
 def code_tests(
     response: str,
     reference: Any,
@@ -453,21 +465,33 @@ GRADER = (
 )
 
 
-@rule("python_grader", pool="code", startup=_sandbox)
+@rule("python_grader", pool="code", startup=_sandbox, operator_args=OPERATOR_ARGS, served_by="code_tests")
 def python_grader(
-    response: str, reference: Any, *, source: str = "", timeout_s: float = 2.0, memory_mb: int = 512, **_: Any
+    response: str,
+    reference: Any,
+    *,
+    source: str = "",
+    timeout_s: float = 2.0,
+    memory_mb: int = 512,
+    max_timeout_s: float = 30.0,
+    max_memory_mb: int = 4096,
+    unsafe_exec: bool = False,
+    **_: Any,
 ) -> float:
     """A rubric criterion's own grader (``python`` in the criterion): its source defines
     ``grade(sample, item) -> float``, run in the code model's sandbox with the same limits
-    as completions; any failure of it marks its items' criterion invalid."""
+    as completions; any failure of it marks its items' criterion invalid. ``max_timeout_s``,
+    ``max_memory_mb`` and ``unsafe_exec`` are the served code model's, as for code_tests."""
     from rewardserve.models.rules import sandbox
 
     if not source.strip():
         raise RuleError("the python criterion has no source")
     payload = json.dumps({"sample": {"output_text": response}, "item": {"reference": reference}}, default=str)
-    limits = sandbox.Limits(timeout_s=min(float(timeout_s), 30.0), memory_mb=min(int(memory_mb), 4096))
+    limits = sandbox.Limits(
+        timeout_s=min(float(timeout_s), float(max_timeout_s)), memory_mb=min(int(memory_mb), int(max_memory_mb))
+    )
     try:
-        outcome = sandbox.run(source, [{"stdin": payload, "after": GRADER}], limits)
+        outcome = sandbox.run(source, [{"stdin": payload, "after": GRADER}], limits, unsafe=unsafe_exec)
     except sandbox.SandboxUnavailable as exc:
         raise RuleError(f"the sandbox failed: {exc}") from None
     if outcome.compile_error is not None:

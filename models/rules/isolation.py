@@ -22,7 +22,7 @@ import multiprocessing
 import os
 import socket
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 # How a worker (and what it starts: a sandbox, its tests) stays below the serving process
@@ -71,6 +71,9 @@ class RuleCall:
     path: str | None = None
     prompt: str | None = None
     metadata: dict[str, Any] | None = None
+    # The served model's own args (the rule's operator_args: a sandbox's bypass, caps),
+    # apart from the request's ``args``, which never set them.
+    operator_args: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -206,7 +209,7 @@ def run_calls(calls: list[RuleCall | RenderCall]) -> list[Any]:
 
 def _run_one(call: RuleCall | RenderCall) -> Any:
     from rewardserve.models.planning import ItemError
-    from rewardserve.models.rules import RuleError, Scored, get_rule, with_named_reference
+    from rewardserve.models.rules import RuleError, Scored, get_rule, with_named_reference, without_operator_args
     from rewardserve.models.text.templating import TemplateLimitError, render_field_bounded
 
     try:
@@ -225,6 +228,9 @@ def _run_one(call: RuleCall | RenderCall) -> Any:
 
                 fn = worker_function(call.rule, call.path)
                 return call_reward(fn, call.rule, call.prompt, call.response, reference, call.metadata, args)
+            # Whatever the request's args (rendered templates included) hold, the operator's
+            # own are the served model's.
+            args = {**without_operator_args(rule, args), **call.operator_args}
             value = rule.fn(call.response, reference, **args)
             return value if isinstance(value, Scored) else float(value)  # a Scored keeps its reason
     except MemoryError:
