@@ -4,6 +4,7 @@ service (its files, its environment, its port, its processes)."""
 
 from __future__ import annotations
 
+import glob
 import os
 import socket
 import time
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from rewardserve.models.rules.code import code_tests
+from rewardserve.models.rules.sandbox_command import python
 
 ROOT = Path(__file__).resolve().parents[2]
 ONE = {"inputs": [""], "outputs": ["ok"]}
@@ -78,6 +80,8 @@ def test_nothing_of_the_service_is_visible_from_the_sandbox(monkeypatch):
         "import os\n"
         "print(sorted(os.listdir('/')))\n"
         "print(sorted(os.environ))\n"
+        "print(sorted(os.listdir('/etc')) if os.path.isdir('/etc') else [])\n"
+        "print(os.listdir('/proc'), os.listdir('/proc/self'), os.readlink('/proc/self/exe'))\n"
         f"for path in {paths!r}:\n"
         "    try:\n"
         "        print(open(path).read()[:100])\n"
@@ -85,8 +89,15 @@ def test_nothing_of_the_service_is_visible_from_the_sandbox(monkeypatch):
         "        print(type(exc).__name__)\n"
     )
     outcome = sandbox.run(probe, [{"stdin": ""}], sandbox.Limits(timeout_s=5))
-    roots, names, *opened = outcome.results[0]["stdout"].splitlines()
-    assert eval(roots) == sorted(["bin", "dev", "lib", "lib64", "sbin", "tmp", "usr"]), roots
+    roots, names, etc, proc, *opened = outcome.results[0]["stdout"].splitlines()
+    # /etc: the JDK's configuration only, where a JDK is installed; /proc: the one link
+    # rustc reads (to the sandbox's Python), no process of it.
+    expected_etc = sorted(os.path.basename(path) for path in glob.glob("/etc/java-*"))
+    assert eval(roots) == sorted(
+        ["bin", "dev", "lib", "lib64", "proc", "sbin", "tmp", "usr"] + ["etc"] * bool(expected_etc)
+    ), roots
+    assert eval(etc) == expected_etc, etc
+    assert proc == f"['self'] ['exe'] {python()}", proc
     assert eval(names) == sorted(sandbox.ENV) + ["PWD"] or eval(names) == sorted([*sandbox.ENV, "PWD"]), names
     assert opened == ["FileNotFoundError"] * len(paths), opened
 
