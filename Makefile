@@ -68,6 +68,12 @@ system-deps:
 		$$SUDO apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq nginx-light prometheus >/dev/null; \
 	fi
+	@# The code model's languages beside Python and g++ (tests/models/rules/test_code_languages.py).
+	@if [ ! -x /usr/lib/jvm/default-java/bin/javac ] || [ ! -x /usr/bin/node ] || [ ! -x /usr/bin/go ] || [ ! -x /usr/bin/rustc ]; then \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq default-jdk-headless nodejs golang-go rustc >/dev/null; \
+	fi
 
 serve: install
 	$(VENV)/bin/rewardserve serve $(ARGS)
