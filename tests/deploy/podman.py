@@ -177,36 +177,42 @@ def inputs_hash(dockerfile: Path, build_args: dict[str, str], base: str) -> str:
     return digest.hexdigest()
 
 
-def pip_conf(workdir: Path) -> Path:
-    """A pip.conf for inside a build: this machine's find-links folder (its CPU build of
-    torch) and the system's CA bundle."""
-    find_links = subprocess.run(
+def find_links() -> str | None:
+    """pip's configured find-links folder here (where this machine's CPU build of torch
+    lies), if it has one."""
+    folder = subprocess.run(
         ["python3", "-m", "pip", "config", "get", "global.find-links"], capture_output=True, text=True
     ).stdout.strip()
+    return folder if folder and Path(folder).is_dir() else None
+
+
+def pip_conf(workdir: Path) -> Path:
+    """A pip.conf for inside a build: the find-links folder and the system's CA bundle."""
     lines = ["[global]", "cert = /etc/ssl/certs/ca-certificates.crt"]
-    if find_links:
-        lines.append(f"find-links = {find_links}")
+    if find_links():
+        lines.append(f"find-links = {find_links()}")
     path = workdir / "pip.conf"
     path.write_text("\n".join(lines) + "\n")
     return path
 
 
 def service_image() -> str:
-    """deploy/Dockerfile built as shipped, its FROM pointed at the Python stand-in and
-    torch from PyPI plus this machine's find-links folder (PyTorch's CPU index does not
-    resolve here); built only when its inputs changed."""
+    """deploy/Dockerfile built as shipped, its FROM pointed at the Python stand-in;
+    where pip has a find-links folder, torch comes from it (PyTorch's CPU index, the
+    default, does not resolve on this machine type), else from that index. Built only
+    when its inputs changed."""
     python = standin("python", PYTHON_STANDIN)
     dockerfile = ROOT / "deploy" / "Dockerfile"
-    build_args = {"TORCH_INDEX": "https://pypi.org/simple"}
+    build_args = {"TORCH_INDEX": "https://pypi.org/simple"} if find_links() else {}
     key = inputs_hash(dockerfile, build_args, python)
     if label_of(SERVICE_IMAGE) == key:
         return SERVICE_IMAGE
     with tempfile.TemporaryDirectory(prefix=f"{PREFIX}-pip-") as workdir:
         conf = pip_conf(Path(workdir))
         volumes = ["-v", f"{conf}:/etc/pip.conf:ro"]
-        find_links = re.search(r"find-links = (\S+)", conf.read_text())
-        if find_links and Path(find_links.group(1)).is_dir():
-            volumes += ["-v", f"{find_links.group(1)}:{find_links.group(1)}:ro"]
+        folder = find_links()
+        if folder:
+            volumes += ["-v", f"{folder}:{folder}:ro"]
         args = [a for name, value in build_args.items() for a in ("--build-arg", f"{name}={value}")]
         podman(
             "build",

@@ -111,6 +111,9 @@ def stack(tmp_path_factory) -> Iterator[Stack]:
         for name in stack.replicas():
             podman.remove(name)
         assert down.returncode == 0, down.stderr[-3000:]
+        project = f"label=io.podman.compose.project={stack.project}"
+        assert podman.podman("volume", "ls", "--quiet", "--filter", project).strip() == ""
+        assert podman.podman("ps", "--all", "--quiet", "--filter", project).strip() == ""
 
 
 def test_two_replicas_behind_nginx_and_prometheus_scrapes_both(stack):
@@ -119,6 +122,12 @@ def test_two_replicas_behind_nginx_and_prometheus_scrapes_both(stack):
     score = httpx.post(stack.nginx + "/v1/score", json={"model": "math", "items": ITEMS[:3]}, timeout=60)
     assert score.status_code == 200, score.text
     assert [r["score"] for r in score.json()["results"]] == [0.0, 1.0, 1.0]
+    # The code model loaded in the replicas: compose gave them the sandbox's profile.
+    add = {"inputs": ["1 2\n"], "outputs": ["3\n"]}
+    program = "a, b = map(int, input().split())\nprint(a + b)"
+    code = {"model": "code", "items": [{"response": program, "reference": add}]}
+    scored = httpx.post(stack.nginx + "/v1/score", json=code, timeout=60)
+    assert scored.status_code == 200 and scored.json()["results"][0]["score"] == 1.0, scored.text
     deadline = time.monotonic() + 90
     up: list[str] = []
     while time.monotonic() < deadline:
