@@ -23,18 +23,27 @@ UNBUILT: list[dict[str, Any]] = [
 ]
 
 
+# Tiny random models run as fast in torch's own kernels: prepacking their linears for
+# oneDNN and compiling their layers would cost most of the demo's start for nothing.
+TINY_OPTIONS: dict[str, Any] = {"cpu_linear": "torch", "compile_layers": False, "compile_norms": False}
+
+
 def _demo_models() -> list[tuple[dict[str, Any], Callable[[Path], Path], str]]:
     """(config entry without its source, builder, what the real checkpoint would be)."""
     from rewardserve.models.demo import tiny
 
     return [
         (
-            {"name": "skywork", "kind": "outcome"},
+            {"name": "skywork", "kind": "outcome", "options": TINY_OPTIONS},
             lambda out: tiny.build_sequence_classifier(out, "qwen3"),
             "Skywork/Skywork-Reward-V2-Qwen3-0.6B",
         ),
-        ({"name": "prm"}, tiny.build_qwen2_prm, "Qwen/Qwen2.5-Math-PRM-7B (kind and readout from its preset)"),
-        ({"name": "judge", "kind": "verifier"}, tiny.build_qwen3_lm, "Qwen/Qwen3-1.7B"),
+        (
+            {"name": "prm", "options": TINY_OPTIONS},
+            tiny.build_qwen2_prm,
+            "Qwen/Qwen2.5-Math-PRM-7B (kind and readout from its preset)",
+        ),
+        ({"name": "judge", "kind": "verifier", "options": TINY_OPTIONS}, tiny.build_qwen3_lm, "Qwen/Qwen3-1.7B"),
         (
             {"name": "vl-rm", "kind": "vlm", "preset": "skywork-vl-reward"},
             tiny.build_qwen2_vl,
@@ -49,14 +58,27 @@ def write_demo_models(directory: Path, log: Callable[[str], None] = lambda _line
     write the config that serves them; returns the config's path. Building again
     replaces the models."""
     import yaml
+    from transformers.utils import logging as transformers_logging
 
     directory = directory.resolve()
     directory.mkdir(parents=True, exist_ok=True)
     entries = []
-    for entry, build, real in _demo_models():
-        source = build(directory / entry["name"])
+    # Saving prints a progress bar per shard and notes on the random configs: noise in
+    # a command whose output is the list of what it wrote.
+    verbosity, bars = transformers_logging.get_verbosity(), transformers_logging.is_progress_bar_enabled()
+    transformers_logging.set_verbosity_error()
+    transformers_logging.disable_progress_bar()
+    try:
+        built = [(entry, build(directory / entry["name"]), real) for entry, build, real in _demo_models()]
+    finally:
+        transformers_logging.set_verbosity(verbosity)
+        if bars:
+            transformers_logging.enable_progress_bar()
+    for entry, source, real in built:
         log(f"{entry['name']}: {source} (stands in for {real})")
         entries.append({**entry, "source": str(source)})
+        if "options" in entry:  # the source before the options, as the README writes entries
+            entries[-1]["options"] = dict(entries[-1].pop("options"))
     entries += [dict(entry) for entry in UNBUILT]  # the README's models with no weights of their own
     config = directory / DEMO_CONFIG
     header = (

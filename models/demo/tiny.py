@@ -71,6 +71,7 @@ def build_tokenizer(style: str, vocab_size: int = 600) -> Any:
         vocab_size=vocab_size,
         special_tokens=specials,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
     )
     tok.train_from_iterator(corpus(), trainer)
     if style == "qwen":
@@ -286,6 +287,8 @@ def build_qwen2_vl(
             initializer_range=0.2,
             rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]},
             pad_token_id=tokenizer.pad_token_id,
+            bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
         ),
         vision_config=dict(
             depth=vision_depth,

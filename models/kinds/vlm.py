@@ -14,6 +14,7 @@ token by one of three heads (``options.head``):
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -34,6 +35,16 @@ from rewardserve.models.reward_model import RewardModel, sigmoid
 from rewardserve.models.text.chat import fit_text
 
 _ACTIVATIONS = {"relu": nn.ReLU, "silu": nn.SiLU, "gelu": nn.GELU, "tanh": nn.Tanh}
+
+
+def expected_load_notes(record: logging.LogRecord) -> bool:
+    """False for what transformers says of every VL reward checkpoint: the head's
+    weights, read apart by _load_head, as unexpected keys (a report with missing or
+    mismatched keys still shows), and which layers a single process does not shard."""
+    message = record.getMessage()
+    if "LOAD REPORT" in message:
+        return "MISSING" in message or "MISMATCH" in message
+    return "were not sharded" not in message
 
 
 @dataclass
@@ -85,7 +96,16 @@ class VLMModel(RewardModel):
             source, tokenizer=spec.tokenizer, chat_template=spec.chat_template, trust_remote_code=remote
         )
         self.image_processor = AutoImageProcessor.from_pretrained(source, trust_remote_code=remote)
-        model = AutoModelForImageTextToText.from_pretrained(source, dtype=self.dtype, trust_remote_code=remote)
+        loggers = [
+            logging.getLogger(n) for n in ("transformers.modeling_utils", "transformers.distributed.tensor_parallel")
+        ]
+        for logger in loggers:
+            logger.addFilter(expected_load_notes)
+        try:
+            model = AutoModelForImageTextToText.from_pretrained(source, dtype=self.dtype, trust_remote_code=remote)
+        finally:
+            for logger in loggers:
+                logger.removeFilter(expected_load_notes)
         model = model.to(self.device).eval()
         self.backbone = model.model
         config = model.config
