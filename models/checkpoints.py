@@ -65,21 +65,27 @@ def checkpoint_problem(source: str, revision: str | None = None) -> str | None:
         return None
     if path.exists():
         return f"{source} is a file: give the checkpoint's directory"
-    if looks_like_path(source) or not HUB_ID.fullmatch(source):
-        return f"no such directory: {source} (a local checkpoint directory or a hub id owner/name)"
+    # A relative path is looked up from the working directory, which is often not the
+    # one the user had in mind (a config's own folder, say): the message names it.
+    where = "" if path.is_absolute() else f"; looked up in {Path.cwd()}"
+    nor_here = "" if path.is_absolute() else f" (nor a directory in {Path.cwd()})"
+    # owner/name whose owner is a local directory (demo/skywork beside demo/) is a path.
+    meant_as_path = not path.is_absolute() and path.parent.is_dir() and path.parent != Path(".")
+    if looks_like_path(source) or not HUB_ID.fullmatch(source) or meant_as_path:
+        return f"no such directory: {source} (a local checkpoint directory or a hub id owner/name{where})"
     if in_hub_cache(source, revision):
         return None
     at = f" at revision {revision}" if revision is not None else ""
     if hub_offline():
         download = f"huggingface-cli download {source}" + (f" --revision {revision}" if revision else "")
         return (
-            f"{source}{at} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set: "
+            f"{source}{at} is not in the local Hugging Face cache{nor_here} and HF_HUB_OFFLINE is set: "
             f"download it first ({download}) or give a local directory"
         )
     unreachable = hub_unreachable()
     if unreachable is not None:
         return (
-            f"{source}{at} is not in the local Hugging Face cache and {unreachable}: download it "
+            f"{source}{at} is not in the local Hugging Face cache{nor_here} and {unreachable}: download it "
             f"where there is a network, or give a local directory"
         )
     return None

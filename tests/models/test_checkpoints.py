@@ -114,3 +114,25 @@ def test_trust_remote_code_is_off_unless_asked_and_logged_when_on(qwen3_rm, capl
         with caplog.at_level(logging.WARNING):
             model.pin_revision()
         assert ("trust_remote_code is on" in caplog.text) is trusted
+
+
+def test_a_wrong_relative_path_names_the_directory_it_was_looked_up_in(tmp_path, monkeypatch):
+    """demo/skywork has a hub id's shape; beside a demo/ folder it is a path, and a wrong
+    one is a missing directory under the working directory, not a hub problem."""
+    (tmp_path / "demo" / "prm").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # the hub is never asked
+    problem = checkpoint_problem("demo/skywork")
+    assert problem == (
+        "no such directory: demo/skywork (a local checkpoint directory or a hub id owner/name; "
+        f"looked up in {tmp_path})"
+    )
+    problem = checkpoint_problem("./demo/skywork")
+    assert problem is not None and f"looked up in {tmp_path})" in problem
+    # An owner/name with no such folder here may be a hub id: the hub's problem, saying
+    # where it was not found as a directory either.
+    problem = checkpoint_problem("acme/no-such-model")
+    assert problem is not None and problem.startswith(
+        f"acme/no-such-model is not in the local Hugging Face cache (nor a directory in {tmp_path})"
+    )
+    assert "looked up in" not in (checkpoint_problem(str(tmp_path / "demo" / "skywork")) or "")
