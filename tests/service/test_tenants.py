@@ -8,6 +8,7 @@ import asyncio
 import json
 import random
 import time
+from collections.abc import Callable
 
 import httpx
 import pytest
@@ -416,7 +417,10 @@ async def test_the_gate_lets_a_light_tenant_in_ahead_of_a_flood_and_loses_no_slo
 @pytest.mark.alone  # it saturates the CPU on purpose: beside other tests, both would crawl
 def test_weights_split_a_saturated_model_3_to_1_in_a_real_process(tmp_path):
     """Two tenants, weights 3:1, both keeping 8 requests in flight against one model in a
-    real service process: the items its batches serve split 3:1 (within 10%)."""
+    real service process: b's share of the items its batches serve is a quarter (within
+    10%): 3:1. Measured over a count of items served, never a span of
+    wall-clock time: how much a loaded machine serves in a few seconds is the load's
+    doing, the split is the scheduler's."""
     import threading
 
     from tests.builders import build_sequence_classifier, random_text
@@ -437,7 +441,9 @@ def test_weights_split_a_saturated_model_3_to_1_in_a_real_process(tmp_path):
 
         def caller(key: str, seed: int) -> None:
             rng = random.Random(seed)
-            with httpx.Client(timeout=60, headers={"authorization": f"Bearer {key}"}) as http:
+            # A loaded machine may take long over a request: a caller that gave up would leave
+            # its tenant fewer requests in flight, unsaturated, and its share smaller.
+            with httpx.Client(timeout=240, headers={"authorization": f"Bearer {key}"}) as http:
                 while not stop.is_set():
                     items = [{"prompt": random_text(rng, 20), "response": random_text(rng, 120)} for _ in range(2)]
                     assert http.post(url + "/v1/score", json={"model": "rm", "items": items}).status_code == 200
@@ -458,15 +464,24 @@ def test_weights_split_a_saturated_model_3_to_1_in_a_real_process(tmp_path):
             for k, key in enumerate(("key-a", "key-b"))
             for i in range(8)
         ]
+
+        def until(enough: Callable[[dict[str, float]], bool]) -> dict[str, float]:
+            # Polled until enough was served; the bound only ends a stalled service's
+            # test before pytest's own timeout does.
+            give_up = time.monotonic() + 200
+            while not enough(now := served()) and time.monotonic() < give_up:
+                time.sleep(0.2)
+            return now
+
         for thread in threads:
             thread.start()
-        time.sleep(3.0)  # both queues fill
-        before = served()
-        time.sleep(6.0)
-        after = served()
+        until(lambda now: min(now.values()) >= 32)  # both queues full: each served past its 16 items in flight
+        start = served()
+        end = until(lambda now: sum(now[t] - start[t] for t in now) >= 160)
         stop.set()
         for thread in threads:
             thread.join(timeout=60)
-    a, b = after["a"] - before["a"], after["b"] - before["b"]
-    assert b > 20, (a, b)
-    assert a / b == pytest.approx(3.0, rel=0.1), (a, b)
+    window = {t: end[t] - start[t] for t in end}
+    a, b = window["a"], window["b"]
+    assert a + b >= 160, window  # the service went on serving
+    assert b / (a + b) == pytest.approx(1 / 4, rel=0.1), window  # a's three to b's one
