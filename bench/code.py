@@ -5,7 +5,7 @@ sandbox) against verl 0.9.1's ``prime_code`` ``compute_score`` run serially in o
     .venv/bin/python bench/code.py [--completions 64] [--rounds 2] [--rss-runs 2000] [--seed N]
     .venv/bin/python bench/code.py --languages [--completions 16]
 
-``--languages``: completions/s per language (Python, C++, Java, JavaScript, Go; 1-test and
+``--languages``: completions/s per language (Python, C++, Java, JavaScript, Go, Rust; 1-test and
 10-test; each program compiled, or its build kept from before), the CPU beside them.
 
 Completions: a+b programs over fresh numbers (a new seed each run, so no cache answers),
@@ -133,8 +133,11 @@ ADD_PROGRAMS = {
     "javascript": "const [a, b] = require('fs').readFileSync(0, 'utf8').trim().split(/\\s+/).map(BigInt);"
     " console.log((a + b).toString());\n",
     "go": 'package main\nimport "fmt"\nfunc main() { var a, b int64; fmt.Scan(&a, &b); fmt.Println(a + b) }\n',
+    "rust": "use std::io::Read;\nfn main() { let mut s = String::new();"
+    " std::io::stdin().read_to_string(&mut s).unwrap();"
+    ' let v: Vec<i64> = s.split_whitespace().map(|x| x.parse().unwrap()).collect(); println!("{}", v[0] + v[1]); }\n',
 }
-COMMENT = {"python": "#", "cpp": "//", "java": "//", "javascript": "//", "go": "//"}
+COMMENT = {"python": "#", "cpp": "//", "java": "//", "javascript": "//", "go": "//", "rust": "//"}
 
 
 def languages(rng: random.Random, completions: int) -> None:
