@@ -43,8 +43,20 @@ def test_spinning_or_sleeping_for_ever_is_still_a_tle(code, why):
 
 
 def test_setsid_is_refused_in_the_sandbox():
-    """A session of its own would be an autogroup of its own (nice 0, whatever the worker's)."""
-    code = "import os\ntry:\n    os.setsid()\n    print('own session')\nexcept PermissionError:\n    print('refused')"
+    """A session of its own would be an autogroup of its own (nice 0, whatever the worker's).
+    A forked child asks (the test's own process may lead its group, where setsid fails)."""
+    code = (
+        "import os\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    try:\n"
+        "        os.setsid()\n"
+        "        os._exit(0)\n"
+        "    except PermissionError:\n"
+        "        os._exit(1)\n"
+        "_, status = os.waitpid(pid, 0)\n"
+        "print('refused' if os.waitstatus_to_exitcode(status) == 1 else 'own session')\n"
+    )
     assert one(code, sandbox.Limits())["stdout"] == "refused\n"
 
 
