@@ -31,7 +31,7 @@ PYTEST_ARGS ?= -n 2 --dist loadfile --no-loadscope-reorder
 # docker-compose 1.29.2 wheel (not installed, only unpacked; its dependencies clash).
 COMPOSE_SCHEMA := $(VENV)/share/compose_spec.json
 
-.PHONY: serve test test-images image-deps typecheck lint install install-dev system-deps bench vllm-venv rewardbench-venv ray-venv ray-venv-or-reason clean dist
+.PHONY: serve test fuzz gpu-wheels test-images image-deps typecheck lint install install-dev system-deps bench vllm-venv rewardbench-venv ray-venv ray-venv-or-reason clean dist
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -87,8 +87,34 @@ dist: $(UV)
 test:
 	$(MAKE) -j3 install-dev vllm-venv ray-venv-or-reason rewardbench-venv
 	$(MAKE) typecheck lint
-	$(PY) -m pytest $(PYTEST_ARGS) -m "not alone and not images"
-	$(PY) -m pytest -m "alone and not images"
+	HYPOTHESIS_PROFILE=repeatable $(PY) -m pytest $(PYTEST_ARGS) -m "not alone and not images"
+	HYPOTHESIS_PROFILE=repeatable $(PY) -m pytest -m "alone and not images"
+
+# The property tests explored (tests/conftest.py's "fuzz" profile): many more examples
+# than `make test`'s derandomized run, a new seed each run. Each failure it prints
+# becomes an explicit @example on its test, which `make test` then always runs.
+fuzz: install-dev
+	HYPOTHESIS_PROFILE=fuzz $(PY) -m pytest -n 0 -p no:cacheprovider -m hypothesis $(or $(FUZZ_PATHS),tests)
+
+# The wheels the GPU machine lacks (Python 3.12, manylinux x86-64), for bench/gpu_check.sh:
+# the serve extra and the test runner (.venv's pytest, its plugins, hypothesis) resolved
+# for that platform less what bench/gpu/left_out.txt names, each
+# downloaded as a wheel, or built here where PyPI has only a source (pure Python ones).
+# They travel with the working tree (`run`'s carry: .gpu-wheels), well under its 64 MiB.
+GPU_WHEELS := .gpu-wheels
+gpu-wheels: | $(UV)
+	mkdir -p $(GPU_WHEELS)
+	$(PY) -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['serve']))" > $(GPU_WHEELS)/serve.in
+	$(UV) pip freeze --python $(PY) | grep -iE '^(pytest|pytest-asyncio|pytest-timeout|hypothesis)==' >> $(GPU_WHEELS)/serve.in
+	$(UV) pip compile --quiet --no-header --no-annotate --python-version 3.12 --python-platform x86_64-manylinux_2_28 \
+		--override bench/gpu/left_out.txt $(GPU_WHEELS)/serve.in -o $(GPU_WHEELS)/requirements.txt
+	while read -r req; do \
+		$(PY) -m pip download --quiet --no-deps --only-binary=:all: --dest $(GPU_WHEELS) --python-version 3.12 \
+			--implementation cp --abi cp312 --abi abi3 --abi none --platform manylinux_2_28_x86_64 \
+			--platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any "$$req" 2>/dev/null \
+		|| $(PY) -m pip wheel --quiet --no-deps --wheel-dir $(GPU_WHEELS) "$$req" || exit 1; \
+	done < $(GPU_WHEELS)/requirements.txt
+	du -sh $(GPU_WHEELS)
 
 # The deploy/ images built and run with rootful podman, the compose stack brought up
 # (tests/deploy/podman.py: local stand-ins for the registry images). Minutes the first
