@@ -114,7 +114,7 @@ func main() {
 	case "alloc":
 		var held [][]byte
 		for {
-			b := make([]byte, 1<<20)
+			b := make([]byte, 16<<20)
 			for i := range b {
 				b[i] = 1
 			}
@@ -135,6 +135,10 @@ func main() {
 			}
 		}
 		fmt.Println("unlimited")
+	case "poison": // its own build swapped for a script, for the tests after this one
+		os.Remove("/tmp/main")
+		os.WriteFile("/tmp/main", []byte("#!/bin/sh\necho pwned\n"), 0o755)
+		fmt.Println("poisoned")
 	case "write":
 		if err := os.WriteFile("/usr/escaped", []byte("x"), 0o644); err != nil {
 			fmt.Println("refused")
@@ -266,8 +270,21 @@ def test_a_program_is_compiled_once_and_its_build_kept_for_its_source_alone(lang
     assert float(code_tests(code, reference, language=language, extract=False)) == 1.0
     build = builds().get(key(language, code))
     assert build, "the compiled program was not kept"
-    # A program that rewrites its own build while it runs leaves the kept one as it was.
     assert float(code_tests(code, reference, language=language, extract=False)) == 1.0
     assert builds().get(key(language, code)) == build
     other = code + "\n// another program\n"
     assert builds().get(key(language, other)) is None
+
+
+@needs("go")
+def test_a_program_that_swaps_its_own_binary_poisons_neither_its_kept_build_nor_the_next_completion():
+    code = GO + "\n// poisoner\n"  # a source of its own: compiled in this test, not found kept
+    assert builds().get(key("go", code)) is None
+    swapped = {"inputs": ["poison\n", "add 1 1\n"], "outputs": ["poisoned\n", "2\n"]}
+    first = code_tests(code, swapped, language="go", outputs=True, extract=False)
+    # Its second test ran the script it wrote: within a completion /tmp is the program's own.
+    assert [t["verdict"] for t in first.tests] == ["AC", "WA"] and first.tests[1]["stdout"] == "pwned\n", first.tests
+    # The build kept is the compiler's, read before any test ran: the same source again
+    # (from the cache) computes, it does not print the script's word.
+    again = code_tests(code, {"inputs": ["add 1 1\n"], "outputs": ["2\n"]}, language="go", extract=False)
+    assert [t["verdict"] for t in again.tests] == ["AC"], again.tests
