@@ -279,6 +279,8 @@ class Sandbox:
             return Outcome(None, [dict(gone) for _ in spec["tests"]])
         if "compile_error" in first:
             self._finish(self.records.next(deadline))
+            if first.get("toolchain"):
+                raise SandboxUnavailable(f"the {spec['language']} toolchain failed: {first['compile_error']}")
             return Outcome(first["compile_error"], [])
         if "test_error" in first:
             raise ValueError(first["test_error"])

@@ -295,7 +295,7 @@ def read_exactly(size: int) -> bytes | None:
 JDK = "/usr/lib/jvm/default-java/bin"  # a link inside /usr: /usr/bin/java's goes through /etc/alternatives
 # Each compiled language: its source's name, the compiler's argv, and what the compiler
 # leaves that the program needs (the build a rule worker keeps for the next completion
-# with the same source: code.py's cache). JavaScript's "compiler" is node's syntax check.
+# with the same source: sandbox_builds.py). JavaScript's "compiler" is node's syntax check.
 COMPILERS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
     "cpp": (
         "main.cpp",
@@ -374,6 +374,11 @@ def runner(language: str, memory_bytes: int) -> tuple[tuple[str, ...], dict[str,
     return (f"{WORKDIR}/main",), {}, 0
 
 
+# A compiler's exit status where it never ran: 120 where execve failed (run_one's child),
+# 127 where the loader could not find its libraries. The toolchain is broken, not the
+# program: the item is invalid (the sandbox failed), never a CE.
+COMPILER_DID_NOT_START = (120, 127)
+
 # What each runtime prints when its heap is full: the test went past its memory (MLE),
 # as a Python MemoryError does, not a runtime error.
 OUT_OF_MEMORY = {
@@ -408,6 +413,9 @@ def compiled(spec: dict[str, Any]) -> Any:
     limits |= {"memory_bytes": max(spec["memory_bytes"], 2 << 30), "file_bytes": 1 << 28}
     limits |= {"env": COMPILE_ENV.get(language, {}), "reserve_bytes": RESERVE, "processes": max(spec["processes"], 64)}
     result = run_one(argv, {"stdin": ""}, limits)
+    if result["exit_code"] in COMPILER_DID_NOT_START:
+        spec["toolchain_failed"] = True
+        return f"{argv[0]} did not start: {(result['stderr'] or str(result['exit_code']))[-2000:]}"
     if result["verdict"] or result["exit_code"] != 0:
         why = "compile time limit" if result["verdict"] == "TLE" else (result["stderr"] or result["stdout"])[-2000:]
         return f"compile error: {why}"
@@ -456,7 +464,7 @@ def _prompt(text: str | None) -> list[Any]:
 def serve(spec: dict[str, Any], out: Any) -> None:
     code = compiled(spec)
     if isinstance(code, str):
-        say(out, {"compile_error": code})
+        say(out, {"compile_error": code, "toolchain": spec.pop("toolchain_failed", False)})
         return
     say(out, {"compiled": True, "built": spec.pop("built", None)})
     # A harness's prelude modules (code_formats.PRELUDE_MODULES), loaded once here

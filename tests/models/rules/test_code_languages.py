@@ -13,6 +13,7 @@ import socket
 
 import pytest
 
+from rewardserve.models.rules import RuleError
 from rewardserve.models.rules.code import code_tests
 from rewardserve.models.rules.sandbox_builds import COMPILER_FILES, builds, key
 
@@ -288,3 +289,18 @@ def test_a_program_that_swaps_its_own_binary_poisons_neither_its_kept_build_nor_
     # (from the cache) computes, it does not print the script's word.
     again = code_tests(code, {"inputs": ["add 1 1\n"], "outputs": ["2\n"]}, language="go", extract=False)
     assert [t["verdict"] for t in again.tests] == ["AC"], again.tests
+
+
+@needs("go")
+def test_a_compiler_that_cannot_start_makes_the_item_invalid_not_a_compile_error(monkeypatch):
+    from rewardserve.models.rules import sandbox, sandbox_command
+
+    driver = sandbox_command.driver_source()
+    broken = driver.replace('("/usr/bin/go", "build"', '("/usr/bin/no-such-go", "build"')
+    assert broken != driver
+    monkeypatch.setattr(sandbox_command, "driver_source", lambda: broken)
+    monkeypatch.setattr(sandbox, "_idle", sandbox._Idle())  # sandboxes started with the broken driver only
+    with pytest.raises(RuleError, match="toolchain failed"):
+        code_tests(
+            GO + "\n// no compiler\n", {"inputs": ["add 1 2\n"], "outputs": ["3\n"]}, language="go", extract=False
+        )
