@@ -164,7 +164,12 @@ def test_a_tenant_s_slow_rule_calls_leave_the_workers_to_the_other(attacked):
         )
 
     alone = [timed(lambda: schema_rubric(AS_B, '"aaaa"'))[0] for _ in range(3)]
-    charged = metric(attacked.metrics(), "rewardserve_tenant_rule_seconds_total", tenant="a")
+
+    def charged() -> dict[str, float]:
+        text = attacked.metrics()
+        return {t: metric(text, "rewardserve_tenant_rule_seconds_total", tenant=t) for t in ("a", "b")}
+
+    before = charged()
     evil = {
         "items": [{"response": '"' + "a" * 26 + "!" * (1 + i) + '"'} for i in range(12)],
         "criteria": [{"name": "s", "fn": "json_schema", "args": {"schema": BACKTRACKING}}],
@@ -182,7 +187,10 @@ def test_a_tenant_s_slow_rule_calls_leave_the_workers_to_the_other(attacked):
         for thread in callers:
             thread.join(timeout=30)
     assert statistics.median(beside) <= 2.0 and max(beside) <= 4.0, (alone, beside)
-    assert metric(attacked.metrics(), "rewardserve_tenant_rule_seconds_total", tenant="a") > charged + 10
+    # Of the rule time charged over the attack, a's share: how many seconds that is depends
+    # on how much CPU the machine's load left the workers.
+    spent = {t: seconds - before[t] for t, seconds in charged().items()}
+    assert spent["a"] > 0 and spent["a"] / sum(spent.values()) > 0.9, spent
 
 
 def test_work_is_charged_and_capped_by_what_a_request_makes_not_its_bytes(attacked):
