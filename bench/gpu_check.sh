@@ -22,7 +22,9 @@ if [ -n "$DRY" ]; then
     PY=$ROOT/.venv/bin/python
 else
     VENV=${GPU_CHECK_VENV:-/tmp/rewardserve-gpu-venv}
-    python3 -m venv --system-site-packages "$VENV"
+    # No pip of its own (ensurepip may be missing there): the system's pip, seen through
+    # --system-site-packages, installs into the venv it runs in.
+    python3 -m venv --without-pip --system-site-packages "$VENV"
     PY=$VENV/bin/python
     # What pyproject's serve extra asks for, less what is left out (bench/gpu/left_out.txt),
     # and the test runner: what the machine has already stands, the rest comes from the wheels.
