@@ -64,10 +64,11 @@ class Admin:
         answer = self._client._request("POST", _path(model, "wake_up", wait), b"{}")
         return AdminModelState.model_validate_json(answer.content)
 
-    def load(self, model: str, source: str, version: str, wait: bool = True) -> AdminModelState:
+    def load(self, model: str, source: str, version: str, wait: bool = True, force: bool = False) -> AdminModelState:
         """A new version from ``source``, swapped in when it has loaded; a failure keeps the
-        old one serving (APIStatusError, 422)."""
-        body = LoadRequest(source=source, version=version).model_dump_json().encode()
+        old one serving (APIStatusError, 422), as does a checkpoint of another architecture,
+        label count or kind unless ``force``, and a version the model has served."""
+        body = LoadRequest(source=source, version=version, force=force).model_dump_json().encode()
         return AdminModelState.model_validate_json(
             self._client._request("POST", _path(model, "load", wait), body).content
         )
@@ -142,8 +143,10 @@ class AsyncAdmin:
         answer = await self._client._request("POST", _path(model, "wake_up", wait), b"{}")
         return AdminModelState.model_validate_json(answer.content)
 
-    async def load(self, model: str, source: str, version: str, wait: bool = True) -> AdminModelState:
-        body = LoadRequest(source=source, version=version).model_dump_json().encode()
+    async def load(
+        self, model: str, source: str, version: str, wait: bool = True, force: bool = False
+    ) -> AdminModelState:
+        body = LoadRequest(source=source, version=version, force=force).model_dump_json().encode()
         answer = await self._client._request("POST", _path(model, "load", wait), body)
         return AdminModelState.model_validate_json(answer.content)
 

@@ -8,7 +8,7 @@ the call goes (poll GET /v1/admin/models/{name}).
     GET  /v1/admin/operations/{id}         how a ?async=true call went (its id in the 202's state)
     POST /v1/admin/models/{name}/sleep     {"level": 1 | 2}
     POST /v1/admin/models/{name}/wake_up
-    POST /v1/admin/models/{name}/load      {"source", "version"}: hot swap
+    POST /v1/admin/models/{name}/load      {"source", "version", "force"?}: hot swap
     POST /v1/admin/models/{name}/weights   {"path", "version"}: new weights, in place where it can
     POST /v1/admin/models/{name}/rollback  the version the last load replaced, loaded again
     POST /v1/admin/models/{name}/promote   its shadow candidate serves under its name
@@ -77,7 +77,9 @@ async def wake_up(name: str, request: Request, run_async: bool = RUN_ASYNC) -> R
 @router.post("/v1/admin/models/{name}/load", response_model=AdminModelState, responses={202: ASYNC_ACCEPTED})
 async def load(name: str, body: LoadRequest, request: Request, run_async: bool = RUN_ASYNC) -> Response:
     lifecycle = RequestContext.of(request).svc.lifecycle
-    return await _answer(request, name, "load", lifecycle.load(name, body.source, body.version), run_async)
+    return await _answer(
+        request, name, "load", lifecycle.load_checked(name, body.source, body.version, body.force), run_async
+    )
 
 
 @router.post("/v1/admin/models/{name}/weights", response_model=AdminModelState, responses={202: ASYNC_ACCEPTED})

@@ -35,13 +35,16 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import json
 import logging
 import time
 from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 from rewardserve.client.protocol import AdminModelState
+from rewardserve.models import presets
 from rewardserve.models.cache import LRUCache
 from rewardserve.models.checkpoints import is_local
 from rewardserve.models.reward_model import RewardModel
@@ -71,6 +74,52 @@ DRAIN_TIMEOUT_S = 300.0
 _HELD: contextvars.ContextVar[frozenset[int]] = contextvars.ContextVar("held_models", default=frozenset())
 
 
+def _checkpoint_config(source: str) -> dict[str, Any] | None:
+    """config.json of a local checkpoint or of a hub id in the local cache; None if
+    neither can be read here."""
+    path = Path(source).expanduser() / "config.json"
+    if not path.is_file():
+        from huggingface_hub import try_to_load_from_cache
+
+        try:
+            cached = try_to_load_from_cache(source, "config.json")
+        except ValueError:  # not a hub id's shape
+            return None
+        if not isinstance(cached, str):
+            return None
+        path = Path(cached)
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return config if isinstance(config, dict) else None
+
+
+def _label_count(config: dict[str, Any]) -> int:
+    labels = config.get("id2label")
+    if isinstance(labels, dict):
+        return len(labels)
+    count = config.get("num_labels")
+    return count if isinstance(count, int) else 2  # transformers leaves out its default, 2
+
+
+def checkpoint_differs(serving: RewardModel, source: str) -> str | None:
+    """How the checkpoint at ``source`` differs from the serving model's in what makes
+    its scores another model's: architecture, label count, or the kind its preset gives;
+    None when it does not (or when either config cannot be read here)."""
+    old, new = _checkpoint_config(serving.spec.source), _checkpoint_config(source)
+    differences = []
+    if old is not None and new is not None:
+        if old.get("architectures") != new.get("architectures"):
+            differences.append(f"architecture {new.get('architectures')} (serving: {old.get('architectures')})")
+        if _label_count(old) != _label_count(new):
+            differences.append(f"{_label_count(new)} label(s) (serving: {_label_count(old)})")
+    kind = (presets.resolve(source, None) or {}).get("kind")
+    if kind is not None and kind != serving.kind:
+        differences.append(f"kind {kind} by its preset (serving: {serving.kind})")
+    return "; ".join(differences) or None
+
+
 class ModelAsleep(ServiceError):
     error_type = "model_asleep"
 
@@ -86,6 +135,7 @@ class Lifecycle:
         # replaced, the latest last: what rollback serves again, the way it came (loaded
         # beside, or weights), if its folder still holds what it held
         self._history: dict[str, list[tuple[str, str, str, str | None]]] = {}
+        self._served_versions: dict[str, set[str]] = {}  # every version each model has served
         self.canaries = Canaries(registry, metrics, self._retire_stopped)  # their health on real traffic
         self.operations = AdminOperations()  # ?async=true calls, and every task started here
         self._updates: dict[str, str] = {}  # name -> how its last weights call was applied
@@ -357,6 +407,34 @@ class Lifecycle:
         async with self._operation(name, "load"), self._lock(name):
             return await self._load_locked(name, source, version, remember, spec)
 
+    async def load_checked(self, name: str, source: str, version: str, force: bool = False) -> AdminModelState:
+        """An admin's load: refused (422) for a version string this model has served, and
+        unless ``force``, for a checkpoint of another architecture, label count or kind
+        than the serving model's, which would serve other scores under the same name."""
+        async with self._operation(name, "load"), self._lock(name):
+            old = self.registry.current(name)
+            used = self._versions_used(name, old)
+            if version in used:
+                raise InvalidRequest(
+                    f"model {name!r} has already served version {version!r} (versions: {', '.join(sorted(used))}): "
+                    "give the new checkpoint a version of its own",
+                    param="version",
+                )
+            differs = None if force else checkpoint_differs(old.model, source)
+            if differs is not None:
+                raise InvalidRequest(
+                    f"{source} is not a next version of model {name!r}: {differs}; "
+                    "send force: true to serve it under this name all the same",
+                    param="source",
+                )
+            return await self._load_locked(name, source, version, True, None)
+
+    def _versions_used(self, name: str, served: Served) -> set[str]:
+        used = self._served_versions.setdefault(name, set())
+        used.add(served.version)
+        used.update(version for _, version, _, _ in self._history.get(name, []))
+        return used
+
     async def _load_locked(
         self, name: str, source: str, version: str, remember: bool, spec: ModelSpec | None
     ) -> AdminModelState:
@@ -364,6 +442,7 @@ class Lifecycle:
         start = time.perf_counter()
         new = await self._loaded_beside(name, old, source, version, spec)
         self.registry.replace(name, new)  # from here new requests get the new version
+        self._versions_used(name, new)
         if remember:
             self._remember(name, old, "load")
         self.metrics.model_version.labels(name, old.version).set(0)

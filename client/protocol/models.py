@@ -138,6 +138,11 @@ class LoadRequest(_Request):
 
     source: str = Field(min_length=1, max_length=4096)
     version: str = Field(min_length=1, max_length=128)
+    force: bool = Field(
+        False,
+        description="serve a checkpoint whose architecture, label count or kind differs from the serving "
+        "model's (refused otherwise: another model's scores under the same name)",
+    )
 
 
 class WeightsRequest(_Request):

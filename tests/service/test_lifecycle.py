@@ -491,3 +491,42 @@ async def test_a_request_holding_a_model_holds_it_again_while_a_write_waits():
     served.resumed.set()  # the write is done
     await asyncio.wait_for(other, 5)
     assert entered == ["again", "other"] and served.in_flight == 0
+
+
+async def test_a_load_of_another_model_or_a_used_version_is_refused_unless_forced(checkpoints, tmp_path):
+    """The next version of a 1-label outcome model is not a 2-label classifier, nor a
+    PRM (another architecture, its preset's kind process), nor a version string the
+    model has served: each a 422 naming the difference, the old version serving on."""
+    from rewardserve.models.demo.tiny import build_qwen2_prm
+
+    first, second, _ = checkpoints
+    two_labels = build_sequence_classifier(tmp_path / "two", num_labels=2)
+    prm = build_qwen2_prm(tmp_path / "prm")
+    async with serve_in_process(settings(first)) as (_, http):
+        old, _ = await scores(http)
+
+        async def load(body: dict) -> dict:
+            answer = await http.post("/v1/admin/models/rm/load", json=body, headers=ADMIN)
+            assert answer.status_code == 422, answer.text
+            return answer.json()["error"]
+
+        error = await load({"source": str(two_labels), "version": "v2"})
+        assert error["param"] == "source" and "2 label(s) (serving: 1)" in error["message"], error
+        assert "force: true" in error["message"]
+        error = await load({"source": str(prm), "version": "v2"})
+        assert "architecture ['Qwen2ForProcessRewardModel']" in error["message"], error
+        assert "kind process by its preset (serving: outcome)" in error["message"], error
+        error = await load({"source": str(second), "version": "v1"})
+        assert error["param"] == "version" and "already served version 'v1'" in error["message"], error
+        assert await scores(http) == (old, "v1")
+
+        loaded = await http.post(
+            "/v1/admin/models/rm/load", json={"source": str(second), "version": "v2"}, headers=ADMIN
+        )
+        assert loaded.status_code == 200, loaded.text
+        # v1 is not served any more, but was: a checkpoint under it again would be confused with it.
+        error = await load({"source": str(first), "version": "v1"})
+        assert "already served version 'v1'" in error["message"] and "v1, v2" in error["message"], error
+        forced = {"source": str(two_labels), "version": "v3", "force": True}
+        answer = await http.post("/v1/admin/models/rm/load", json=forced, headers=ADMIN)
+        assert answer.status_code == 200 and answer.json()["version"] == "v3", answer.text
