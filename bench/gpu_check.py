@@ -65,7 +65,8 @@ def build_checkpoint(out: Path, shape: dict[str, Any], device: str) -> Path:
 
 
 def gpu_memory() -> tuple[int, int | None]:
-    """torch's allocator's bytes on the GPU, and what nvidia-smi says this process uses."""
+    """torch's allocator's bytes on the GPU, and what nvidia-smi says this process uses
+    (or the whole GPU, where it lists no process of ours)."""
     import os
 
     import torch
@@ -87,7 +88,15 @@ def gpu_memory() -> tuple[int, int | None]:
         pid, _, used = line.partition(",")
         if pid.strip() == str(os.getpid()):
             return allocated, int(used.strip()) * 2**20
-    return allocated, None
+    # In a container nvidia-smi may list no process of ours (another pid namespace): the
+    # GPU's whole use then, which on a machine lent to this run alone is ours.
+    whole = subprocess.run(
+        ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "--id=0"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    ).stdout.strip()
+    return allocated, int(whole) * 2**20 if whole.isdigit() else None
 
 
 def reference_readouts(path: Path, texts: list[str], dtype: Any, device: str) -> list[float]:
@@ -176,7 +185,7 @@ async def measure(path: Path, device: str, sizes: dict[str, int], lines: list[st
         lines += ["", f"{len(texts)} texts of 20-200 words, one at a time in transformers.", ""]
 
         lines += ["## Sleep and wake (bfloat16 model)", ""]
-        lines.append("| state | memory_allocated | nvidia-smi (this process) | wake s |")
+        lines.append("| state | memory_allocated | nvidia-smi used | wake s |")
         lines.append("|---|---|---|---|")
         await http.post("/v1/admin/models/float32/sleep", json={"level": 2}, headers=ADMIN)  # the bf16 one alone
 
