@@ -265,8 +265,7 @@ async def score_file(
             if f is None:
                 if resumable:
                     run_record_path(out).write_text(json.dumps(run, indent=1) + "\n", encoding="utf-8")
-                mode = "a" if resumable and not overwrite else "w"
-                f = open(out, mode, encoding="utf-8")  # noqa: SIM115 (closed below)
+                f = open(out, "a" if resumable and not overwrite else "w", encoding="utf-8")  # noqa: SIM115 (closed below)
             for index, result in zip(range(start, end), response.results):
                 line = {"index": index, **result.model_dump(exclude_none=True)}
                 f.write(json.dumps(line) + "\n")
