@@ -32,7 +32,7 @@ def tokenizer(request, tmp_path_factory):
 
 ALPHABET = st.one_of(
     st.sampled_from(list("abc xyz  \n\t.,=+")),
-    st.sampled_from(["é", "日", "本", "🙂", "\u0301", "\u00a0", "ß", "Ж", "\u200b"]),
+    st.sampled_from(["é", "日", "本", "🙂", "\u0301", "\u00a0", "ß", "Ж", "\u200b", "\ufffd"]),
     st.characters(codec="utf-8", exclude_categories=("Cs",)),
 )
 STEPS = st.lists(st.text(ALPHABET, min_size=1, max_size=10), min_size=1, max_size=6)
