@@ -171,11 +171,11 @@ class Sandbox:
         if not isolated:
             self._start_unsandboxed(as_nobody)
             return
-        self.cgroup = MemoryCgroup(NOBODY if as_nobody else None) if MemoryCgroup.any() else None
+        self.cgroup = MemoryCgroup() if MemoryCgroup.any() else None
         command = argv(workdir_bytes, Limits().workdir_files, filter_fd := seccomp_fd(memory_cgroups()))
         if self.cgroup is not None:
             self.cgroup.limit(Limits().memory_mb << 20, workdir_bytes)
-            command = enter(self.cgroup.procs, command)
+            command = enter(command)
         try:
             self.proc = subprocess.Popen(
                 command,
@@ -191,6 +191,15 @@ class Sandbox:
             )
         finally:
             os.close(filter_fd)
+        if self.cgroup is not None:  # in its cgroups before it starts anything: it waits for this line
+            assert self.proc.stdin is not None
+            try:
+                self.cgroup.add(self.proc.pid)
+                self.proc.stdin.write(b"\n")
+                self.proc.stdin.flush()
+            except OSError as exc:
+                why = f"the sandbox could not join its cgroups: {exc}"
+                raise SandboxUnavailable(f"{why} ({_stderr(self.proc)})") from None
         self._wait_ready()
         if self.cgroup is None:
             _least_autogroup(self.proc.pid)

@@ -83,6 +83,8 @@ def own_v2_cgroup() -> Path | None:
     if path is None:
         return None
     own = V2 / path
+    if own.name == "rewardserve-service":  # the leaf _enable_v2 moved the service into
+        own = own.parent
     given = " ".join(_lines(own / "cgroup.controllers")).split()
     if not os.access(own, os.W_OK) or not set(V2_CONTROLLERS) <= set(given):
         return None
@@ -222,7 +224,7 @@ class MemoryCgroup:
     """One sandbox's cgroups: its memory limit set before each completion, its OOM kills
     counted, its CPU bounded to one CPU (quota) at the least weight (its folder's)."""
 
-    def __init__(self, owner: int | None):
+    def __init__(self) -> None:
         folders = _folders()
         number = next(_numbers)
         self._limit: str | None = None
@@ -246,9 +248,6 @@ class MemoryCgroup:
                 self.paths.append(cpu)
                 period = (cpu / "cpu.cfs_period_us").read_text().strip()
                 (cpu / "cpu.cfs_quota_us").write_text(period)
-        if owner is not None:  # the sandbox runs as this user, and moves itself in
-            for path in self.paths:
-                os.chown(path / "cgroup.procs", owner, owner)
 
     @staticmethod
     def any() -> bool:
@@ -256,9 +255,11 @@ class MemoryCgroup:
         folders = _folders()
         return any(folder is not None for folder in (folders.v2, folders.memory, folders.cpu))
 
-    @property
-    def procs(self) -> list[str]:
-        return [str(path / "cgroup.procs") for path in self.paths]
+    def add(self, pid: int) -> None:
+        """``pid`` into each of the sandbox's cgroups, moved by this process: on v2 only a
+        writer of both cgroups' common ancestor may move it, which the sandbox's user is not."""
+        for path in self.paths:
+            (path / "cgroup.procs").write_text(str(pid))
 
     def limit(self, test_bytes: int, workdir_bytes: int) -> None:
         """The whole sandbox's memory: a test's allowance, its files' tmpfs and the driver;
@@ -306,10 +307,11 @@ class MemoryCgroup:
                     time.sleep(0.01)
 
 
-# Run by /bin/sh before anything else of the sandbox: it moves itself into the cgroups
-# whose cgroup.procs files its arguments name (their count first), then runs the rest.
-ENTER = 'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 1; shift; n=$((n - 1)); done; exec "$@"'
+# Run by /bin/sh before anything else of the sandbox: it waits for a line on its stdin,
+# which the service writes once it has moved it into its cgroups (``add``), then runs the
+# rest. The shell's read takes no byte past that line from a pipe.
+ENTER = 'read -r _ || exit 1; exec "$@"'
 
 
-def enter(procs: list[str], command: list[str]) -> list[str]:
-    return ["/bin/sh", "-c", ENTER, "sh", str(len(procs)), *procs, *command]
+def enter(command: list[str]) -> list[str]:
+    return ["/bin/sh", "-c", ENTER, "sh", *command]
