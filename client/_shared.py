@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import email.utils
 import os
 import random
@@ -12,7 +13,8 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 import httpx
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
+from pydantic_core import InitErrorDetails, PydanticCustomError
 from typing_extensions import Self
 
 from rewardserve.client._checks import in_sent_order, parsed, with_distinct_ids
@@ -123,9 +125,32 @@ def as_items(items: Iterable[Any], item_class: type[M]) -> list[M]:
             return item
         if isinstance(item, Item):  # an Item where a RubricItem is wanted, say
             item = item.model_dump(exclude_unset=True)
-        return item_class.model_validate(item)
+        try:
+            return item_class.model_validate(item)
+        except ValidationError as exc:
+            raise explained(exc, item_class) from None
 
     return [one(i) for i in items]
+
+
+def explained(exc: ValidationError, model: type[BaseModel]) -> ValidationError:
+    """``exc`` with each unknown field of ``model`` told as the service tells it: the
+    nearest known name and the model's fields (pydantic says only 'Extra inputs are not
+    permitted'). The same error type, so callers catching it still do."""
+    errors = exc.errors()
+    if not any(e["type"] == "extra_forbidden" and len(e["loc"]) == 1 for e in errors):
+        return exc
+    known = [f.alias or name for name, f in model.model_fields.items()]
+    details: list[InitErrorDetails] = []
+    for e in errors:
+        message = e["msg"]
+        if e["type"] == "extra_forbidden" and len(e["loc"]) == 1:
+            close = difflib.get_close_matches(str(e["loc"][0]), known, n=1, cutoff=0.6)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            message = f"unknown field {str(e['loc'][0])!r}; {hint}{model.__name__} has the fields: {', '.join(known)}"
+        custom = PydanticCustomError(e["type"], "{message}", {"message": message})
+        details.append({"type": custom, "loc": e["loc"], "input": e["input"]})
+    return ValidationError.from_exception_data(exc.title, details)
 
 
 def plan_chunks(items: Sequence[Any], chunk_size: int) -> list[list[int]]:
