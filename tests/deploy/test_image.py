@@ -89,7 +89,8 @@ PROBE = """
 import os, socket, sys
 out = {}
 out["root"] = sorted(os.listdir("/"))
-out["proc"] = os.path.exists("/proc/self") or os.path.exists("/proc/1/environ")
+out["proc"] = [p for p in ("/proc/1", "/proc/self/environ", "/proc/self/fd", "/proc/self/root") if os.path.exists(p)]
+out["etc"] = sorted(os.listdir("/etc")) if os.path.isdir("/etc") else []
 out["env"] = sorted(k for k in os.environ if k.startswith("REWARDSERVE") or k in ("HF_HOME", "VIRTUAL_ENV"))
 net = []
 for host, port in (("127.0.0.1", 8000), ("10.0.2.2", 80), ("1.1.1.1", 53)):
@@ -126,12 +127,15 @@ print(json.dumps(out))
 
 
 def test_the_sandbox_holds_inside_the_container(served):
-    """No network (not the service's port, not the host, not the outside), no /proc, no
-    environment of the service, nothing written outside /tmp, nothing of the service to
-    read or import; /tmp works."""
+    """No network (not the service's port, not the host, not the outside), no process
+    in /proc (at most the one link the sandbox puts there), /etc at most a JDK's
+    configuration, no environment of the service, nothing written outside /tmp, nothing
+    of the service to read or import; /tmp works."""
     seen = json.loads(run_code(served, PROBE))
-    assert seen["root"] == sorted(["bin", "dev", "lib", "lib64", "sbin", "tmp", "usr"]), seen
-    assert seen["proc"] is False and seen["env"] == [], seen
+    assert set(seen["root"]) <= {"bin", "dev", "etc", "lib", "lib64", "proc", "sbin", "tmp", "usr"}, seen
+    assert {"tmp", "usr"} <= set(seen["root"]), seen
+    assert seen["proc"] == [] and seen["env"] == [], seen
+    assert all(name.startswith("java-") for name in seen["etc"]), seen
     assert "open" not in seen["net"], seen
     assert "written" not in seen["writes"], seen
     assert seen["reads"] == [False] * 4, seen
