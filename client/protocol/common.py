@@ -261,7 +261,9 @@ class CodeOptions(_Request):
     binary: bool | None = None
     # Each within the model's caps (its args max_timeout_s and max_memory_mb; for the
     # built-in model the settings code_max_timeout_s, 60, and code_max_memory_mb, 4096).
-    timeout_s: float | None = Field(default=None, gt=0, le=600, description="CPU time per test (its wall clock: twice it).")
+    timeout_s: float | None = Field(
+        default=None, gt=0, le=600, description="CPU time per test (its wall clock: twice it)."
+    )
     memory_mb: int | None = Field(default=None, ge=32, le=65536, description="Address space per test.")
     # Each test's stdout and stderr in its result (the first MiB of each).
     outputs: bool | None = None

@@ -193,7 +193,7 @@ def test_a_failed_case_ends_a_submission_unless_every_case_is_asked_for(url):
     [
         ({"dataset_type": "HumanEvalDataset"}, "config.dataset_type"),
         ({"custom_extract_logic": "import os"}, "config"),
-        ({"language": "java"}, "config.language"),
+        ({"language": "php"}, "config.language"),
         ({"language": None}, "config.language"),
         ({"provided_data": [PARITY_ROW]}, "config"),
         ({"provided_data": {"test": [{"input": {"stdin": 1}, "output": {"stdout": "1"}}]}}, "config"),
