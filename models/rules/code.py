@@ -102,12 +102,29 @@ def _limits(response: str, reference: Any, args: dict[str, Any]) -> Limit | None
     if size > MAX_TEST_CHARS:
         return Limit("reference", f"{size} characters of tests, over the code model's limit of {MAX_TEST_CHARS}")
     try:
-        count = len(plan("", reference)[1])
+        count = len(plan("", _unpacked_only(reference))[1])
     except RuleError:  # judged in the worker, where it makes only this item invalid
         return None
     if count > MAX_TESTS:
         return Limit("reference", f"{count} tests, over the code model's limit of {MAX_TESTS}", "invalid_request")
     return None
+
+
+def _unpacked_only(reference: Any) -> Any:
+    """The reference without LiveCodeBench's compressed private tests: this check runs in
+    the serving process, where a small field that inflates to tens of MB (and a pickle
+    to read) would cost every request; the worker reads them under its memory limit and
+    holds their count to MAX_TESTS there (the item invalid, not the request)."""
+    if isinstance(reference, str) and "private_test_cases" in reference:
+        try:
+            reference = json.loads(reference)
+        except ValueError:
+            return reference
+    if isinstance(reference, dict) and isinstance(reference.get("private_test_cases"), str):
+        packed = reference["private_test_cases"].lstrip()
+        if not packed.startswith("["):
+            return {k: v for k, v in reference.items() if k != "private_test_cases"}
+    return reference
 
 
 def _sandbox(args: dict[str, Any]) -> str:

@@ -421,6 +421,24 @@ def test_private_tests_past_the_decompressed_cap_are_refused(monkeypatch):
         code_tests("print(3)", row)
 
 
+def test_the_serving_process_leaves_compressed_private_tests_to_the_worker(monkeypatch):
+    """The request-time check (in the serving process) never inflates or unpickles a
+    compressed private-tests field; the worker does, and holds their count to the cap
+    there: the item invalid, the request served."""
+    from rewardserve.models.rules import code, code_formats
+
+    def inflated(field):
+        raise AssertionError("private tests decoded in the serving process")
+
+    many = lcb_row(ADD, private=[stdin("1 2\n", "3\n")] * (code.MAX_TESTS + 1))
+    with monkeypatch.context() as patched:
+        patched.setattr(code_formats, "private_cases", inflated)
+        assert code._limits("", many, {}) is None
+        assert code._limits("", json.dumps(many), {}) is None
+    with pytest.raises(RuleError, match="over the code model's limit"):
+        code_tests("a, b = map(int, input().split())\nprint(a + b)\n", many)
+
+
 async def test_through_the_service_python_is_python3_prog_py_and_a_bad_row_is_invalid(tmp_path):
     """/run_code (SandboxFusion's drop-in) and /v1/score run plain Python as
     ``python3 prog.py`` does; a row whose private tests hold another pickle is an
