@@ -53,8 +53,14 @@ def test_ctrl_c_keeps_what_was_scored_and_the_same_command_sends_only_the_rest(q
     monkeypatch.setattr(AsyncRewardClient, "score", score)
     command = ["eval", "--serve", f"rm={qwen3_rm}", "--model", "rm", str(source)]
     interrupt = True
-    with pytest.raises(SystemExit) as stopped:
-        main([*command, "-o", str(tmp_path / "run")])
+    # Ctrl-C as a command run from a shell meets it: Python's own SIGINT handler, which
+    # asyncio.run takes over (a test run earlier in this worker may have left another).
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(SystemExit) as stopped:
+            main([*command, "-o", str(tmp_path / "run")])
+    finally:
+        signal.signal(signal.SIGINT, before)
     assert stopped.value.code == 130
     assert "the same command resumes" in capsys.readouterr().err
     assert len(read_lines(tmp_path / "run" / "pairs.jsonl")) == 4  # the first chunk, whole
