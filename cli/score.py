@@ -159,6 +159,11 @@ def check_same_run(out: Path, run: dict[str, Any]) -> None:
     except (OSError, ValueError):
         recorded = None
     if not isinstance(recorded, dict):
+        if not _starts_with_a_result(out):  # not results at all: never this command's file
+            raise ValueError(
+                f"{out} exists and is not the output of this command (line 1); "
+                "choose another -o, or delete it to start over"
+            )
         raise ValueError(
             f"{out} holds results with no record of the run that wrote them ({record_path}); "
             "choose another -o, or --overwrite to start over"
@@ -169,6 +174,17 @@ def check_same_run(out: Path, run: dict[str, Any]) -> None:
             f"{out} holds another run's results: its " + "; ".join(differ) + ". "
             "Choose another -o, or --overwrite to start over"
         )
+
+
+def _starts_with_a_result(path: Path) -> bool:
+    """Whether the file's first line is this command's first result line."""
+    with open(path, "rb") as f:
+        raw = f.readline(MAX_LINE_BYTES + 1)
+    try:
+        line = json.loads(raw) if len(raw) <= MAX_LINE_BYTES else None
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(line, dict) and line.get("index") == 0
 
 
 def blocks(items: list[dict[str, Any]], start: int, size: int) -> list[tuple[int, int]]:
