@@ -121,17 +121,11 @@ def lines_written(path: Path) -> list[dict[str, Any]]:
     kept = 0
     with open(path, "rb") as f:
         for raw in iter(lambda: f.readline(MAX_LINE_BYTES + 1), b""):
-            try:
-                line = json.loads(raw) if len(raw) <= MAX_LINE_BYTES else None
-            except (ValueError, RecursionError):
-                line = None
+            line = _result_line(raw, len(done))
             if not raw.endswith(b"\n") and not f.read(1):
                 break  # a torn last line: cut off below
-            if not isinstance(line, dict) or line.get("index") != len(done):
-                raise ValueError(
-                    f"{path} exists and is not the output of this command (line {len(done) + 1}); "
-                    "choose another -o, or delete it to start over"
-                )
+            if line is None:
+                raise _not_this_commands(path, len(done) + 1)
             done.append(line)
             kept += len(raw)
     os.truncate(path, kept)
@@ -160,10 +154,7 @@ def check_same_run(out: Path, run: dict[str, Any]) -> None:
         recorded = None
     if not isinstance(recorded, dict):
         if not _starts_with_a_result(out):  # not results at all: never this command's file
-            raise ValueError(
-                f"{out} exists and is not the output of this command (line 1); "
-                "choose another -o, or delete it to start over"
-            )
+            raise _not_this_commands(out, 1)
         raise ValueError(
             f"{out} holds results with no record of the run that wrote them ({record_path}); "
             "choose another -o, or --overwrite to start over"
@@ -176,15 +167,26 @@ def check_same_run(out: Path, run: dict[str, Any]) -> None:
         )
 
 
-def _starts_with_a_result(path: Path) -> bool:
-    """Whether the file's first line is this command's first result line."""
-    with open(path, "rb") as f:
-        raw = f.readline(MAX_LINE_BYTES + 1)
+def _result_line(raw: bytes, index: int) -> dict[str, Any] | None:
+    """A line of this command's output: the result of item ``index``, else None."""
     try:
         line = json.loads(raw) if len(raw) <= MAX_LINE_BYTES else None
     except (ValueError, RecursionError):
-        return False
-    return isinstance(line, dict) and line.get("index") == 0
+        return None
+    return line if isinstance(line, dict) and line.get("index") == index else None
+
+
+def _not_this_commands(path: Path, line: int) -> ValueError:
+    return ValueError(
+        f"{path} exists and is not the output of this command (line {line}); "
+        "choose another -o, or delete it to start over"
+    )
+
+
+def _starts_with_a_result(path: Path) -> bool:
+    """Whether the file's first line is this command's first result line."""
+    with open(path, "rb") as f:
+        return _result_line(f.readline(MAX_LINE_BYTES + 1), 0) is not None
 
 
 def blocks(items: list[dict[str, Any]], start: int, size: int) -> list[tuple[int, int]]:

@@ -166,6 +166,8 @@ class RuleModel(RewardModel):
     def prepare(self, items: list[Item], options: ScoreOptions) -> list[Job[RuleCall] | ItemError]:
         entries: list[Job[RuleCall] | ItemError] = []
         args, args_key = self._request_args(options)
+        # The same for every item: the request's part and the operator's, apart.
+        request_args, operator_args = without_operator_args(self.rule, args), self.operator_args
         for index, item in enumerate(items):
             response = item.response_text()
             problem = self.rule.check(response, item.reference, args)
@@ -177,9 +179,9 @@ class RuleModel(RewardModel):
                     self.rule.name,
                     response,
                     item.reference,
-                    without_operator_args(self.rule, args),
+                    request_args,
                     timeout_s=self.timeout_s,
-                    operator_args=self.operator_args,
+                    operator_args=operator_args,
                 )
                 key = work_key([], args_key, response, item.reference)
             else:  # the function also sees the prompt and the metadata: both in its key
