@@ -5,7 +5,7 @@ them all, each test an equal share, those cut marked ``truncated``."""
 from __future__ import annotations
 
 from rewardserve.client.protocol import ItemResult, TestVerdict
-from rewardserve.models.rules.code import ANSWER_BYTES, json_bytes, json_prefix
+from rewardserve.models.rules.code import ANSWER_BYTES, json_bytes, shown_streams
 
 
 def bound_outputs(results: list[ItemResult], cap: int = ANSWER_BYTES) -> None:
@@ -23,7 +23,6 @@ def bound_outputs(results: list[ItemResult], cap: int = ANSWER_BYTES) -> None:
 
 
 def _cut(test: TestVerdict, share: int) -> None:
-    stdout, cut_out = json_prefix(test.stdout or "", share)
-    stderr, cut_err = json_prefix(test.stderr or "", share)
-    if cut_out or cut_err:
+    stdout, stderr, cut = shown_streams(test.stdout or "", test.stderr or "", share)
+    if cut:
         test.stdout, test.stderr, test.truncated = stdout, stderr, True

@@ -271,13 +271,20 @@ def _detail(judged: str, result: dict[str, Any], shown: int, fetched: bool) -> d
         "signal": result.get("signal"),
         "detail": result.get("detail"),
     }
-    if shown:
-        stdout, cut_out = json_prefix(result.get("stdout") or "", shown)  # an AC run kept whole for the checker
-        stderr, cut_err = json_prefix(result.get("stderr") or "", shown)
-        detail.update(stdout=stdout, stderr=stderr, truncated=bool(result.get("truncated") or cut_out or cut_err))
+    if shown:  # an AC run's stdout was kept whole for the checker
+        stdout, stderr, cut = shown_streams(result.get("stdout") or "", result.get("stderr") or "", shown)
+        detail.update(stdout=stdout, stderr=stderr, truncated=bool(result.get("truncated") or cut))
     if fetched:
         detail["files"] = {p: base64.b64encode(d).decode() for p, d in result.get("files", {}).items()}
     return detail
+
+
+def shown_streams(stdout: str, stderr: str, limit: int) -> tuple[str, str, bool]:
+    """A test's stdout and stderr, each cut to ``limit`` bytes of JSON text, and whether
+    either was cut."""
+    stdout, cut_out = json_prefix(stdout, limit)
+    stderr, cut_err = json_prefix(stderr, limit)
+    return stdout, stderr, cut_out or cut_err
 
 
 def json_prefix(text: str, limit: int) -> tuple[str, bool]:
