@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import email.utils
 import os
 import random
@@ -42,6 +41,7 @@ from rewardserve.client.protocol import (
     VerifyRequest,
     VerifyResponse,
 )
+from rewardserve.client.protocol.errors import unknown_field_message
 
 if TYPE_CHECKING:
     from rewardserve.client._replicas import CallPlan, Replicas
@@ -145,9 +145,7 @@ def explained(exc: ValidationError, model: type[BaseModel]) -> ValidationError:
     for e in errors:
         message = e["msg"]
         if e["type"] == "extra_forbidden" and len(e["loc"]) == 1:
-            close = difflib.get_close_matches(str(e["loc"][0]), known, n=1, cutoff=0.6)
-            hint = f"did you mean {close[0]!r}? " if close else ""
-            message = f"unknown field {str(e['loc'][0])!r}; {hint}{model.__name__} has the fields: {', '.join(known)}"
+            message = unknown_field_message(str(e["loc"][0]), known, model.__name__)
         custom = PydanticCustomError(e["type"], "{message}", {"message": message})
         details.append({"type": custom, "loc": e["loc"], "input": e["input"]})
     return ValidationError.from_exception_data(exc.title, details)

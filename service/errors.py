@@ -19,6 +19,7 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rewardserve.client.protocol import ERROR_STATUS, ErrorBody, ErrorDetail, ErrorType
+from rewardserve.client.protocol.errors import unknown_field_message
 from rewardserve.models.planning import RequestError
 
 log = logging.getLogger(__name__)
@@ -155,9 +156,10 @@ def _models_of(annotation: Any) -> list[type[BaseModel]]:
     return [annotation] if isinstance(annotation, type) and issubclass(annotation, BaseModel) else []
 
 
-def unknown_field_hint(body_type: Any, loc: tuple[Any, ...]) -> str:
-    """For a field the request model does not have: the nearest known name (as config
-    errors suggest one) and the fields of the model it was sent in."""
+def unknown_field(body_type: Any, loc: tuple[Any, ...]) -> str:
+    """For a field the request model does not have: the message naming the nearest
+    known name and the fields of the model it was sent in ("" where that model is not
+    found)."""
     candidates = [body_type]
     for part in loc[:-1]:
         candidates = [t for c in candidates for t in _types_at(c, part)]
@@ -165,18 +167,15 @@ def unknown_field_hint(body_type: Any, loc: tuple[Any, ...]) -> str:
     if not models:
         return ""
     known = list(dict.fromkeys(f.alias or name for m in models for name, f in m.model_fields.items()))
-    close = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
-    where = " / ".join(m.__name__ for m in models)
-    hint = f"did you mean {close[0]!r}? " if close else ""
-    return f"{hint}{where} has the fields: {', '.join(known)}"
+    return unknown_field_message(str(loc[-1]), known, " / ".join(m.__name__ for m in models))
 
 
 def _validation_message(request: Request, error: Mapping[str, Any], param: str) -> str:
     loc = tuple(part for part in error.get("loc", ()) if part != "body")
     if error.get("type") == "extra_forbidden" and loc:
-        hint = unknown_field_hint(_body_model(request), loc)
-        if hint:
-            return f"{param}: unknown field {str(loc[-1])!r}; {hint}"
+        told = unknown_field(_body_model(request), loc)
+        if told:
+            return f"{param}: {told}"
     return f"{param}: {error.get('msg', 'invalid')}"
 
 

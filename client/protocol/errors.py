@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Sequence
 from typing import Literal
 
 from rewardserve.client.protocol.common import _Response
@@ -50,3 +52,12 @@ class ErrorBody(_Response):
     """Every non-2xx response: ``{"error": {"type", "message", "param"?}}``."""
 
     error: ErrorDetail
+
+
+def unknown_field_message(field: str, known: Sequence[str], where: str) -> str:
+    """A request field its model does not have, told the same way by the service and the
+    client: the nearest known name (as config errors suggest one) and the fields of the
+    model (``where``) it was sent in."""
+    close = difflib.get_close_matches(field, list(known), n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return f"unknown field {field!r}; {hint}{where} has the fields: {', '.join(known)}"
