@@ -232,23 +232,54 @@ LIMITS_INTRO = """\
 Hostile input is normal input here: no request can stall the others, and a request that
 asks for too much is refused before the work it would cause, naming the field (413 or
 422, see [errors](errors.md)). `tests/adversarial/` runs each attack against a real
-service process while a bystander model is probed.
+service process while a bystander model is probed; `bench/soak.py --hostile` mixes them
+into a soak.
 
 - **Before the body**: keys, the drain and `x-deadline-ms` are checked before a byte of
-  the body is read, the body's size from its header. Its JSON values are counted as it
-  arrives; then, off the event loop: the exact count, integers' digits, no NaN or
-  Infinity, the item list counted, unpaired UTF-16 surrogates named (422), and the
-  request model validated.
-- **Rules** run in worker processes: a memory limit and a wall-clock limit per call, no
-  network, tenants and then requests taking turns, a hung-up request's calls dropped.
-  Caps where the cost grows faster than the input are listed below.
-- **Texts for models**: a text far longer than the model's `max_tokens` is not tokenized
-  whole: a 413, or with `truncate` cut at the end truncation drops.
-- **Connections** (`rewardserve serve`): open connections, requests open per tenant,
-  header and body arrival times; a request with both Content-Length and
-  Transfer-Encoding is refused (400) and its connection closed.
-- **Results**: a computed result always has a finite score; one that cannot be computed
-  is `valid: false` with the reason, never 0.
+  the body is read, the body's size from its header. Its JSON values are counted chunk by
+  chunk as it arrives (a body whose strings alone pass the limit is refused mid-upload);
+  then, in a worker thread: the exact count (string contents excluded), integers' digits,
+  no NaN or Infinity, the item list counted, unpaired UTF-16 surrogates named (422), and
+  the request model validated there, not on the event loop. A refusal sent before the
+  body was read closes the connection after a lingering read, so the client gets the
+  answer, not a reset.
+- **Rules**: every rule runs in the rule pool, worker processes forked from a server that
+  has the rule libraries loaded: an address-space limit per call (what the worker maps
+  plus `REWARDSERVE_RULE_MEMORY_MB`), a wall-clock limit per call (the worker is killed
+  and replaced), no network at all (an audit hook refuses every socket but the pool's
+  own; a JSON schema's `$ref` resolves inside the schema or not at all), tenants and then
+  requests taking turns, one of either holding at most all workers but one, and a hung-up
+  or expired request's calls dropped from the queue or killed. Where the cost grows
+  faster than the input, the caps below answer 413 naming `items[i].response` or
+  `.reference`.
+- **Texts for models**: a text longer than `MAX_CHARS_PER_TOKEN` characters per token of
+  the model's `max_tokens` is not tokenized whole: a 413, or with `truncate` cut to that
+  many characters at the end truncation drops (a PRM's `truncate: steps` drops the steps
+  that cannot fit).
+- **Images**: pixels of all images of a request together, sides within 200:1, PIL's
+  text-chunk limit: 413 or 422 naming the part.
+- **Connections** (`rewardserve serve`): open connections (the open-file limit is raised
+  to its hard limit), requests open per tenant, headers and then the body within their
+  timeouts (a body sent a byte at a time holds nothing for long), a request with both
+  Content-Length and Transfer-Encoding refused (400) and its connection closed, no
+  redirect ever built from the `Host` header, and repeated log lines at most once per
+  10 s with a count. Text log lines write control characters as escapes, and a caller's
+  `x-request-id` is kept only when it is short printable ASCII.
+- **Work per request**: what a request makes the service do (judge prompts, compared
+  pairs, rule calls, renders) is charged to its tenant and capped per request, not only
+  its items; caches keyed by what clients send are bounded; config and tenants files
+  refuse YAML aliases.
+- **The client**: every attempt is bounded as a whole (a server dripping its answer
+  cannot hold a call past `timeout` or `deadline`), an answer is read up to
+  `max_response_bytes`, results are matched to items by id with the count checked, and a
+  result marked valid must have a finite score: anything else is an
+  `APIResponseValidationError`, like every failure a `RewardServeError`.
+- **The CLI**: `score -o` resumes its own output and refuses any other file (or its
+  input); a stream such as `/dev/stdout` is written straight. A line over its cap, JSON
+  nested too deeply or a directory given as input is one line on stderr.
+- **Results**: a computed result always has a finite score; a model that gives none
+  (NaN, or a CLIP goal equal to its baseline) makes the item `valid: false` with the
+  reason, never 0.
 """
 
 ERRORS_INTRO = """\
@@ -274,6 +305,20 @@ HTTP_INTRO = """\
 Every operation the service answers, from its OpenAPI schema (also served at
 `/openapi.json`, browsable at `/docs`). Request and response bodies are JSON; errors
 take the shape in [errors](errors.md).
+
+An item is `{"messages": [...]}` (OpenAI chat format) or `{"prompt": ..., "response": ...}`,
+with optional `id`, `group_id`, `reference`. Outcome, process and verifier models also
+take what a trainer has already rendered: `{"text": ...}` (chat template applied, special
+tokens written out; tokenized without adding any, read at the last token; for a PRM each
+step tag in it is a step; for a judge, the whole judge prompt, the verdict read right
+after it) or `{"input_ids": [...]}`. Rules and rubrics need the response and answer 422
+naming `items[i].text`. A result that could not be computed is
+`{"valid": false, "error": "...", "score": null}`, never a silent 0.
+
+Responses carry `x-queue-time` and `x-inference-time` (milliseconds), `x-model-version`
+(the version of the model that scored it, on the compat routes too) and `x-request-id`
+(the caller's, or one made for the request), which the request's log line carries too.
+A request may send `x-deadline-ms`: past it, the answer is a 504.
 """
 
 
@@ -447,6 +492,12 @@ def _schema_name(schema: Mapping[str, Any]) -> str:
     return str(schema.get("type", "any"))
 
 
+def _linked(schema: Mapping[str, Any], components: Mapping[str, Any]) -> str:
+    """A body's schema named, linked to its section below where it has one."""
+    name = _schema_name(schema)
+    return f"[`{name}`](#{name.lower()})" if name in components else f"`{name}`"
+
+
 def _fields_table(schema: Mapping[str, Any]) -> list[str]:
     properties = schema.get("properties", {})
     if not properties:
@@ -482,11 +533,11 @@ def http_page(app: Any) -> str:
                 lines += [operation["description"].strip(), ""]
             request = _body_ref(operation.get("requestBody", {}).get("content"))
             if request is not None:
-                lines += [f"Request body: `{_schema_name(request)}`", ""]
+                lines += [f"Request body: {_linked(request, components)}", ""]
             ok = next((r for status, r in operation.get("responses", {}).items() if status.startswith("2")), None)
             response = _body_ref((ok or {}).get("content"))
             if response is not None:
-                lines += [f"Response: `{_schema_name(response)}`", ""]
+                lines += [f"Response: {_linked(response, components)}", ""]
             errors = sorted(status for status in operation.get("responses", {}) if not status.startswith("2"))
             if errors:
                 lines += [f"Error statuses: {', '.join(errors)}", ""]
