@@ -204,10 +204,11 @@ CONSTANT_LIMITS: tuple[tuple[str, str, str], ...] = (
 )
 
 SETTINGS_INTRO = """\
-Every setting is an environment variable with the `REWARDSERVE_` prefix, and most are
-also a flag of `rewardserve serve`. Precedence: flags, then the environment, then the
-defaults below. Lists (`API_KEYS`, `ADMIN_KEYS`, `CORS_ORIGINS`, `IMAGE_URL_ALLOWLIST`)
-are comma-separated; `MODELS` and `POLICY_TOKENIZERS` are JSON.
+Every setting is an environment variable with the `REWARDSERVE_` prefix; the common ones
+are also flags of `rewardserve serve` (`rewardserve serve --help` lists them), and a flag
+wins over the environment, which wins over the defaults below. Lists (`API_KEYS`,
+`ADMIN_KEYS`, `CORS_ORIGINS`, `IMAGE_URL_ALLOWLIST`) are comma-separated; `MODELS` and
+`POLICY_TOKENIZERS` are JSON.
 
 ```bash
 REWARDSERVE_PORT=9000 REWARDSERVE_API_KEYS=k1,k2 rewardserve serve
