@@ -433,12 +433,36 @@ def limits_page() -> str:
 
 
 def errors_page() -> str:
+    from rewardserve.client import errors as client_errors
     from rewardserve.client.protocol import ERROR_STATUS
 
-    rows = ["| type | HTTP status | meaning |", "| --- | --- | --- |"]
+    rows = ["| type | HTTP status | meaning | the Python client raises |", "| --- | --- | --- | --- |"]
     for kind, status in sorted(ERROR_STATUS.items(), key=lambda pair: (pair[1], pair[0])):
-        rows.append(f"| `{kind}` | {status} | {_cell(ERROR_MEANINGS.get(kind, ''))} |")
+        raised = client_error_name(kind, status)
+        rows.append(f"| `{kind}` | {status} | {_cell(ERROR_MEANINGS.get(kind, ''))} | `{raised}` |")
+    hierarchy = (client_errors.__doc__ or "").split("\n\n", 1)[-1].strip()
+    rows += [
+        "",
+        "## In the Python client",
+        "",
+        "Every failure of a call is a `RewardServeError`; an error status is an `APIStatusError` with",
+        "`status_code`, `type`, `param` and `message` read from the body:",
+        "",
+        "```text",
+        hierarchy,
+        "```",
+    ]
     return _page("Errors", ERRORS_INTRO, rows)
+
+
+def client_error_name(kind: str, status: int) -> str:
+    """The exception the client raises for an answer of this type, as it decides it."""
+    import httpx
+
+    from rewardserve.client.errors import status_error
+
+    body = {"error": {"type": kind, "message": "-"}}
+    return type(status_error(httpx.Response(status, json=body))).__name__
 
 
 def _reference_app() -> Any:
