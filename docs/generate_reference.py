@@ -136,6 +136,34 @@ SETTING_NOTES: dict[str, str] = {
     ),
 }
 
+# What each key of a `models:` entry is for, where the field carries no description.
+MODEL_ENTRY_NOTES: dict[str, str] = {
+    "name": "What requests call the model.",
+    "kind": "What computes it: outcome, process, verifier, rule, vlm, clip_goal, ensemble, implicit_prm; "
+    "unset: taken from the preset.",
+    "source": "A local directory or hub id (for a rule, the rule function's name).",
+    "preset": "A known checkpoint's kind and options by name (see Presets below); unset: found from the source.",
+    "backend": "What runs the forwards: transformers, vllm, remote (a judge server at an http(s) source); "
+    "auto: vLLM on CUDA where installed and it serves the kind, remote for a URL, transformers otherwise.",
+    "dtype": "auto: bfloat16 on CUDA, float32 on CPU.",
+    "device": "auto: cuda when present; or cpu, cuda, cuda:N.",
+    "max_tokens": "The longest item in tokens; longer items get 413, or send options.truncate.",
+    "max_batch_tokens": "Padded tokens per forward batch.",
+    "max_wait_ms": "How long a batch waits for company.",
+    "max_queue_tokens": "Tokens queued for the model at most; a request past it gets 429 "
+    "(413 when it alone is more than the whole queue).",
+    "max_padding_ratio": "A batch is closed before padding passes this share of it.",
+    "revision": "A hub id's branch, tag or commit; its files all come from that snapshot, shown in /v1/models.",
+    "trust_remote_code": "Run the checkpoint's own Python (its auto_map classes); logged when on.",
+    "tokenizer": "The tokenizer from another directory or hub id.",
+    "chat_template": "A Jinja chat template (its text or a file) in place of the tokenizer's.",
+    "adapter": "A LoRA adapter (peft's save_pretrained directory or hub id) merged into the weights at load.",
+    "options": "What only this kind understands: the tables below.",
+    "shadow": "A candidate model scored beside this one on a share of its traffic, compared, never answered.",
+    "version": 'What results call these weights (model_version); unset: the revision, else "0".',
+    "wake_on_request": "Asleep (the admin API), a request wakes the model rather than getting a 503.",
+}
+
 # What each error type means to a caller; its status comes from the one table the service answers with.
 ERROR_MEANINGS: dict[str, str] = {
     "authentication_error": "No key, or a key the service does not know.",
@@ -398,13 +426,26 @@ def settings_page() -> str:
 
 def options_page() -> str:
     from rewardserve.models import options_reference
+    from rewardserve.models.presets import all_presets
+    from rewardserve.models.spec import ModelSpec
 
-    body = [
-        line
-        for line in options_reference.reference().splitlines()
-        if line not in (options_reference.BEGIN, options_reference.END)
-    ]
-    return _page("Model options", OPTIONS_INTRO, body)
+    entry = ["## A model entry", "", "| key | type | default | what it does |", "| --- | --- | --- | --- |"]
+    for name, field in ModelSpec.model_fields.items():
+        entry.append(
+            f"| `{name}` | {_cell(_type_name(field.annotation))} | {_default(field)} "
+            f"| {_cell(model_entry_description(name, field))} |"
+        )
+    markers = (options_reference.BEGIN, options_reference.END)
+    options = [line for line in options_reference.reference().splitlines() if line not in markers]
+    presets = ["## Presets", "", "| preset | kind | what it is |", "| --- | --- | --- |"]
+    for preset in all_presets():
+        presets.append(f"| `{preset['name']}` | {preset.get('kind', '')} | {_cell(preset.get('description', ''))} |")
+    options = options[1:] if options and not options[0] else options
+    return _page("Model options", OPTIONS_INTRO, [*entry, "", "## Options by kind", "", *options, "", *presets])
+
+
+def model_entry_description(name: str, field: FieldInfo) -> str:
+    return field.description or MODEL_ENTRY_NOTES.get(name, "")
 
 
 def constant_limits() -> Iterator[tuple[str, str, Any, str]]:

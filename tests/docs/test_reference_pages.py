@@ -108,11 +108,21 @@ def test_the_http_page_names_every_operation(app: Any, pages: dict[str, str]) ->
         assert f"### {name}\n" in pages["http-api.md"]
 
 
-def test_the_options_page_holds_every_kinds_options(pages: dict[str, str]) -> None:
+def test_the_options_page_holds_every_entry_key_kind_and_preset(generator: ModuleType, pages: dict[str, str]) -> None:
     from rewardserve.models.options_reference import kind_names
+    from rewardserve.models.presets import all_presets
+    from rewardserve.models.spec import ModelSpec
 
+    page = pages["options.md"]
     for kind in kind_names():
-        assert f"**`kind: {kind}`**" in pages["options.md"]
+        assert f"**`kind: {kind}`**" in page
+    for preset in all_presets():
+        assert f"| `{preset['name']}` |" in page
+    undescribed = [k for k, f in ModelSpec.model_fields.items() if not generator.model_entry_description(k, f)]
+    assert not undescribed, f"model entry keys without a description (Field(description=...)): {undescribed}"
+    assert not set(generator.MODEL_ENTRY_NOTES) - set(ModelSpec.model_fields)
+    for key in ModelSpec.model_fields:
+        assert f"| `{key}` |" in page
 
 
 def test_the_limits_page_shows_each_cap_at_its_value_in_the_code(generator: ModuleType, pages: dict[str, str]) -> None:
