@@ -191,7 +191,11 @@ LIMIT_SETTINGS = frozenset({"rule_memory_mb", "rule_queue_max", "code_max_memory
 
 # Caps that are constants of the code, not settings: (module, constant, what it bounds).
 CONSTANT_LIMITS: tuple[tuple[str, str, str], ...] = (
-    ("rewardserve.client.protocol.common", "MAX_JSON_DEPTH", "Nesting depth of free-form fields (references, metadata, rule arguments)."),
+    (
+        "rewardserve.client.protocol.common",
+        "MAX_JSON_DEPTH",
+        "Nesting depth of free-form fields (references, metadata, rule arguments).",
+    ),
     ("rewardserve.service.body", "MAX_INT_DIGITS", "Digits of one integer in a body."),
     ("rewardserve.client.protocol.common", "MAX_ARGS_CHARS", "Characters of rule arguments and template variables."),
     (
