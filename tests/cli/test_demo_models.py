@@ -6,14 +6,18 @@ from __future__ import annotations
 
 import base64
 import io
+import re
+import subprocess
+import sys
 
+import httpx
 import pytest
 from PIL import Image
 
 from rewardserve.cli.main import main
 from rewardserve.service.settings import Settings
 from tests.builders import reference_outcome_scores
-from tests.harness import serve_in_process
+from tests.harness import serve_in_process, serve_process
 
 
 def _png() -> str:
@@ -85,3 +89,33 @@ async def test_the_demo_models_are_served_under_the_readme_s_names(tmp_path, cap
         body = {"model": "clip", "items": [frames], "options": {"goal": "the drawer is open"}}
         goal = (await http.post("/v1/score/steps", json=body)).json()
         assert len(goal["results"][0]["step_scores"]) == 2, goal
+
+
+# A CSI or OSC escape sequence: colour codes, cursor moves, progress bars redrawing a line.
+ANSI_ESCAPE = re.compile(r"\x1b[\[\]]")
+
+
+@pytest.mark.long(30)
+def test_the_demo_config_serves_from_a_real_process_with_a_quiet_log(tmp_path):
+    # As a user runs it: the CLI in its own process, then the service on the config it
+    # wrote, with the service's own compile setting (the config's options turn it off).
+    built = subprocess.run(
+        [sys.executable, "-m", "rewardserve.cli", "demo-models", str(tmp_path / "demo")],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=True,
+    )
+    config = tmp_path / "demo" / "models-demo.yaml"
+    log = tmp_path / "server.log"
+    with serve_process("--config", str(config), env={"REWARDSERVE_COMPILE": "true"}, log_path=log) as (url, _):
+        assert httpx.get(f"{url}/ready", timeout=30).status_code == 200
+        listed = httpx.get(f"{url}/v1/models", timeout=30).json()
+        assert {"skywork", "prm", "judge", "vl-rm", "clip", "boxed", "mix"} <= {m["id"] for m in listed["data"]}
+    served = log.read_text(errors="replace")
+    assert "serving skywork, prm, judge, vl-rm, clip, boxed, mix" in served, served[-2000:]
+    for name, text in (("demo-models stdout", built.stdout), ("demo-models stderr", built.stderr), ("log", served)):
+        assert not ANSI_ESCAPE.search(text), (name, text[-2000:])
+        # transformers' warnings: its logger's records and Python warnings it raises.
+        noisy = [line for line in text.splitlines() if "Warning" in line or " WARNING transformers" in line]
+        assert noisy == [], (name, noisy)
