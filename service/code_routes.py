@@ -59,13 +59,23 @@ SHORT_DEFAULT_TIMEOUT = frozenset({"cpp", "java", "go"})
 STDIO_DATASETS = ("code_contests",)  # SandboxFusion's own CommonOJDataset datasets
 
 
-@router.get("/v1/ping", response_class=PlainTextResponse)
+@router.get("/v1/ping", response_class=PlainTextResponse, summary="SandboxFusion ping")
 async def ping() -> str:
+    """SandboxFusion's health check: answers `pong` while the service runs, so SandboxFusion clients (verl's
+    sandbox_fusion reward) find the sandbox up."""
     return "pong"
 
 
-@router.post("/run_code", response_model=RunCodeResponse, response_model_exclude_none=False)
+@router.post(
+    "/run_code",
+    response_model=RunCodeResponse,
+    response_model_exclude_none=False,
+    summary="SandboxFusion /run_code: run a program",
+)
 async def run_code(body: RunCodeRequest, request: Request, model: str = Query(default="code")) -> Response:
+    """SandboxFusion's /run_code: runs one program with its stdin in the code model's sandbox (`?model=`, default
+    `code`) and answers its compile and run results, always with HTTP 200 and a status (Success, Failed,
+    SandboxError), as SandboxFusion does."""
     language = body.language
     if language not in LANGUAGES:
         known = ", ".join(LANGUAGES)
@@ -119,8 +129,11 @@ def ran_test(test: TestVerdict, compiled: bool) -> RunCodeResponse:
     return RunCodeResponse(status="Success" if code == 0 else "Failed", run_result=run, files=test.files or {})
 
 
-@router.post("/submit", response_model=EvalResult)
+@router.post("/submit", response_model=EvalResult, summary="SandboxFusion /submit: test a completion")
 async def submit(body: SubmitRequest, request: Request, model: str = Query(default="code")) -> Response:
+    """SandboxFusion's /submit for stdin/stdout datasets: extracts the completion's code, runs it on the row's tests
+    (given in `config.provided_data`) in the code model's sandbox, and answers whether every test passed with each
+    test's run."""
     config = body.config
     if config.dataset_type != "CommonOJDataset" and body.dataset not in STDIO_DATASETS:
         raise InvalidRequest(

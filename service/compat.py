@@ -81,13 +81,18 @@ def default_model(ctx: RequestContext, named: str | None) -> str:
     raise InvalidRequest("name the model: ?model=NAME (or set REWARDSERVE_DEFAULT_MODEL)", param="model")
 
 
-@router.post("/get_reward", response_model=OpenRLHFRewardResponse)
+@router.post("/get_reward", response_model=OpenRLHFRewardResponse, summary="OpenRLHF remote reward")
 async def get_reward(
     body: OpenRLHFRewardRequest,
     request: Request,
     model: str | None = Query(default=None),
     invalid: float | None = Query(default=None),
 ) -> Response:
+    """OpenRLHF's `--remote_rm_url` route: scores each query (the chat-templated prompt and its completion) with
+    the model `?model=` names (else the settings' default_model, else the only model served besides the built-in
+    rules) and answers `rewards` in order. A reward model scores the query text as it is; a rule gets the
+    completion. A query that cannot be scored fails the request (422 naming it) unless `?invalid=` gives the
+    number to send in its place."""
     if invalid is not None and not math.isfinite(invalid):
         raise InvalidRequest("?invalid must be a finite number", param="invalid")
     ctx = RequestContext.of(request)
@@ -161,8 +166,11 @@ def _truncation(body: ClassifyRequest) -> dict[str, Any]:
     return {"truncate": side} if keep == -1 else {"truncate": side, "truncate_tokens": keep}
 
 
-@router.post("/classify", response_model=ClassifyResponse)
+@router.post("/classify", response_model=ClassifyResponse, summary="vLLM /classify: classifier probabilities")
 async def classify(body: ClassifyRequest, request: Request) -> Response:
+    """vLLM's /classify, for outcome reward models and classifiers (verl's reward loop with a vLLM reward model):
+    text already templated (or token ids), scored as vLLM scores it; `probs` are the head's values through the
+    classifier's activation unless `use_activation` is false. An input that cannot be scored fails the request."""
     activate = body.use_activation if body.use_activation is not None else body.activation
     options = ScoreOptions(
         activation="none" if activate is False else "auto",
@@ -186,8 +194,11 @@ async def classify(body: ClassifyRequest, request: Request) -> Response:
     return answer(response, scored)
 
 
-@router.post("/v1/embeddings", response_model=EmbeddingResponse)
+@router.post("/v1/embeddings", response_model=EmbeddingResponse, summary="SGLang-style reward as an embedding")
 async def embeddings(body: EmbeddingRequest, request: Request) -> Response:
+    """The SGLang-style embeddings route for outcome reward models (verl's reward loop with an SGLang reward
+    model): text already templated (or token ids), scored as /classify scores it, the head's raw values answered
+    as each input's `embedding`. An input that cannot be scored fails the request."""
     options = ScoreOptions(activation="none", add_special_tokens=True)
     name, scored, usage = await _classified(request, body.model, body.input, options)
     # Every result is valid (_classified refuses the others): each has its score.
@@ -195,8 +206,11 @@ async def embeddings(body: EmbeddingRequest, request: Request) -> Response:
     return answer(EmbeddingResponse(model=body.model or name, data=data, usage=usage), scored)
 
 
-@router.post("/tokenize", response_model=TokenizeResponse, response_model_exclude_none=True)
+@router.post("/tokenize", response_model=TokenizeResponse, response_model_exclude_none=True, summary="vLLM /tokenize")
 async def tokenize(body: TokenizeRequest, request: Request) -> Response:
+    """vLLM's /tokenize: a prompt, or messages rendered with the model's chat template, tokenized with the model's
+    tokenizer; answers the token ids, their count and the model's context length. A model without a tokenizer
+    (a rule) is a 422."""
     chat = body.messages is not None
     given = body.add_generation_prompt
     done = await application.tokenize(

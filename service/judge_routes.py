@@ -21,7 +21,7 @@ from rewardserve.service.routes import ERROR_RESPONSES, answer
 router = APIRouter(route_class=BoundedRoute, responses=ERROR_RESPONSES)
 
 
-@router.post("/v1/verify", response_model=VerifyResponse)
+@router.post("/v1/verify", response_model=VerifyResponse, summary="Judge items with a generative verifier")
 async def verify(body: VerifyRequest, request: Request) -> Response:
     """A generative verifier's judgement per item (logprob or generate mode)."""
     done = await application.verify(RequestContext.of(request), body.model, body.items, body.options)
@@ -37,7 +37,7 @@ async def verify(body: VerifyRequest, request: Request) -> Response:
     )
 
 
-@router.post("/v1/rubric", response_model=RubricResponse)
+@router.post("/v1/rubric", response_model=RubricResponse, summary="Score items on weighted criteria")
 async def rubric(body: RubricRequest, request: Request) -> Response:
     """Weighted criteria per item (rules, judge questions, served models' scores),
     aggregated; escalated to an expensive model where the request says."""
@@ -47,7 +47,7 @@ async def rubric(body: RubricRequest, request: Request) -> Response:
     )
 
 
-@router.post("/v1/compare", response_model=CompareResponse)
+@router.post("/v1/compare", response_model=CompareResponse, summary="Compare responses to one prompt")
 async def compare(body: CompareRequest, request: Request) -> Response:
     """Pairwise / listwise preference between each item's responses."""
     done = await application.compare(RequestContext.of(request), body.model, body.items, body.options)

@@ -60,7 +60,7 @@ def answer(body: BaseModel, done: Executed[Any]) -> Response:
     return json_response(body, headers=done.timing_headers())
 
 
-@scoring_routes.post("/v1/score", response_model=ScoreResponse)
+@scoring_routes.post("/v1/score", response_model=ScoreResponse, summary="Score items with an outcome reward")
 async def score(body: ScoreRequest, request: Request) -> Response:
     """Outcome reward per item, in request order (for a PRM, its trajectory aggregate)."""
     done = await application.score(RequestContext.of(request), body.model, body.items, body.options)
@@ -84,7 +84,9 @@ def _bounded_answer(scored: ScoreResponse, done: Executed[Any]) -> Response:
     return answer(scored, done)
 
 
-@scoring_routes.post("/v1/score/steps", response_model=StepsResponse)
+@scoring_routes.post(
+    "/v1/score/steps", response_model=StepsResponse, summary="Score each reasoning step with a process reward"
+)
 async def score_steps(body: StepsRequest, request: Request) -> Response:
     """Process reward per step, every step of a trajectory from one forward pass."""
     done = await application.score_steps(RequestContext.of(request), body.model, body.items, body.options)
@@ -101,7 +103,9 @@ async def score_steps(body: StepsRequest, request: Request) -> Response:
     )
 
 
-@scoring_routes.post("/v1/score/turns", response_model=TurnsResponse)
+@scoring_routes.post(
+    "/v1/score/turns", response_model=TurnsResponse, summary="Score each tool-calling turn of an agent"
+)
 async def score_turns(body: TurnsRequest, request: Request) -> Response:
     """A reward per assistant turn of a tool-using agent: its tool calls matched to the
     reference's (hard or soft assignment), and the trajectory's total."""
@@ -109,7 +113,9 @@ async def score_turns(body: TurnsRequest, request: Request) -> Response:
     return answer(TurnsResponse(results=done.results, usage=done.usage), done)
 
 
-@scoring_routes.post("/pooling", response_model=PoolingResponse)
+@scoring_routes.post(
+    "/pooling", response_model=PoolingResponse, summary="vLLM /pooling: step probabilities from a process reward model"
+)
 async def pooling(body: PoolingRequest, request: Request) -> Response:
     """vLLM's /pooling for process reward models: per-step probability vectors read at
     the step tags of already-templated text, in vLLM's response shape."""
@@ -133,31 +139,35 @@ async def pooling(body: PoolingRequest, request: Request) -> Response:
     return answer(response, done)
 
 
-@scoring_routes.get("/v1/models", response_model=ModelList)
+@scoring_routes.get("/v1/models", response_model=ModelList, summary="List the served models")
 async def models(request: Request) -> Response:
+    """The served models, in OpenAI's list shape with this service's fields (kind, backend, source, readiness), so
+    OpenAI-style clients and trainers can find which model answers which route."""
     return json_response(ModelList(data=application.model_cards(RequestContext.of(request))))
 
 
-@open_routes.get("/version", response_model=VersionInfo)
+@open_routes.get("/version", response_model=VersionInfo, summary="The service's version")
 async def version() -> Response:
     """The service's version, in vLLM's shape."""
     return json_response(VersionInfo(version=application.version()))
 
 
-@scoring_routes.get("/info", response_model=ServiceInfo)
+@scoring_routes.get("/info", response_model=ServiceInfo, summary="Served models and request limits")
 async def info(request: Request) -> Response:
     """TEI's /info adapted: the served models (kind, dtype, device, token limits) and
     the per-request limits."""
     return json_response(application.info(RequestContext.of(request)))
 
 
-@scoring_routes.get("/v1/models/{name}/shadow", response_model=ShadowReport)
+@scoring_routes.get(
+    "/v1/models/{name}/shadow", response_model=ShadowReport, summary="Compare a model with its shadow candidate"
+)
 async def shadow(name: str, request: Request) -> Response:
     """How the model's shadow candidate compares with it (service/shadow.py)."""
     return json_response(application.shadow_report(RequestContext.of(request), name))
 
 
-@open_routes.get("/health", response_model=Health)
+@open_routes.get("/health", response_model=Health, summary="Liveness")
 async def health(request: Request) -> Response:
     """Alive. 503 only when a model failed to load: restarting is the cure."""
     registry = request.app.state.svc.registry
@@ -177,7 +187,7 @@ def names_models(request: Request) -> bool:
     )
 
 
-@open_routes.get("/ready", response_model=Health)
+@open_routes.get("/ready", response_model=Health, summary="Readiness")
 async def ready(request: Request) -> Response:
     """Ready once every model is loaded and a real probe forward succeeded."""
     svc = request.app.state.svc
@@ -188,7 +198,7 @@ async def ready(request: Request) -> Response:
     return json_response(Health(status=status, models=states), 503)
 
 
-@open_routes.get("/metrics")
+@open_routes.get("/metrics", summary="Prometheus metrics")
 async def metrics(request: Request) -> Response:
     """Prometheus metrics; without model names (summed over them) unless names_models."""
     rendered = application.metrics_text(RequestContext.of(request), names_models(request), _tenant_view(request))

@@ -79,28 +79,30 @@ class _Response(BaseModel):
 
 
 class TextPart(_Request):
-    type: Literal["text"]
-    text: str
+    type: Literal["text"] = Field(description='Always "text".')
+    text: str = Field(description="The text of this part of the message.")
 
 
 class ImageURL(_Request):
-    url: str
-    detail: Literal["auto", "low", "high"] | None = None
+    url: str = Field(description="The image: an http(s) URL or a data: URL with base64 bytes.")
+    detail: Literal["auto", "low", "high"] | None = Field(
+        None, description="OpenAI's detail hint (auto, low, high); accepted and not used."
+    )
 
 
 class ImageURLPart(_Request):
     """OpenAI chat format: ``{"type": "image_url", "image_url": {"url": "data:..."}}``."""
 
-    type: Literal["image_url"]
-    image_url: ImageURL
+    type: Literal["image_url"] = Field(description='Always "image_url".')
+    image_url: ImageURL = Field(description="Where the image is.")
 
 
 class ImagePart(_Request):
     """transformers chat format: ``{"type": "image", "url": "..."}`` (or ``"image"``)."""
 
-    type: Literal["image"]
-    url: str | None = None
-    image: str | None = None
+    type: Literal["image"] = Field(description='Always "image".')
+    url: str | None = Field(None, description="The image's http(s) or data: URL; give either this or `image`.")
+    image: str | None = Field(None, description="The image as a URL or base64 data; give either this or `url`.")
 
     @model_validator(mode="after")
     def _one_source(self) -> ImagePart:
@@ -113,26 +115,38 @@ ContentPart = Annotated[TextPart | ImageURLPart | ImagePart, Field(discriminator
 
 
 class FunctionCall(_Request):
-    name: str
+    name: str = Field(description="The name of the function called.")
     # OpenAI sends arguments as a JSON string; transformers chat templates take a dict.
-    arguments: str | dict[str, Any] = "{}"
+    arguments: str | dict[str, Any] = Field(
+        "{}",
+        description=(
+            "The call's arguments: a JSON string (OpenAI's form) or an object (transformers "
+            "chat templates' form); default: no arguments."
+        ),
+    )
 
 
 class ToolCall(_Request):
-    id: str | None = None
-    type: Literal["function"] = "function"
-    function: FunctionCall
+    id: str | None = Field(None, description="The call's id, which a later tool message's tool_call_id answers.")
+    type: Literal["function"] = Field("function", description='Always "function".')
+    function: FunctionCall = Field(description="The function called and its arguments.")
 
 
 Role = Literal["system", "developer", "user", "assistant", "tool"]
 
 
 class Message(_Request):
-    role: Role
-    content: str | list[ContentPart] | None = None
-    name: str | None = None
-    tool_calls: list[ToolCall] | None = None
-    tool_call_id: str | None = None
+    role: Role = Field(description="Who speaks: system, developer, user, assistant or tool.")
+    content: str | list[ContentPart] | None = Field(
+        None,
+        description=(
+            "The message's text, or a list of text and image parts; may be empty for an "
+            "assistant turn that only calls tools."
+        ),
+    )
+    name: str | None = Field(None, description="The speaker's or tool's name, passed to the chat template.")
+    tool_calls: list[ToolCall] | None = Field(None, description="An assistant turn's tool calls, in order.")
+    tool_call_id: str | None = Field(None, description="A tool message: the id of the call it answers.")
 
     def text(self) -> str:
         """The message's text parts joined (images dropped)."""
@@ -162,19 +176,46 @@ class Item(_Request):
     process rewards. ``group_id`` groups completions of one prompt (GRPO).
     """
 
-    id: str | None = None
-    group_id: str | None = None
-    messages: list[Message] | None = Field(default=None, min_length=1)
-    prompt: str | list[Message] | None = None
-    response: str | None = None
-    text: str | None = None
-    input_ids: list[TokenId] | None = Field(default=None, min_length=1)
-    reference: JSONValue = None
-    steps: list[str] | None = None
-    metadata: dict[str, JSONValue] | None = None
-    # /v1/score/steps with options.policy_tokenizer: the policy's ids of the response
-    # (special tokens such as EOS included), for a reward per token in its tokenization.
-    response_token_ids: list[TokenId] | None = Field(default=None, max_length=131072)
+    id: str | None = Field(None, description="Your id for the item, echoed on its result.")
+    group_id: str | None = Field(
+        None,
+        description=(
+            "The group (GRPO: the prompt) the item belongs to; group normalization and group "
+            "conditions compare items with the same group_id."
+        ),
+    )
+    messages: list[Message] | None = Field(
+        default=None, min_length=1, description="The whole conversation; the response is its final assistant turn."
+    )
+    prompt: str | list[Message] | None = Field(
+        None, description=("The prompt: text, or the conversation before the response; give it with `response`.")
+    )
+    response: str | None = Field(None, description="The response to score, given with `prompt`.")
+    text: str | None = Field(None, description="Text already rendered with the chat template, scored as it is.")
+    input_ids: list[TokenId] | None = Field(
+        default=None,
+        min_length=1,
+        description="Token ids already rendered, in the model's tokenizer, scored as they are.",
+    )
+    reference: JSONValue = Field(
+        None,
+        description=(
+            "The ground truth rules and judges compare with (an answer, tests, expected calls); any JSON value."
+        ),
+    )
+    steps: list[str] | None = Field(None, description="The response split into reasoning steps, for /v1/score/steps.")
+    metadata: dict[str, JSONValue] | None = Field(
+        None, description=("Free-form values passed to rules and judge templates with the item; not scored themselves.")
+    )
+    response_token_ids: list[TokenId] | None = Field(
+        default=None,
+        max_length=131072,
+        description=(
+            "/v1/score/steps with options.policy_tokenizer: the policy's ids of the response "
+            "(special tokens such as EOS included), for a reward per token in its "
+            "tokenization."
+        ),
+    )
 
     @model_validator(mode="after")
     def _one_shape(self) -> Item:
@@ -241,34 +282,62 @@ class GoalOptions(_Request):
     """For ``clip_goal`` models (VLM-RM): the goal prompt(s), optional baseline prompt(s)
     and the projection strength alpha in 0..1; the model's config gives defaults."""
 
-    goal: Prompt | Annotated[list[Prompt], Field(max_length=32)] | None = None
-    baseline: Prompt | Annotated[list[Prompt], Field(max_length=32)] | None = None
-    alpha: float | None = Field(default=None, ge=0.0, le=1.0)
+    goal: Prompt | Annotated[list[Prompt], Field(max_length=32)] | None = Field(
+        None,
+        description=("clip_goal models: the goal prompt(s) the frames are compared with; unset: the model's config's."),
+    )
+    baseline: Prompt | Annotated[list[Prompt], Field(max_length=32)] | None = Field(
+        None,
+        description=(
+            "clip_goal models: the baseline prompt(s) the goal direction starts from; unset: the model's config's."
+        ),
+    )
+    alpha: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        description=(
+            "clip_goal models: the projection strength in 0..1 (0 no projection); unset: the model's config's."
+        ),
+    )
 
 
 class CodeOptions(_Request):
     """For the ``code`` model (models/rules/code.py), this request's way of running and
     judging each item's tests; unset fields keep the model's own."""
 
-    language: str | None = Field(default=None, max_length=32)
-    # "tokens": whitespace tokens, numbers within 1e-6; "exact": verl's rule (trailing
-    # newlines stripped, nothing else); "lines": LiveCodeBench's (stripped lines, equal as
-    # text or as decimals); "sandbox_fusion": SandboxFusion's (stripped lines, case-insensitive,
-    # numbers within 1e-5 relative).
-    compare: Literal["tokens", "exact", "lines", "sandbox_fusion"] | None = None
-    # 1.0 when every test passes, else 0.0 (stopping at the first failure); else the
-    # fraction passed.
-    binary: bool | None = None
+    language: str | None = Field(
+        default=None,
+        max_length=32,
+        description=(
+            "The language the code runs as (python, cpp, ...); unset: the item's reference or the model's default."
+        ),
+    )
+    compare: Literal["tokens", "exact", "lines", "sandbox_fusion"] | None = Field(
+        None,
+        description=(
+            '"tokens": whitespace tokens, numbers within 1e-6; "exact": verl\'s rule (trailing'
+            ' newlines stripped, nothing else); "lines": LiveCodeBench\'s (stripped lines, '
+            'equal as text or as decimals); "sandbox_fusion": SandboxFusion\'s (stripped '
+            "lines, case-insensitive, numbers within 1e-5 relative)."
+        ),
+    )
+    binary: bool | None = Field(
+        None,
+        description=("1.0 when every test passes, else 0.0 (stopping at the first failure); else the fraction passed."),
+    )
     # Each within the model's caps (its args max_timeout_s and max_memory_mb; for the
     # built-in model the settings code_max_timeout_s, 60, and code_max_memory_mb, 4096).
     timeout_s: float | None = Field(
         default=None, gt=0, le=600, description="CPU time per test (its wall clock: twice it)."
     )
     memory_mb: int | None = Field(default=None, ge=32, le=65536, description="Address space per test.")
-    # Each test's stdout and stderr in its result (the first MiB of each).
-    outputs: bool | None = None
-    # The response's last fenced block for the language (default), or the response as it is.
-    extract: bool | None = None
+    outputs: bool | None = Field(
+        None, description="Each test's stdout and stderr in its result (the first MiB of each)."
+    )
+    extract: bool | None = Field(
+        None, description=("The response's last fenced block for the language (default), or the response as it is.")
+    )
     harness: Literal["lcb", "prime_code", "human_eval", "mbpp", "plain"] | None = Field(
         default=None,
         description=(
@@ -282,75 +351,144 @@ class CodeOptions(_Request):
 
 
 class ScoreOptions(GoalOptions):
-    activation: Activation = "none"
-    # "group": add GRPO advantages per group_id, (r - mean) / (std + 1e-6), with the
-    # sample standard deviation as torch and TRL compute it; invalid items are left out.
-    normalize: Normalize = "none"
-    # "error" (default): an item over the model's max tokens fails the request with 413.
-    # "left" / "right": drop tokens from that end of the text so the item fits.
-    truncate: Truncate = "error"
-    # Pre-rendered ``text`` items: add the tokenizer's special tokens (a BOS) when
-    # tokenizing, as vLLM's /classify does by default. Off: the text is scored as written.
-    add_special_tokens: bool = False
-    # Pre-rendered items: keep at most this many tokens, cut from the end ``truncate``
-    # names ("right" keeps the first ones, otherwise the last ones are kept).
-    truncate_tokens: int | None = Field(default=None, ge=1)
-    code: CodeOptions | None = None
+    activation: Activation = Field(
+        "none",
+        description=(
+            "What is applied to the model's raw head values: none (the raw value, the "
+            "default), sigmoid, softmax, or auto (sigmoid for one label, softmax for more)."
+        ),
+    )
+    normalize: Normalize = Field(
+        "none",
+        description=(
+            '"group": add GRPO advantages per group_id, (r - mean) / (std + 1e-6), with the '
+            "sample standard deviation as torch and TRL compute it; invalid items are left "
+            "out."
+        ),
+    )
+    truncate: Truncate = Field(
+        "error",
+        description=(
+            '"error" (default): an item over the model\'s max tokens fails the request with '
+            '413. "left" / "right": drop tokens from that end of the text so the item fits.'
+        ),
+    )
+    add_special_tokens: bool = Field(
+        False,
+        description=(
+            "Pre-rendered ``text`` items: add the tokenizer's special tokens (a BOS) when "
+            "tokenizing, as vLLM's /classify does by default. Off: the text is scored as "
+            "written."
+        ),
+    )
+    truncate_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        description=(
+            "Pre-rendered items: keep at most this many tokens, cut from the end ``truncate``"
+            ' names ("right" keeps the first ones, otherwise the last ones are kept).'
+        ),
+    )
+    code: CodeOptions | None = Field(
+        None, description="The code model's options for this request; unset fields keep the model's own."
+    )
 
 
 # --------------------------------------------------------------------------- results
 
 
 class Usage(_Response):
-    items: int = 0
-    prompt_tokens: int = 0
-    cached_tokens: int = 0
+    items: int = Field(0, description="Items scored.")
+    prompt_tokens: int = Field(0, description="Tokens the model read for this request.")
+    cached_tokens: int = Field(
+        0, description=("Of those, tokens whose forward work a cache or a prefix shared with another item saved.")
+    )
 
 
 class TestVerdict(_Response):
     """One test of a code item (the ``code`` model): AC, WA, TLE, MLE, RE, CE or OLE, with
     the run's wall time, peak memory, and how it ended."""
 
-    verdict: str
-    time_s: float | None = None
-    memory_kb: int | None = None
-    exit_code: int | None = None
-    signal: int | None = None
-    # Why, in words: a compile error's message, an RE's last line of stderr (its
-    # exception), what ended a test its own run did not judge (the item's time budget, the
-    # tests' output total).
-    detail: str | None = None
-    # With ``options.code.outputs``: the start of what the run printed. One answer shows at
-    # most 16 MiB of its item's output, each test an equal share (at most 1 MiB a stream).
-    stdout: str | None = None
-    stderr: str | None = None
+    verdict: str = Field(
+        description=(
+            "The test's verdict: AC (passed), WA (wrong answer), TLE (time), MLE (memory), RE"
+            " (runtime error), CE (compile error) or OLE (output limit)."
+        )
+    )
+    time_s: float | None = Field(None, description="The test's wall time in seconds; None when it did not run.")
+    memory_kb: int | None = Field(None, description="The test's peak memory in KiB, when measured.")
+    exit_code: int | None = Field(None, description="The program's exit code, when it exited.")
+    signal: int | None = Field(None, description="The signal that ended the program, when one did.")
+    detail: str | None = Field(
+        None,
+        description=(
+            "Why, in words: a compile error's message, an RE's last line of stderr (its "
+            "exception), what ended a test its own run did not judge (the item's time budget,"
+            " the tests' output total)."
+        ),
+    )
+    stdout: str | None = Field(
+        None,
+        description=(
+            "With ``options.code.outputs``: the start of what the run printed. One answer "
+            "shows at most 16 MiB of its item's output, each test an equal share (at most 1 "
+            "MiB a stream)."
+        ),
+    )
+    stderr: str | None = Field(
+        None, description="With `options.code.outputs`: the start of what the run wrote to stderr."
+    )
     truncated: bool = Field(
         default=False, description="stdout or stderr was cut to its share of the answer; the run printed more."
     )
-    files: dict[str, str] | None = None  # the reference's fetch_files: {path: base64}
+    files: dict[str, str] | None = Field(
+        None,
+        description=(
+            "The files the test's reference asked to read back after the run (its fetch_files): path to base64 content."
+        ),
+    )  # the reference's fetch_files: {path: base64}
 
 
 class ItemResult(_Response):
     """The reward of one item. A result that could not be computed has ``valid: false``,
     an ``error`` and ``score: null``; it is never a silent 0."""
 
-    id: str | None = None
-    score: float | None = None
-    valid: bool = True
-    error: str | None = None
-    advantage: float | None = None
-    # Multi-head reward models: the whole head vector at the readout position.
-    scores: list[float] | None = None
-    # Classifiers: the checkpoint's name (id2label) of the head with the highest value.
-    label: str | None = None
-    tokens: int | None = None
-    truncated: bool = False
-    # Composite rewards (a rubric, an ensemble): each part's score by name, on the scale
-    # it was mixed at (a rubric criterion's ``raw`` is in ``criteria``); None: invalid.
-    components: dict[str, float | None] | None = None
-    # Ensembles: the standard deviation of the members' scores that were mixed.
-    uncertainty: float | None = None
-    # Why the expensive model (``escalate.to``) scored this item; None: it did not.
-    escalated: str | None = None
-    # Code items: each test's verdict, in the reference's order.
-    tests: list[TestVerdict] | None = None
+    id: str | None = Field(None, description="The item's id, as sent.")
+    score: float | None = Field(None, description="The reward; null when `valid` is false.")
+    valid: bool = Field(
+        True,
+        description=(
+            "False when the reward could not be computed; `error` says why and `score` is null, never a silent 0."
+        ),
+    )
+    error: str | None = Field(None, description="Why the reward could not be computed; null when valid.")
+    advantage: float | None = Field(
+        None, description='With `normalize: "group"`: the item\'s GRPO advantage within its group.'
+    )
+    scores: list[float] | None = Field(
+        None, description="Multi-head reward models: the whole head vector at the readout position."
+    )
+    label: str | None = Field(
+        None, description=("Classifiers: the checkpoint's name (id2label) of the head with the highest value.")
+    )
+    tokens: int | None = Field(None, description="Tokens the model read for this item.")
+    truncated: bool = Field(
+        False, description="The item was cut to fit the model's context (`truncate` left or right)."
+    )
+    components: dict[str, float | None] | None = Field(
+        None,
+        description=(
+            "Composite rewards (a rubric, an ensemble): each part's score by name, on the "
+            "scale it was mixed at (a rubric criterion's ``raw`` is in ``criteria``); None: "
+            "invalid."
+        ),
+    )
+    uncertainty: float | None = Field(
+        None, description="Ensembles: the standard deviation of the members' scores that were mixed."
+    )
+    escalated: str | None = Field(
+        None, description="Why the expensive model (``escalate.to``) scored this item; None: it did not."
+    )
+    tests: list[TestVerdict] | None = Field(
+        None, description="Code items: each test's verdict, in the reference's order."
+    )

@@ -6,6 +6,8 @@ import difflib
 from collections.abc import Sequence
 from typing import Literal
 
+from pydantic import Field
+
 from rewardserve.client.protocol.common import _Response
 
 # --------------------------------------------------------------------------- errors
@@ -43,15 +45,15 @@ ERROR_STATUS: dict[ErrorType, int] = {
 
 
 class ErrorDetail(_Response):
-    type: ErrorType
-    message: str
-    param: str | None = None
+    type: ErrorType = Field(description="The error's type: one name per meaning (the errors reference lists them).")
+    message: str = Field(description="What went wrong, in words, and what to change.")
+    param: str | None = Field(None, description="The request field at fault, as a dotted path, when one is.")
 
 
 class ErrorBody(_Response):
     """Every non-2xx response: ``{"error": {"type", "message", "param"?}}``."""
 
-    error: ErrorDetail
+    error: ErrorDetail = Field(description="The error.")
 
 
 def unknown_field_message(field: str, known: Sequence[str], where: str) -> str:

@@ -18,59 +18,80 @@ class ModelCard(_Response):
     """One served model: OpenAI's model object (``id``, ``object``, ``created``,
     ``owned_by``), so OpenAI-style clients list it, and this service's own fields."""
 
-    id: str = ""
-    object: Literal["model"] = "model"
-    created: int = 0
-    owned_by: str = "rewardserve"
-    name: str
-    kind: str
-    backend: str
-    source: str
-    revision: str | None = None  # the hub revision it was pinned to, when the config names one
-    preset: str | None = None
-    max_tokens: int | None = None
-    # The sha256 of the chat template its conversations are rendered with (None: it
-    # renders none), so an evaluation can record which template scored it.
-    chat_template_sha256: str | None = None
-    ready: bool = False
-    # Its scores' running statistics (what ``normalize: running`` reads), once it has any.
-    running: RunningStats | None = None
+    id: str = Field("", description="The model's name (OpenAI's id).")
+    object: Literal["model"] = Field("model", description='Always "model".')
+    created: int = Field(0, description="OpenAI's creation time (Unix seconds); 0 here.")
+    owned_by: str = Field("rewardserve", description='Always "rewardserve".')
+    name: str = Field(description="The model's name in the config.")
+    kind: str = Field(
+        description=("What it is: a reward model kind, a rule, a judge, ... (it sets the routes it answers).")
+    )
+    backend: str = Field(description="What runs it: transformers, vllm, rule, ...")
+    source: str = Field(description="Where it loaded from: a hub id, a directory, or a rule's name.")
+    revision: str | None = Field(
+        None, description="The hub revision it was pinned to."
+    )  # the hub revision it was pinned to, when the config names one
+    preset: str | None = Field(None, description="The preset its config started from.")
+    max_tokens: int | None = Field(None, description="The most tokens one item may have.")
+    chat_template_sha256: str | None = Field(
+        None,
+        description=(
+            "The sha256 of the chat template its conversations are rendered with (None: it "
+            "renders none), so an evaluation can record which template scored it."
+        ),
+    )
+    ready: bool = Field(False, description="Whether it is loaded and answers now.")
+    running: RunningStats | None = Field(
+        None, description=("Its scores' running statistics (what ``normalize: running`` reads), once it has any.")
+    )
 
 
 class ShadowReport(_Response):
     """GET /v1/models/{name}/shadow: how the shadow candidate's scores compare with the
     served model's, over the last items it scored (None: too few to tell)."""
 
-    model: str
-    candidate: str
-    fraction: float
-    requests: int = 0  # shadowed requests scored
-    skipped: int = 0  # picked, but the candidate was busy
-    failed: int = 0
-    items: int = 0
-    groups: int = 0
-    spearman: float | None = None
-    best_changed: float | None = None  # share of GRPO groups whose best completion changes
-    sign_flips: float | None = None  # share of group advantages whose sign flips
+    model: str = Field(description="The served model.")
+    candidate: str = Field(description="The shadow candidate compared with it.")
+    fraction: float = Field(description="The share of the model's requests the candidate also scores.")
+    requests: int = Field(0, description="Requests the candidate scored.")  # shadowed requests scored
+    skipped: int = Field(
+        0, description="Picked requests it skipped: too many in flight, or the candidate's queue full."
+    )  # picked, but the candidate was busy
+    failed: int = Field(0, description="Requests it failed.")
+    items: int = Field(0, description="Items compared.")
+    groups: int = Field(0, description="Groups compared.")
+    spearman: float | None = Field(
+        None, description="The rank correlation of the two models' scores; None: too few to tell."
+    )
+    best_changed: float | None = Field(
+        None, description="The share of groups whose best completion differs between the two models."
+    )  # share of GRPO groups whose best completion changes
+    sign_flips: float | None = Field(
+        None, description="The share of items whose group advantage changes sign."
+    )  # share of group advantages whose sign flips
 
 
 class RunningStats(_Response):
-    count: int
-    mean: float
-    std: float
+    count: int = Field(description="How many scores the statistics hold.")
+    mean: float = Field(description="Their mean.")
+    std: float = Field(description="Their standard deviation.")
 
 
 class ModelList(_Response):
-    object: Literal["list"] = "list"
-    data: list[ModelCard]
+    object: Literal["list"] = Field("list", description='Always "list".')
+    data: list[ModelCard] = Field(description="The served models.")
 
 
 class Health(_Response):
-    status: str
-    models: dict[str, bool] = Field(default_factory=dict)
-    # What runs a model's work outside the service, by model (the code model's sandbox:
-    # its isolation); to callers the models may be named to.
-    isolation: dict[str, str] = Field(default_factory=dict)
+    status: str = Field(description='"ok" when the service answers.')
+    models: dict[str, bool] = Field(default_factory=dict, description="Whether each model is ready, by name.")
+    isolation: dict[str, str] = Field(
+        default_factory=dict,
+        description=(
+            "What runs a model's work outside the service, by model (the code model's "
+            "sandbox: its isolation); to callers the models may be named to."
+        ),
+    )
 
 
 # --------------------------------------------------------------------------- /version, /info
@@ -79,45 +100,65 @@ class Health(_Response):
 class VersionInfo(_Response):
     """GET /version, in vLLM's shape."""
 
-    version: str  # the rewardserve package's version
+    version: str = Field(description="The service's version.")  # the rewardserve package's version
 
 
 class ModelInfo(_Response):
     """One served model on GET /info (TEI's per-model fields, adapted)."""
 
-    id: str  # the served name: what requests put in ``model``
-    kind: str  # outcome, process, verifier, rule, vlm, clip_goal, ensemble, ...
-    backend: str  # transformers, vllm, rule, ...
-    source: str  # the checkpoint (hub id or path), or the rule's function
-    # The dtype and device its forwards run in (e.g. "bfloat16", "cuda:0"); None for a
-    # model without weights (a rule, an ensemble).
-    dtype: str | None = None
-    device: str | None = None
-    # The most tokens one input may have (the model's context, or the spec's
-    # max_tokens); None when the model reads no tokens or has not loaded yet.
-    max_input_tokens: int | None = None
-    # The padded tokens one forward batch may hold; None for a model without weights.
-    max_batch_tokens: int | None = None
-    # Whether it has a tokenizer, i.e. answers POST /tokenize.
-    tokenizer: bool = False
-    ready: bool = False
+    id: str = Field(
+        description="The served name: what requests put in `model`."
+    )  # the served name: what requests put in ``model``
+    kind: str = Field(
+        description="What it is: outcome, process, verifier, rule, vlm, clip_goal, ensemble, ..."
+    )  # outcome, process, verifier, rule, vlm, clip_goal, ensemble, ...
+    backend: str = Field(description="What runs it.")  # transformers, vllm, rule, ...
+    source: str = Field(
+        description="The checkpoint (hub id or path), or the rule's function."
+    )  # the checkpoint (hub id or path), or the rule's function
+    dtype: str | None = Field(
+        None,
+        description=(
+            'The dtype and device its forwards run in (e.g. "bfloat16", "cuda:0"); None for a'
+            " model without weights (a rule, an ensemble)."
+        ),
+    )
+    device: str | None = Field(None, description="The device its forwards run on; None for a model without weights.")
+    max_input_tokens: int | None = Field(
+        None,
+        description=(
+            "The most tokens one input may have (the model's context, or the spec's "
+            "max_tokens); None when the model reads no tokens or has not loaded yet."
+        ),
+    )
+    max_batch_tokens: int | None = Field(
+        None, description="The padded tokens one forward batch may hold; None for a model without weights."
+    )
+    tokenizer: bool = Field(False, description="Whether it has a tokenizer, i.e. answers POST /tokenize.")
+    ready: bool = Field(False, description="Whether it is loaded and answers now.")
 
 
 class ServiceLimits(_Response):
     """The per-request limits every route enforces (the service's settings)."""
 
-    max_items_per_request: int  # items in one request (a longer list is a 413)
-    max_work_per_request: int  # items, judge prompts, pairs, rule calls and renders together
-    max_body_bytes: int  # a request body's bytes
-    max_json_values: int  # JSON values (objects, lists, strings, numbers) in one body
+    max_items_per_request: int = Field(
+        description="The most items one request may carry (a longer list is a 413)."
+    )  # items in one request (a longer list is a 413)
+    max_work_per_request: int = Field(
+        description=("The most work one request may ask: items, judge prompts, pairs, rule calls and renders together.")
+    )  # items, judge prompts, pairs, rule calls and renders together
+    max_body_bytes: int = Field(description="The largest request body, in bytes.")  # a request body's bytes
+    max_json_values: int = Field(
+        description="The most JSON values one request body may hold."
+    )  # JSON values (objects, lists, strings, numbers) in one body
 
 
 class ServiceInfo(_Response):
     """GET /info: TEI's /info adapted to several served models."""
 
-    version: str  # the rewardserve package's version
-    models: list[ModelInfo]
-    limits: ServiceLimits
+    version: str = Field(description="The service's version.")  # the rewardserve package's version
+    models: list[ModelInfo] = Field(description="Every served model.")
+    limits: ServiceLimits = Field(description="The per-request limits.")
 
 
 # --------------------------------------------------------------------------- /v1/admin
@@ -129,15 +170,17 @@ class SleepRequest(_Request):
     """POST /v1/admin/models/{name}/sleep. Level 1 stops serving and frees what the
     backend holds beside the weights; level 2 frees the weights too (reloaded on wake)."""
 
-    level: Literal[1, 2] = 1
+    level: Literal[1, 2] = Field(
+        1, description=("1: stop serving and free what the backend holds beside the weights; 2: free the weights too.")
+    )
 
 
 class LoadRequest(_Request):
     """POST /v1/admin/models/{name}/load: a new version from ``source`` (a directory or hub
     id), loaded beside the serving one, which keeps serving until it is ready."""
 
-    source: str = Field(min_length=1, max_length=4096)
-    version: str = Field(min_length=1, max_length=128)
+    source: str = Field(min_length=1, max_length=4096, description="The new version's directory or hub id.")
+    version: str = Field(min_length=1, max_length=128, description="The name of the new version.")
     force: bool = Field(
         False,
         description="serve a checkpoint whose architecture, label count or kind differs from the serving "
@@ -150,51 +193,80 @@ class WeightsRequest(_Request):
     directory of safetensors files of this model, or one file) serve as ``version``,
     written in place where the backend can."""
 
-    path: str = Field(min_length=1, max_length=4096)
-    version: str = Field(min_length=1, max_length=128)
+    path: str = Field(
+        min_length=1,
+        max_length=4096,
+        description="A directory of safetensors files of this model, or one file, the trainer wrote.",
+    )
+    version: str = Field(min_length=1, max_length=128, description="The name these weights serve as.")
 
 
 class CanaryRequest(_Request):
     """POST /v1/admin/models/{name}/canary: ``percent`` of the model's requests go to a
     version loaded from ``source`` beside the serving one; 0 ends the canary."""
 
-    source: str = Field(default="", max_length=4096)
-    version: str = Field(default="canary", min_length=1, max_length=128)
-    percent: float = Field(ge=0, le=100)
+    source: str = Field(
+        default="", max_length=4096, description="The canary's directory or hub id (empty: the version already loaded)."
+    )
+    version: str = Field(default="canary", min_length=1, max_length=128, description="The canary version's name.")
+    percent: float = Field(
+        ge=0, le=100, description="The percentage of the model's requests the canary takes; 0 ends the canary."
+    )
 
 
 class AdminOperation(_Response):
     """An admin call made with ``?async=true``: polled by its id
     (GET /v1/admin/operations/{id}), or on its model's state while it is the latest."""
 
-    id: str
-    model: str | None = None
-    operation: str  # sleep, wake_up, load, weights, rollback, promote, canary
-    status: Literal["running", "succeeded", "failed", "cancelled"]  # cancelled: the service shut down
-    error: str | None = None  # why it failed
-    started: float  # unix time
-    seconds: float | None = None  # how long it took, once done
+    id: str = Field(description="The operation's id, polled at GET /v1/admin/operations/{id}.")
+    model: str | None = Field(None, description="The model it acts on.")
+    operation: str = Field(
+        description="What it does: sleep, wake_up, load, weights, rollback, promote or canary."
+    )  # sleep, wake_up, load, weights, rollback, promote, canary
+    status: Literal["running", "succeeded", "failed", "cancelled"] = Field(
+        description="running, succeeded, failed, or cancelled (the service shut down)."
+    )  # cancelled: the service shut down
+    error: str | None = Field(None, description="Why it failed.")  # why it failed
+    started: float = Field(description="When it started, in Unix seconds.")  # unix time
+    seconds: float | None = Field(None, description="How long it took, once finished.")  # how long it took, once done
 
 
 class AdminModelState(_Response):
     """GET /v1/admin/models/{name}, and what every admin call answers."""
 
-    name: str
-    state: ModelState
-    version: str
-    source: str
-    sleep_level: int | None = None  # while sleeping
-    # While sleeping: what the sleep freed, and how ("weights moved from cuda:0 to host
-    # memory", "vLLM's sleep mode, level 1: ...", "nothing freed: ...", "weights freed: ...").
-    sleep_mode: str | None = None
-    loading_version: str | None = None  # while a new version loads beside it
-    in_flight: int = 0  # requests using it now
-    memory_bytes: int = 0  # its weights and buffers held in this process
-    last_operation_s: float | None = None  # how long the last lifecycle call took
-    canary_version: str | None = None  # a version taking canary_percent of the requests
-    canary_percent: float | None = None
-    # Why the last canary was stopped (0%) on its own: unhealthy on real traffic.
-    canary_stopped: str | None = None
-    operation: AdminOperation | None = None  # the latest call made with ?async=true
-    # How its last weights call was applied: "in place", or "loaded beside: <why>".
-    weights_update: str | None = None
+    name: str = Field(description="The served name: what requests put in `model`.")
+    state: ModelState = Field(description="Its lifecycle state: awake, sleeping, loading or draining.")
+    version: str = Field(description="The version serving.")
+    source: str = Field(description="Where the serving version loaded from.")
+    sleep_level: int | None = Field(None, description="The sleep level while sleeping.")  # while sleeping
+    sleep_mode: str | None = Field(
+        None,
+        description=(
+            'While sleeping: what the sleep freed, and how ("weights moved from cuda:0 to '
+            'host memory", "vLLM\'s sleep mode, level 1: ...", "nothing freed: ...", "weights '
+            'freed: ...").'
+        ),
+    )
+    loading_version: str | None = Field(
+        None, description="A version loading beside the serving one."
+    )  # while a new version loads beside it
+    in_flight: int = Field(0, description="Requests it is working on now.")  # requests using it now
+    memory_bytes: int = Field(
+        0, description="The bytes its weights and buffers hold in this process."
+    )  # its weights and buffers held in this process
+    last_operation_s: float | None = Field(
+        None, description="How long its last admin operation took, in seconds."
+    )  # how long the last lifecycle call took
+    canary_version: str | None = Field(
+        None, description="The canary version, while one runs."
+    )  # a version taking canary_percent of the requests
+    canary_percent: float | None = Field(None, description="The percentage of requests the canary takes.")
+    canary_stopped: str | None = Field(
+        None, description="Why the last canary was stopped (0%) on its own: unhealthy on real traffic."
+    )
+    operation: AdminOperation | None = Field(
+        None, description="The latest admin operation on it."
+    )  # the latest call made with ?async=true
+    weights_update: str | None = Field(
+        None, description='How its last weights call was applied: "in place", or "loaded beside: <why>".'
+    )

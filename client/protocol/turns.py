@@ -22,9 +22,25 @@ class TurnOptions(_Request):
     and entropic regularisation ``reg`` (POT's sinkhorn); a call is rewarded the
     similarity its share of the plan carries."""
 
-    assignment: Literal["hard", "soft"] = "hard"
-    unmatched: float = Field(default=0.0, ge=-10.0, le=10.0)
-    reg: float = Field(default=0.1, gt=0.0, le=10.0)
+    assignment: Literal["hard", "soft"] = Field(
+        "hard",
+        description=(
+            "How predicted calls are matched to reference calls: hard (one-to-one, the best "
+            "assignment) or soft (optimal transport)."
+        ),
+    )
+    unmatched: float = Field(
+        default=0.0,
+        ge=-10.0,
+        le=10.0,
+        description="The reward of a predicted call no reference call matches (default 0).",
+    )
+    reg: float = Field(
+        default=0.1,
+        gt=0.0,
+        le=10.0,
+        description=("Soft assignment: the entropy regularization of the transport (smaller: closer to hard)."),
+    )
 
 
 class TurnsRequest(_Request):
@@ -32,8 +48,10 @@ class TurnsRequest(_Request):
     the expected calls, ``[{"name", "arguments"}]`` (arguments an object or its JSON;
     ``parameters`` is read too), or ``{"tool_calls": [...]}``."""
 
-    items: list[Item] = Field(min_length=1)
-    options: TurnOptions = Field(default_factory=TurnOptions)
+    items: list[Item] = Field(
+        min_length=1, description="Conversations with assistant tool calls and a reference of the expected calls."
+    )
+    options: TurnOptions = Field(default_factory=TurnOptions, description="How predicted calls meet the reference's.")
 
 
 class TurnsResult(ItemResult):
@@ -42,11 +60,22 @@ class TurnsResult(ItemResult):
     ``turn_errors``). ``score``: the trajectory's total, the calls' rewards summed over
     the larger of the two call counts (hard), or the plan's total similarity (soft)."""
 
-    turn_rewards: list[float | None] = Field(default_factory=list)
-    turn_errors: list[str | None] = Field(default_factory=list)
-    turns: list[int] = Field(default_factory=list)  # each turn's index in messages
+    turn_rewards: list[float | None] = Field(
+        default_factory=list,
+        description=(
+            "Per assistant turn in order, the mean reward of its calls (0.0 without calls; "
+            "None when its calls cannot be read)."
+        ),
+    )
+    turn_errors: list[str | None] = Field(
+        default_factory=list,
+        description=("Per assistant turn, why its calls could not be read; None for a turn that scored."),
+    )
+    turns: list[int] = Field(
+        default_factory=list, description="Each assistant turn's index in the item's messages."
+    )  # each turn's index in messages
 
 
 class TurnsResponse(_Response):
-    results: list[TurnsResult]
-    usage: Usage = Field(default_factory=Usage)
+    results: list[TurnsResult] = Field(description="One result per item, in order.")
+    usage: Usage = Field(default_factory=Usage, description="What the request cost.")
