@@ -86,7 +86,7 @@ class TextPart(_Request):
 class ImageURL(_Request):
     url: str = Field(description="The image: an http(s) URL or a data: URL with base64 bytes.")
     detail: Literal["auto", "low", "high"] | None = Field(
-        None, description="OpenAI's detail hint (auto, low, high); accepted and not used."
+        default=None, description="OpenAI's detail hint (auto, low, high); accepted and not used."
     )
 
 
@@ -101,8 +101,8 @@ class ImagePart(_Request):
     """transformers chat format: ``{"type": "image", "url": "..."}`` (or ``"image"``)."""
 
     type: Literal["image"] = Field(description='Always "image".')
-    url: str | None = Field(None, description="The image's http(s) or data: URL; give either this or `image`.")
-    image: str | None = Field(None, description="The image as a URL or base64 data; give either this or `url`.")
+    url: str | None = Field(default=None, description="The image's http(s) or data: URL; give either this or `image`.")
+    image: str | None = Field(default=None, description="The image as a URL or base64 data; give either this or `url`.")
 
     @model_validator(mode="after")
     def _one_source(self) -> ImagePart:
@@ -118,7 +118,7 @@ class FunctionCall(_Request):
     name: str = Field(description="The name of the function called.")
     # OpenAI sends arguments as a JSON string; transformers chat templates take a dict.
     arguments: str | dict[str, Any] = Field(
-        "{}",
+        default="{}",
         description=(
             "The call's arguments: a JSON string (OpenAI's form) or an object (transformers "
             "chat templates' form); default: no arguments."
@@ -127,8 +127,10 @@ class FunctionCall(_Request):
 
 
 class ToolCall(_Request):
-    id: str | None = Field(None, description="The call's id, which a later tool message's tool_call_id answers.")
-    type: Literal["function"] = Field("function", description='Always "function".')
+    id: str | None = Field(
+        default=None, description="The call's id, which a later tool message's tool_call_id answers."
+    )
+    type: Literal["function"] = Field(default="function", description='Always "function".')
     function: FunctionCall = Field(description="The function called and its arguments.")
 
 
@@ -138,15 +140,15 @@ Role = Literal["system", "developer", "user", "assistant", "tool"]
 class Message(_Request):
     role: Role = Field(description="Who speaks: system, developer, user, assistant or tool.")
     content: str | list[ContentPart] | None = Field(
-        None,
+        default=None,
         description=(
             "The message's text, or a list of text and image parts; may be empty for an "
             "assistant turn that only calls tools."
         ),
     )
-    name: str | None = Field(None, description="The speaker's or tool's name, passed to the chat template.")
-    tool_calls: list[ToolCall] | None = Field(None, description="An assistant turn's tool calls, in order.")
-    tool_call_id: str | None = Field(None, description="A tool message: the id of the call it answers.")
+    name: str | None = Field(default=None, description="The speaker's or tool's name, passed to the chat template.")
+    tool_calls: list[ToolCall] | None = Field(default=None, description="An assistant turn's tool calls, in order.")
+    tool_call_id: str | None = Field(default=None, description="A tool message: the id of the call it answers.")
 
     def text(self) -> str:
         """The message's text parts joined (images dropped)."""
@@ -176,9 +178,9 @@ class Item(_Request):
     process rewards. ``group_id`` groups completions of one prompt (GRPO).
     """
 
-    id: str | None = Field(None, description="Your id for the item, echoed on its result.")
+    id: str | None = Field(default=None, description="Your id for the item, echoed on its result.")
     group_id: str | None = Field(
-        None,
+        default=None,
         description=(
             "The group (GRPO: the prompt) the item belongs to; group normalization and group "
             "conditions compare items with the same group_id."
@@ -188,24 +190,28 @@ class Item(_Request):
         default=None, min_length=1, description="The whole conversation; the response is its final assistant turn."
     )
     prompt: str | list[Message] | None = Field(
-        None, description=("The prompt: text, or the conversation before the response; give it with `response`.")
+        default=None,
+        description=("The prompt: text, or the conversation before the response; give it with `response`."),
     )
-    response: str | None = Field(None, description="The response to score, given with `prompt`.")
-    text: str | None = Field(None, description="Text already rendered with the chat template, scored as it is.")
+    response: str | None = Field(default=None, description="The response to score, given with `prompt`.")
+    text: str | None = Field(default=None, description="Text already rendered with the chat template, scored as it is.")
     input_ids: list[TokenId] | None = Field(
         default=None,
         min_length=1,
         description="Token ids already rendered, in the model's tokenizer, scored as they are.",
     )
     reference: JSONValue = Field(
-        None,
+        default=None,
         description=(
             "The ground truth rules and judges compare with (an answer, tests, expected calls); any JSON value."
         ),
     )
-    steps: list[str] | None = Field(None, description="The response split into reasoning steps, for /v1/score/steps.")
+    steps: list[str] | None = Field(
+        default=None, description="The response split into reasoning steps, for /v1/score/steps."
+    )
     metadata: dict[str, JSONValue] | None = Field(
-        None, description=("Free-form values passed to rules and judge templates with the item; not scored themselves.")
+        default=None,
+        description=("Free-form values passed to rules and judge templates with the item; not scored themselves."),
     )
     response_token_ids: list[TokenId] | None = Field(
         default=None,
@@ -283,11 +289,11 @@ class GoalOptions(_Request):
     and the projection strength alpha in 0..1; the model's config gives defaults."""
 
     goal: Prompt | Annotated[list[Prompt], Field(max_length=32)] | None = Field(
-        None,
+        default=None,
         description=("clip_goal models: the goal prompt(s) the frames are compared with; unset: the model's config's."),
     )
     baseline: Prompt | Annotated[list[Prompt], Field(max_length=32)] | None = Field(
-        None,
+        default=None,
         description=(
             "clip_goal models: the baseline prompt(s) the goal direction starts from; unset: the model's config's."
         ),
@@ -314,7 +320,7 @@ class CodeOptions(_Request):
         ),
     )
     compare: Literal["tokens", "exact", "lines", "sandbox_fusion"] | None = Field(
-        None,
+        default=None,
         description=(
             '"tokens": whitespace tokens, numbers within 1e-6; "exact": verl\'s rule (trailing'
             ' newlines stripped, nothing else); "lines": LiveCodeBench\'s (stripped lines, '
@@ -323,7 +329,7 @@ class CodeOptions(_Request):
         ),
     )
     binary: bool | None = Field(
-        None,
+        default=None,
         description=("1.0 when every test passes, else 0.0 (stopping at the first failure); else the fraction passed."),
     )
     # Each within the model's caps (its args max_timeout_s and max_memory_mb; for the
@@ -333,10 +339,11 @@ class CodeOptions(_Request):
     )
     memory_mb: int | None = Field(default=None, ge=32, le=65536, description="Address space per test.")
     outputs: bool | None = Field(
-        None, description="Each test's stdout and stderr in its result (the first MiB of each)."
+        default=None, description="Each test's stdout and stderr in its result (the first MiB of each)."
     )
     extract: bool | None = Field(
-        None, description=("The response's last fenced block for the language (default), or the response as it is.")
+        default=None,
+        description=("The response's last fenced block for the language (default), or the response as it is."),
     )
     harness: Literal["lcb", "prime_code", "human_eval", "mbpp", "plain"] | None = Field(
         default=None,
@@ -352,14 +359,14 @@ class CodeOptions(_Request):
 
 class ScoreOptions(GoalOptions):
     activation: Activation = Field(
-        "none",
+        default="none",
         description=(
             "What is applied to the model's raw head values: none (the raw value, the "
             "default), sigmoid, softmax, or auto (sigmoid for one label, softmax for more)."
         ),
     )
     normalize: Normalize = Field(
-        "none",
+        default="none",
         description=(
             '"group": add GRPO advantages per group_id, (r - mean) / (std + 1e-6), with the '
             "sample standard deviation as torch and TRL compute it; invalid items are left "
@@ -367,14 +374,14 @@ class ScoreOptions(GoalOptions):
         ),
     )
     truncate: Truncate = Field(
-        "error",
+        default="error",
         description=(
             '"error" (default): an item over the model\'s max tokens fails the request with '
             '413. "left" / "right": drop tokens from that end of the text so the item fits.'
         ),
     )
     add_special_tokens: bool = Field(
-        False,
+        default=False,
         description=(
             "Pre-rendered ``text`` items: add the tokenizer's special tokens (a BOS) when "
             "tokenizing, as vLLM's /classify does by default. Off: the text is scored as "
@@ -390,7 +397,7 @@ class ScoreOptions(GoalOptions):
         ),
     )
     code: CodeOptions | None = Field(
-        None, description="The code model's options for this request; unset fields keep the model's own."
+        default=None, description="The code model's options for this request; unset fields keep the model's own."
     )
 
 
@@ -398,10 +405,11 @@ class ScoreOptions(GoalOptions):
 
 
 class Usage(_Response):
-    items: int = Field(0, description="Items scored.")
-    prompt_tokens: int = Field(0, description="Tokens the model read for this request.")
+    items: int = Field(default=0, description="Items scored.")
+    prompt_tokens: int = Field(default=0, description="Tokens the model read for this request.")
     cached_tokens: int = Field(
-        0, description=("Of those, tokens whose forward work a cache or a prefix shared with another item saved.")
+        default=0,
+        description=("Of those, tokens whose forward work a cache or a prefix shared with another item saved."),
     )
 
 
@@ -415,12 +423,12 @@ class TestVerdict(_Response):
             " (runtime error), CE (compile error) or OLE (output limit)."
         )
     )
-    time_s: float | None = Field(None, description="The test's wall time in seconds; None when it did not run.")
-    memory_kb: int | None = Field(None, description="The test's peak memory in KiB, when measured.")
-    exit_code: int | None = Field(None, description="The program's exit code, when it exited.")
-    signal: int | None = Field(None, description="The signal that ended the program, when one did.")
+    time_s: float | None = Field(default=None, description="The test's wall time in seconds; None when it did not run.")
+    memory_kb: int | None = Field(default=None, description="The test's peak memory in KiB, when measured.")
+    exit_code: int | None = Field(default=None, description="The program's exit code, when it exited.")
+    signal: int | None = Field(default=None, description="The signal that ended the program, when one did.")
     detail: str | None = Field(
-        None,
+        default=None,
         description=(
             "Why, in words: a compile error's message, an RE's last line of stderr (its "
             "exception), what ended a test its own run did not judge (the item's time budget,"
@@ -428,7 +436,7 @@ class TestVerdict(_Response):
         ),
     )
     stdout: str | None = Field(
-        None,
+        default=None,
         description=(
             "With ``options.code.outputs``: the start of what the run printed. One answer "
             "shows at most 16 MiB of its item's output, each test an equal share (at most 1 "
@@ -436,47 +444,47 @@ class TestVerdict(_Response):
         ),
     )
     stderr: str | None = Field(
-        None, description="With `options.code.outputs`: the start of what the run wrote to stderr."
+        default=None, description="With `options.code.outputs`: the start of what the run wrote to stderr."
     )
     truncated: bool = Field(
         default=False, description="stdout or stderr was cut to its share of the answer; the run printed more."
     )
     files: dict[str, str] | None = Field(
-        None,
+        default=None,
         description=(
             "The files the test's reference asked to read back after the run (its fetch_files): path to base64 content."
         ),
-    )  # the reference's fetch_files: {path: base64}
+    )
 
 
 class ItemResult(_Response):
     """The reward of one item. A result that could not be computed has ``valid: false``,
     an ``error`` and ``score: null``; it is never a silent 0."""
 
-    id: str | None = Field(None, description="The item's id, as sent.")
-    score: float | None = Field(None, description="The reward; null when `valid` is false.")
+    id: str | None = Field(default=None, description="The item's id, as sent.")
+    score: float | None = Field(default=None, description="The reward; null when `valid` is false.")
     valid: bool = Field(
-        True,
+        default=True,
         description=(
             "False when the reward could not be computed; `error` says why and `score` is null, never a silent 0."
         ),
     )
-    error: str | None = Field(None, description="Why the reward could not be computed; null when valid.")
+    error: str | None = Field(default=None, description="Why the reward could not be computed; null when valid.")
     advantage: float | None = Field(
-        None, description='With `normalize: "group"`: the item\'s GRPO advantage within its group.'
+        default=None, description='With `normalize: "group"`: the item\'s GRPO advantage within its group.'
     )
     scores: list[float] | None = Field(
-        None, description="Multi-head reward models: the whole head vector at the readout position."
+        default=None, description="Multi-head reward models: the whole head vector at the readout position."
     )
     label: str | None = Field(
-        None, description=("Classifiers: the checkpoint's name (id2label) of the head with the highest value.")
+        default=None, description=("Classifiers: the checkpoint's name (id2label) of the head with the highest value.")
     )
-    tokens: int | None = Field(None, description="Tokens the model read for this item.")
+    tokens: int | None = Field(default=None, description="Tokens the model read for this item.")
     truncated: bool = Field(
-        False, description="The item was cut to fit the model's context (`truncate` left or right)."
+        default=False, description="The item was cut to fit the model's context (`truncate` left or right)."
     )
     components: dict[str, float | None] | None = Field(
-        None,
+        default=None,
         description=(
             "Composite rewards (a rubric, an ensemble): each part's score by name, on the "
             "scale it was mixed at (a rubric criterion's ``raw`` is in ``criteria``); None: "
@@ -484,11 +492,11 @@ class ItemResult(_Response):
         ),
     )
     uncertainty: float | None = Field(
-        None, description="Ensembles: the standard deviation of the members' scores that were mixed."
+        default=None, description="Ensembles: the standard deviation of the members' scores that were mixed."
     )
     escalated: str | None = Field(
-        None, description="Why the expensive model (``escalate.to``) scored this item; None: it did not."
+        default=None, description="Why the expensive model (``escalate.to``) scored this item; None: it did not."
     )
     tests: list[TestVerdict] | None = Field(
-        None, description="Code items: each test's verdict, in the reference's order."
+        default=None, description="Code items: each test's verdict, in the reference's order."
     )

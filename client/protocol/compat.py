@@ -18,9 +18,9 @@ class OpenRLHFRewardRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     query: list[str] = Field(min_length=1, description="The rendered prompt and response of each sample.")
-    prompts: list[str] | None = Field(None, description="Each sample's prompt, when OpenRLHF sends them.")
+    prompts: list[str] | None = Field(default=None, description="Each sample's prompt, when OpenRLHF sends them.")
     labels: list[JSONValue] | None = Field(
-        None, description="Each sample's label (reference), when OpenRLHF sends them."
+        default=None, description="Each sample's label (reference), when OpenRLHF sends them."
     )
 
 
@@ -39,13 +39,13 @@ class PoolingRequest(_Request):
     """vLLM's ``/pooling`` body, for PRMs: text already templated with step tags (or its
     token ids); each step tag yields one probability vector."""
 
-    model: str | None = Field(None, description="The served model; unset: the only one answering this route.")
+    model: str | None = Field(default=None, description="The served model; unset: the only one answering this route.")
     input: str | list[str] | list[int] | list[list[int]] = Field(
         description="Text already templated with step tags, or its token ids (one or many)."
     )
-    encoding_format: Literal["float"] = Field("float", description='Always "float".')
+    encoding_format: Literal["float"] = Field(default="float", description='Always "float".')
     truncate_prompt_tokens: int | None = Field(
-        None,
+        default=None,
         ge=-1,
         description=(
             "vLLM 0.32's meaning: keep the first N tokens (the last N with truncation_side "
@@ -53,9 +53,9 @@ class PoolingRequest(_Request):
         ),
     )
     truncation_side: Literal["left", "right"] | None = Field(
-        None, description="Which end truncate_prompt_tokens cuts from; unset: right."
+        default=None, description="Which end truncate_prompt_tokens cuts from; unset: right."
     )
-    user: str | None = Field(None, description="An end-user id, accepted for compatibility and not used.")
+    user: str | None = Field(default=None, description="An end-user id, accepted for compatibility and not used.")
 
     @model_validator(mode="after")
     def _truncation_not_zero(self) -> PoolingRequest:
@@ -67,41 +67,41 @@ class PoolingRequest(_Request):
 class PoolingUsage(_Response):
     """vLLM's usage block (its UsageInfo), as its pooling routes answer it."""
 
-    prompt_tokens: int = Field(0, description="Tokens read.")
-    total_tokens: int = Field(0, description="Tokens read and written.")
-    completion_tokens: int | None = Field(0, description="Tokens written; 0.")
-    prompt_tokens_details: dict[str, Any] | None = Field(None, description="vLLM's prompt token details; null.")
-    completion_tokens_details: dict[str, Any] | None = Field(None, description="vLLM's completion token details; null.")
+    prompt_tokens: int = Field(default=0, description="Tokens read.")
+    total_tokens: int = Field(default=0, description="Tokens read and written.")
+    completion_tokens: int | None = Field(default=0, description="Tokens written; 0.")
+    prompt_tokens_details: dict[str, Any] | None = Field(default=None, description="vLLM's prompt token details; null.")
+    completion_tokens_details: dict[str, Any] | None = Field(
+        default=None, description="vLLM's completion token details; null."
+    )
 
 
 class ClassifyRequest(_Request):
     """vLLM's ``/classify`` body (vllm/entrypoints/pooling/classify/protocol.py, 0.32):
     text already templated (or its token ids), one classification per input."""
 
-    model: str | None = Field(None, description="The served model; unset: the only one answering this route.")
+    model: str | None = Field(default=None, description="The served model; unset: the only one answering this route.")
     input: RenderedInput = Field(description="Text already templated, or its token ids (one or many).")
     add_special_tokens: bool = Field(
-        True, description="vLLM's default: special tokens (a BOS) are added when tokenizing."
+        default=True, description="vLLM's default: special tokens (a BOS) are added when tokenizing."
     )
     use_activation: bool | None = Field(
-        None, description="None: the classifier's own activation (sigmoid for one label, softmax for more)."
+        default=None, description="None: the classifier's own activation (sigmoid for one label, softmax for more)."
     )
-    activation: bool | None = Field(
-        None, description="vLLM's older name of use_activation."
-    )  # the older name of use_activation
+    activation: bool | None = Field(default=None, description="vLLM's older name of use_activation.")
     truncate_prompt_tokens: int | None = Field(
-        None,
+        default=None,
         ge=-1,
         description=(
             'Keep the first N tokens (the last N with truncation_side "left"); -1: as many as the model takes.'
         ),
     )
     truncation_side: Literal["left", "right"] | None = Field(
-        None, description="Which end truncate_prompt_tokens cuts from; unset: right."
+        default=None, description="Which end truncate_prompt_tokens cuts from; unset: right."
     )
-    user: str | None = Field(None, description="An end-user id, accepted for compatibility and not used.")
-    request_id: str | None = Field(None, description="vLLM's request id; accepted and not used.")
-    priority: int = Field(0, description="vLLM's scheduling priority; accepted and not used.")
+    user: str | None = Field(default=None, description="An end-user id, accepted for compatibility and not used.")
+    request_id: str | None = Field(default=None, description="vLLM's request id; accepted and not used.")
+    priority: int = Field(default=0, description="vLLM's scheduling priority; accepted and not used.")
 
     @model_validator(mode="after")
     def _truncation_not_zero(self) -> ClassifyRequest:
@@ -112,14 +112,14 @@ class ClassifyRequest(_Request):
 
 class ClassifyData(_Response):
     index: int = Field(description="The input's position.")
-    label: str | None = Field(None, description="The label of the most probable class.")
+    label: str | None = Field(default=None, description="The label of the most probable class.")
     probs: list[float] = Field(description="Each class's value after the activation.")
     num_classes: int = Field(description="How many classes.")
 
 
 class ClassifyResponse(_Response):
     id: str = Field(description="The response's id.")
-    object: Literal["list"] = Field("list", description='Always "list".')
+    object: Literal["list"] = Field(default="list", description='Always "list".')
     created: int = Field(description="When it was answered, in Unix seconds.")
     model: str = Field(description="The model that answered.")
     data: list[ClassifyData] = Field(description="One classification per input, in order.")
@@ -131,24 +131,26 @@ class EmbeddingRequest(_Request):
     reward model's score as the embedding (verl/experimental/reward_loop/reward_loop.py,
     0.9.1, reads ``data[-1].embedding[-1]``)."""
 
-    model: str | None = Field(None, description="The served reward model; unset: the only one answering this route.")
+    model: str | None = Field(
+        default=None, description="The served reward model; unset: the only one answering this route."
+    )
     input: RenderedInput = Field(description="Text already templated, or its token ids (one or many).")
-    encoding_format: Literal["float"] = Field("float", description='Always "float".')
+    encoding_format: Literal["float"] = Field(default="float", description='Always "float".')
     dimensions: int | None = Field(
-        None,
+        default=None,
         description=("OpenAI's output dimensions; accepted and not used (the answer is the model's own head values)."),
     )
-    user: str | None = Field(None, description="An end-user id, accepted for compatibility and not used.")
+    user: str | None = Field(default=None, description="An end-user id, accepted for compatibility and not used.")
 
 
 class EmbeddingData(_Response):
     index: int = Field(description="The input's position.")
-    object: Literal["embedding"] = Field("embedding", description='Always "embedding".')
+    object: Literal["embedding"] = Field(default="embedding", description='Always "embedding".')
     embedding: list[float] = Field(description="The reward model's score(s) for the input, as SGLang answers them.")
 
 
 class EmbeddingResponse(_Response):
-    object: Literal["list"] = Field("list", description='Always "list".')
+    object: Literal["list"] = Field(default="list", description='Always "list".')
     model: str = Field(description="The model that answered.")
     data: list[EmbeddingData] = Field(description="One entry per input, in order.")
     usage: PoolingUsage = Field(description="Tokens read.")
@@ -156,13 +158,13 @@ class EmbeddingResponse(_Response):
 
 class PoolingData(_Response):
     index: int = Field(description="The input's position.")
-    object: Literal["pooling"] = Field("pooling", description='Always "pooling".')
+    object: Literal["pooling"] = Field(default="pooling", description='Always "pooling".')
     data: list[list[float]] = Field(description="One probability vector per step tag in the input.")
 
 
 class PoolingResponse(_Response):
     id: str = Field(description="The response's id.")
-    object: Literal["list"] = Field("list", description='Always "list".')
+    object: Literal["list"] = Field(default="list", description='Always "list".')
     created: int = Field(description="When it was answered, in Unix seconds.")
     model: str = Field(description="The model that answered.")
     data: list[PoolingData] = Field(description="One entry per input, in order.")
@@ -179,30 +181,32 @@ class TokenizeRequest(_Request):
     The tokenizer is the served model's own."""
 
     model: str | None = Field(
-        None, description="The served model whose tokenizer is used; unset: the only one with a tokenizer."
+        default=None, description="The served model whose tokenizer is used; unset: the only one with a tokenizer."
     )
-    prompt: str | None = Field(None, description="Text to tokenize (give this or `messages`).")
+    prompt: str | None = Field(default=None, description="Text to tokenize (give this or `messages`).")
     messages: list[Message] | None = Field(
         default=None,
         min_length=1,
         description=("A conversation to render with the chat template and tokenize (give this or `prompt`)."),
     )
     add_special_tokens: bool | None = Field(
-        None,
+        default=None,
         description=(
             "None: vLLM's default for the shape (true with ``prompt``, false with "
             "``messages``: the chat template writes the special tokens)."
         ),
     )
     add_generation_prompt: bool | None = Field(
-        None,
+        default=None,
         description=(
             "Chat only: the template's generation prompt (vLLM's default: true), or the final"
             " message left open to be continued (not both)."
         ),
     )
-    continue_final_message: bool = Field(False, description="Chat only: leave the final message open to be continued.")
-    return_token_strs: bool | None = Field(False, description="Also return each token's string.")
+    continue_final_message: bool = Field(
+        default=False, description="Chat only: leave the final message open to be continued."
+    )
+    return_token_strs: bool | None = Field(default=False, description="Also return each token's string.")
 
     @model_validator(mode="after")
     def _one_shape(self) -> TokenizeRequest:
@@ -218,13 +222,11 @@ class TokenizeRequest(_Request):
 class TokenizeResponse(_Response):
     """vLLM's ``/tokenize`` answer (its TokenizeResponse)."""
 
-    count: int = Field(description="How many tokens.")  # len(tokens)
-    max_model_len: int = Field(
-        description="The most tokens the model takes."
-    )  # the model's context: the most tokens it reads
+    count: int = Field(description="How many tokens.")
+    max_model_len: int = Field(description="The most tokens the model takes.")
     tokens: list[int] = Field(description="The token ids.")
     token_strs: list[str] | None = Field(
-        None, description="Each token's string (the tokenizer's convert_ids_to_tokens), only when asked."
+        default=None, description="Each token's string (the tokenizer's convert_ids_to_tokens), only when asked."
     )
 
 
@@ -246,7 +248,9 @@ class RunCodeRequest(_Request):
     run_timeout: float = Field(
         default=10.0, gt=0, le=60, description="The wall-clock seconds each run may take (at most 60)."
     )
-    memory_limit_MB: int = Field(-1, description="The run's address space limit in MiB; -1: the code model's default.")  # noqa: N815 - SandboxFusion's spelling; -1: the service's default
+    memory_limit_MB: int = Field(
+        default=-1, description="The run's address space limit in MiB; -1: the code model's default."
+    )  # noqa: N815 - SandboxFusion's spelling; -1: the service's default
     files: dict[str, str | None] = Field(
         default_factory=dict,
         max_length=64,
@@ -261,10 +265,10 @@ class CommandRunResult(_Response):
     status: Literal["Finished", "Error", "TimeLimitExceeded"] = Field(
         description="Finished, Error (the sandbox failed) or TimeLimitExceeded."
     )
-    execution_time: float | None = Field(None, description="The step's wall time in seconds.")
-    return_code: int | None = Field(None, description="The step's exit code.")
-    stdout: str | None = Field(None, description="What the step printed on stdout.")
-    stderr: str | None = Field(None, description="What the step printed on stderr.")
+    execution_time: float | None = Field(default=None, description="The step's wall time in seconds.")
+    return_code: int | None = Field(default=None, description="The step's exit code.")
+    stdout: str | None = Field(default=None, description="What the step printed on stdout.")
+    stderr: str | None = Field(default=None, description="What the step printed on stderr.")
 
 
 class RunCodeResponse(_Response):
@@ -274,10 +278,12 @@ class RunCodeResponse(_Response):
     status: Literal["Success", "Failed", "SandboxError"] = Field(
         description="Success (exit 0), Failed (another exit, a time limit) or SandboxError."
     )
-    message: str = Field("", description="Why, when not Success.")
-    compile_result: CommandRunResult | None = Field(None, description="The compile step, for compiled languages.")
-    run_result: CommandRunResult | None = Field(None, description="The run.")
-    executor_pod_name: str | None = Field(None, description="SandboxFusion's pod name; null.")
+    message: str = Field(default="", description="Why, when not Success.")
+    compile_result: CommandRunResult | None = Field(
+        default=None, description="The compile step, for compiled languages."
+    )
+    run_result: CommandRunResult | None = Field(default=None, description="The run.")
+    executor_pod_name: str | None = Field(default=None, description="SandboxFusion's pod name; null.")
     files: dict[str, str] = Field(
         default_factory=dict, description="The files fetch_files asked for: path to base64 content."
     )
@@ -298,14 +304,14 @@ class SubmitConfig(_Request):
     locale: str | None = Field(
         default=None, max_length=16, description="SandboxFusion's locale; accepted and not used."
     )
-    is_fewshot: bool | None = Field(None, description="SandboxFusion's few-shot flag; accepted and not used.")
+    is_fewshot: bool | None = Field(default=None, description="SandboxFusion's few-shot flag; accepted and not used.")
     compile_timeout: float | None = Field(default=None, gt=0, description="Seconds the compile step may take.")
     run_timeout: float | None = Field(default=None, gt=0, le=60, description="Seconds each test may take.")
     custom_extract_logic: str | None = Field(
         default=None, max_length=100_000, description="SandboxFusion's custom code extraction; refused when set."
     )
     provided_data: JSONValue = Field(
-        None, description="The dataset row with its tests (this service keeps no datasets)."
+        default=None, description="The dataset row with its tests (this service keeps no datasets)."
     )
     extra: dict[str, JSONValue] = Field(
         default_factory=dict, max_length=64, description="SandboxFusion's extra options."
@@ -326,7 +332,7 @@ class SubmitRequest(_Request):
 class EvalTestCase(_Response):
     passed: bool = Field(description="Whether the test passed.")
     exec_info: RunCodeResponse = Field(description="The test's run.")
-    test_info: dict[str, Any] | None = Field(None, description="The test as the row gave it.")
+    test_info: dict[str, Any] | None = Field(default=None, description="The test as the row gave it.")
 
 
 class EvalResult(_Response):
@@ -335,10 +341,10 @@ class EvalResult(_Response):
     id: int | str = Field(description="The row's id, as sent.")
     accepted: bool = Field(description="True when every test passed.")
     extracted_code: str = Field(description="The code taken from the completion.")
-    full_code: str | None = Field(None, description="The program run, with the test harness.")
-    test_code: str | None = Field(None, description="The test code appended.")
+    full_code: str | None = Field(default=None, description="The program run, with the test harness.")
+    test_code: str | None = Field(default=None, description="The test code appended.")
     tests: list[EvalTestCase] = Field(description="Each test's result.")
     extracted_type: Literal["fenced", "incomplete_fenced", "heuristic", "empty"] | None = Field(
-        None, description=("How the code was found: a fenced block, an unclosed one, a heuristic, or nothing.")
+        default=None, description=("How the code was found: a fenced block, an unclosed one, a heuristic, or nothing.")
     )
-    extra: dict[str, Any] | None = Field(None, description="Extra values of SandboxFusion's answer.")
+    extra: dict[str, Any] | None = Field(default=None, description="Extra values of SandboxFusion's answer.")

@@ -47,7 +47,7 @@ ERROR_STATUS: dict[ErrorType, int] = {
 class ErrorDetail(_Response):
     type: ErrorType = Field(description="The error's type: one name per meaning (the errors reference lists them).")
     message: str = Field(description="What went wrong, in words, and what to change.")
-    param: str | None = Field(None, description="The request field at fault, as a dotted path, when one is.")
+    param: str | None = Field(default=None, description="The request field at fault, as a dotted path, when one is.")
 
 
 class ErrorBody(_Response):

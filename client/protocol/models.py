@@ -18,31 +18,30 @@ class ModelCard(_Response):
     """One served model: OpenAI's model object (``id``, ``object``, ``created``,
     ``owned_by``), so OpenAI-style clients list it, and this service's own fields."""
 
-    id: str = Field("", description="The model's name (OpenAI's id).")
-    object: Literal["model"] = Field("model", description='Always "model".')
-    created: int = Field(0, description="OpenAI's creation time (Unix seconds); 0 here.")
-    owned_by: str = Field("rewardserve", description='Always "rewardserve".')
+    id: str = Field(default="", description="The model's name (OpenAI's id).")
+    object: Literal["model"] = Field(default="model", description='Always "model".')
+    created: int = Field(default=0, description="OpenAI's creation time (Unix seconds); 0 here.")
+    owned_by: str = Field(default="rewardserve", description='Always "rewardserve".')
     name: str = Field(description="The model's name in the config.")
     kind: str = Field(
         description=("What it is: a reward model kind, a rule, a judge, ... (it sets the routes it answers).")
     )
     backend: str = Field(description="What runs it: transformers, vllm, rule, ...")
     source: str = Field(description="Where it loaded from: a hub id, a directory, or a rule's name.")
-    revision: str | None = Field(
-        None, description="The hub revision it was pinned to."
-    )  # the hub revision it was pinned to, when the config names one
-    preset: str | None = Field(None, description="The preset its config started from.")
-    max_tokens: int | None = Field(None, description="The most tokens one item may have.")
+    revision: str | None = Field(default=None, description="The hub revision it was pinned to.")
+    preset: str | None = Field(default=None, description="The preset its config started from.")
+    max_tokens: int | None = Field(default=None, description="The most tokens one item may have.")
     chat_template_sha256: str | None = Field(
-        None,
+        default=None,
         description=(
             "The sha256 of the chat template its conversations are rendered with (None: it "
             "renders none), so an evaluation can record which template scored it."
         ),
     )
-    ready: bool = Field(False, description="Whether it is loaded and answers now.")
+    ready: bool = Field(default=False, description="Whether it is loaded and answers now.")
     running: RunningStats | None = Field(
-        None, description=("Its scores' running statistics (what ``normalize: running`` reads), once it has any.")
+        default=None,
+        description=("Its scores' running statistics (what ``normalize: running`` reads), once it has any."),
     )
 
 
@@ -53,22 +52,20 @@ class ShadowReport(_Response):
     model: str = Field(description="The served model.")
     candidate: str = Field(description="The shadow candidate compared with it.")
     fraction: float = Field(description="The share of the model's requests the candidate also scores.")
-    requests: int = Field(0, description="Requests the candidate scored.")  # shadowed requests scored
+    requests: int = Field(default=0, description="Requests the candidate scored.")
     skipped: int = Field(
-        0, description="Picked requests it skipped: too many in flight, or the candidate's queue full."
-    )  # picked, but the candidate was busy
-    failed: int = Field(0, description="Requests it failed.")
-    items: int = Field(0, description="Items compared.")
-    groups: int = Field(0, description="Groups compared.")
+        default=0, description="Picked requests it skipped: too many in flight, or the candidate's queue full."
+    )
+    failed: int = Field(default=0, description="Requests it failed.")
+    items: int = Field(default=0, description="Items compared.")
+    groups: int = Field(default=0, description="Groups compared.")
     spearman: float | None = Field(
-        None, description="The rank correlation of the two models' scores; None: too few to tell."
+        default=None, description="The rank correlation of the two models' scores; None: too few to tell."
     )
     best_changed: float | None = Field(
-        None, description="The share of groups whose best completion differs between the two models."
-    )  # share of GRPO groups whose best completion changes
-    sign_flips: float | None = Field(
-        None, description="The share of items whose group advantage changes sign."
-    )  # share of group advantages whose sign flips
+        default=None, description="The share of groups whose best completion differs between the two models."
+    )
+    sign_flips: float | None = Field(default=None, description="The share of items whose group advantage changes sign.")
 
 
 class RunningStats(_Response):
@@ -78,7 +75,7 @@ class RunningStats(_Response):
 
 
 class ModelList(_Response):
-    object: Literal["list"] = Field("list", description='Always "list".')
+    object: Literal["list"] = Field(default="list", description='Always "list".')
     data: list[ModelCard] = Field(description="The served models.")
 
 
@@ -100,63 +97,55 @@ class Health(_Response):
 class VersionInfo(_Response):
     """GET /version, in vLLM's shape."""
 
-    version: str = Field(description="The service's version.")  # the rewardserve package's version
+    version: str = Field(description="The service's version.")
 
 
 class ModelInfo(_Response):
     """One served model on GET /info (TEI's per-model fields, adapted)."""
 
-    id: str = Field(
-        description="The served name: what requests put in `model`."
-    )  # the served name: what requests put in ``model``
-    kind: str = Field(
-        description="What it is: outcome, process, verifier, rule, vlm, clip_goal, ensemble, ..."
-    )  # outcome, process, verifier, rule, vlm, clip_goal, ensemble, ...
-    backend: str = Field(description="What runs it.")  # transformers, vllm, rule, ...
-    source: str = Field(
-        description="The checkpoint (hub id or path), or the rule's function."
-    )  # the checkpoint (hub id or path), or the rule's function
+    id: str = Field(description="The served name: what requests put in `model`.")
+    kind: str = Field(description="What it is: outcome, process, verifier, rule, vlm, clip_goal, ensemble, ...")
+    backend: str = Field(description="What runs it.")
+    source: str = Field(description="The checkpoint (hub id or path), or the rule's function.")
     dtype: str | None = Field(
-        None,
+        default=None,
         description=(
             'The dtype and device its forwards run in (e.g. "bfloat16", "cuda:0"); None for a'
             " model without weights (a rule, an ensemble)."
         ),
     )
-    device: str | None = Field(None, description="The device its forwards run on; None for a model without weights.")
+    device: str | None = Field(
+        default=None, description="The device its forwards run on; None for a model without weights."
+    )
     max_input_tokens: int | None = Field(
-        None,
+        default=None,
         description=(
             "The most tokens one input may have (the model's context, or the spec's "
             "max_tokens); None when the model reads no tokens or has not loaded yet."
         ),
     )
     max_batch_tokens: int | None = Field(
-        None, description="The padded tokens one forward batch may hold; None for a model without weights."
+        default=None, description="The padded tokens one forward batch may hold; None for a model without weights."
     )
-    tokenizer: bool = Field(False, description="Whether it has a tokenizer, i.e. answers POST /tokenize.")
-    ready: bool = Field(False, description="Whether it is loaded and answers now.")
+    tokenizer: bool = Field(default=False, description="Whether it has a tokenizer, i.e. answers POST /tokenize.")
+    ready: bool = Field(default=False, description="Whether it is loaded and answers now.")
 
 
 class ServiceLimits(_Response):
     """The per-request limits every route enforces (the service's settings)."""
 
-    max_items_per_request: int = Field(
-        description="The most items one request may carry (a longer list is a 413)."
-    )  # items in one request (a longer list is a 413)
+    max_items_per_request: int = Field(description="The most items one request may carry (a longer list is a 413).")
     max_work_per_request: int = Field(
         description=("The most work one request may ask: items, judge prompts, pairs, rule calls and renders together.")
-    )  # items, judge prompts, pairs, rule calls and renders together
-    max_body_bytes: int = Field(description="The largest request body, in bytes.")  # a request body's bytes
-    max_json_values: int = Field(
-        description="The most JSON values one request body may hold."
-    )  # JSON values (objects, lists, strings, numbers) in one body
+    )
+    max_body_bytes: int = Field(description="The largest request body, in bytes.")
+    max_json_values: int = Field(description="The most JSON values one request body may hold.")
 
 
 class ServiceInfo(_Response):
     """GET /info: TEI's /info adapted to several served models."""
 
-    version: str = Field(description="The service's version.")  # the rewardserve package's version
+    version: str = Field(description="The service's version.")
     models: list[ModelInfo] = Field(description="Every served model.")
     limits: ServiceLimits = Field(description="The per-request limits.")
 
@@ -171,7 +160,8 @@ class SleepRequest(_Request):
     backend holds beside the weights; level 2 frees the weights too (reloaded on wake)."""
 
     level: Literal[1, 2] = Field(
-        1, description=("1: stop serving and free what the backend holds beside the weights; 2: free the weights too.")
+        default=1,
+        description=("1: stop serving and free what the backend holds beside the weights; 2: free the weights too."),
     )
 
 
@@ -182,7 +172,7 @@ class LoadRequest(_Request):
     source: str = Field(min_length=1, max_length=4096, description="The new version's directory or hub id.")
     version: str = Field(min_length=1, max_length=128, description="The name of the new version.")
     force: bool = Field(
-        False,
+        default=False,
         description="serve a checkpoint whose architecture, label count or kind differs from the serving "
         "model's (refused otherwise: another model's scores under the same name)",
     )
@@ -219,16 +209,14 @@ class AdminOperation(_Response):
     (GET /v1/admin/operations/{id}), or on its model's state while it is the latest."""
 
     id: str = Field(description="The operation's id, polled at GET /v1/admin/operations/{id}.")
-    model: str | None = Field(None, description="The model it acts on.")
-    operation: str = Field(
-        description="What it does: sleep, wake_up, load, weights, rollback, promote or canary."
-    )  # sleep, wake_up, load, weights, rollback, promote, canary
+    model: str | None = Field(default=None, description="The model it acts on.")
+    operation: str = Field(description="What it does: sleep, wake_up, load, weights, rollback, promote or canary.")
     status: Literal["running", "succeeded", "failed", "cancelled"] = Field(
         description="running, succeeded, failed, or cancelled (the service shut down)."
-    )  # cancelled: the service shut down
-    error: str | None = Field(None, description="Why it failed.")  # why it failed
-    started: float = Field(description="When it started, in Unix seconds.")  # unix time
-    seconds: float | None = Field(None, description="How long it took, once finished.")  # how long it took, once done
+    )
+    error: str | None = Field(default=None, description="Why it failed.")
+    started: float = Field(description="When it started, in Unix seconds.")
+    seconds: float | None = Field(default=None, description="How long it took, once finished.")
 
 
 class AdminModelState(_Response):
@@ -238,35 +226,27 @@ class AdminModelState(_Response):
     state: ModelState = Field(description="Its lifecycle state: awake, sleeping, loading or draining.")
     version: str = Field(description="The version serving.")
     source: str = Field(description="Where the serving version loaded from.")
-    sleep_level: int | None = Field(None, description="The sleep level while sleeping.")  # while sleeping
+    sleep_level: int | None = Field(default=None, description="The sleep level while sleeping.")
     sleep_mode: str | None = Field(
-        None,
+        default=None,
         description=(
             'While sleeping: what the sleep freed, and how ("weights moved from cuda:0 to '
             'host memory", "vLLM\'s sleep mode, level 1: ...", "nothing freed: ...", "weights '
             'freed: ...").'
         ),
     )
-    loading_version: str | None = Field(
-        None, description="A version loading beside the serving one."
-    )  # while a new version loads beside it
-    in_flight: int = Field(0, description="Requests it is working on now.")  # requests using it now
-    memory_bytes: int = Field(
-        0, description="The bytes its weights and buffers hold in this process."
-    )  # its weights and buffers held in this process
+    loading_version: str | None = Field(default=None, description="A version loading beside the serving one.")
+    in_flight: int = Field(default=0, description="Requests it is working on now.")
+    memory_bytes: int = Field(default=0, description="The bytes its weights and buffers hold in this process.")
     last_operation_s: float | None = Field(
-        None, description="How long its last admin operation took, in seconds."
-    )  # how long the last lifecycle call took
-    canary_version: str | None = Field(
-        None, description="The canary version, while one runs."
-    )  # a version taking canary_percent of the requests
-    canary_percent: float | None = Field(None, description="The percentage of requests the canary takes.")
-    canary_stopped: str | None = Field(
-        None, description="Why the last canary was stopped (0%) on its own: unhealthy on real traffic."
+        default=None, description="How long its last admin operation took, in seconds."
     )
-    operation: AdminOperation | None = Field(
-        None, description="The latest admin operation on it."
-    )  # the latest call made with ?async=true
+    canary_version: str | None = Field(default=None, description="The canary version, while one runs.")
+    canary_percent: float | None = Field(default=None, description="The percentage of requests the canary takes.")
+    canary_stopped: str | None = Field(
+        default=None, description="Why the last canary was stopped (0%) on its own: unhealthy on real traffic."
+    )
+    operation: AdminOperation | None = Field(default=None, description="The latest admin operation on it.")
     weights_update: str | None = Field(
-        None, description='How its last weights call was applied: "in place", or "loaded beside: <why>".'
+        default=None, description='How its last weights call was applied: "in place", or "loaded beside: <why>".'
     )

@@ -42,10 +42,11 @@ def components_by_name(results: list[ItemResult]) -> dict[str, list[float | None
 class ScoreResponse(_Response):
     model: str = Field(description="The model that scored the items.")
     revision: str | None = Field(
-        None, description=("The hub revision the model was pinned to (its config's `revision`), when it has one.")
+        default=None,
+        description=("The hub revision the model was pinned to (its config's `revision`), when it has one."),
     )
     model_version: str | None = Field(
-        None,
+        default=None,
         description=(
             "The version that scored every result here (the config's `version`, or the one an"
             " admin load named): a trainer can drop scores of a version it has moved past."
@@ -84,7 +85,7 @@ class StepOptions(GoalOptions):
     """
 
     steps_from: StepsFrom = Field(
-        "auto",
+        default="auto",
         description=(
             "Where the steps come from: steps (the item's list), separator (the final "
             "assistant message split on `separator`), turns (each assistant turn), or auto "
@@ -97,20 +98,20 @@ class StepOptions(GoalOptions):
         description="The string that separates steps in the response, with steps_from separator.",
     )
     aggregate: Aggregate | None = Field(
-        None,
+        default=None,
         description=(
             "Which aggregate of the step scores (min, prod, mean, last, sum) is the item's "
             "`score`; unset: the model's own."
         ),
-    )  # None: the model preset's aggregate
+    )
     threshold: float | None = Field(
-        None,
+        default=None,
         description=(
             "A step scored below this is the first error step (`first_error_step`); unset: none is looked for."
         ),
-    )  # first_error_step = first step scoring below it
+    )
     shaping: Shaping = Field(
-        "none",
+        default="none",
         description=(
             "raw: step_rewards = step_scores; delta: s_t - s_(t-1) (s_(-1) = 0, so they sum "
             "to the last score); potential: gamma * s_t - s_(t-1), with s_(-1) = 0 and the "
@@ -120,10 +121,10 @@ class StepOptions(GoalOptions):
         ),
     )
     gamma: float = Field(
-        default=1.0, ge=0.0, le=1.0, description="The discount of potential shaping, in 0..1 (default 1)."
-    )  # of shaping: potential
+        default=1.0, ge=0.0, le=1.0, description="The discount of `potential` shaping, in 0..1 (default 1)."
+    )
     truncate: Literal["steps", "error"] = Field(
-        "steps",
+        default="steps",
         description=(
             '"steps": a trajectory longer than the model\'s context is scored up to the last '
             'step that fits, the rest reported unscored; "error": 413 instead.'
@@ -147,7 +148,7 @@ class StepOptions(GoalOptions):
         ),
     )
     token_spread: Literal["last", "uniform"] = Field(
-        "last",
+        default="last",
         description=(
             "How a step's reward is put on tokens: on the last token overlapping the step, or shared among all of them."
         ),
@@ -160,7 +161,7 @@ class StepSpan(_Response):
     concatenated), ``start``/``end`` are character offsets in that text."""
 
     message: int | None = Field(
-        None,
+        default=None,
         description=(
             "The index of the message in `messages` that holds the step; None for `response` and `steps` items."
         ),
@@ -173,13 +174,13 @@ class StepsResult(ItemResult):
     step_scores: list[float | None] = Field(
         default_factory=list,
         description=("Each step's score, in order; None for a step not scored (cut off by the context)."),
-    )  # None: not scored
-    steps_scored: int = Field(0, description="How many steps were scored.")
+    )
+    steps_scored: int = Field(default=0, description="How many steps were scored.")
     aggregates: dict[str, float] | None = Field(
-        None, description="The scored steps' min, prod, mean, last and sum, by name."
-    )  # min, prod, mean, last, sum (scored steps)
+        default=None, description="The scored steps' min, prod, mean, last and sum, by name."
+    )
     first_error_step: int | None = Field(
-        None,
+        default=None,
         description=(
             "The index of the first step scored below the request's `threshold`; None when "
             "none was or no threshold was given."
@@ -187,11 +188,11 @@ class StepsResult(ItemResult):
     )
     spans: list[StepSpan] = Field(default_factory=list, description="Where each step is in what the client sent.")
     step_rewards: list[float | None] | None = Field(
-        None, description="Shaped step rewards (with `shaping`); None when unshaped."
-    )  # per options.shaping
+        default=None, description="Shaped step rewards (with `shaping`); None when unshaped."
+    )
     token_rewards: list[float] | None = Field(
-        None, description="With `policy_tokenizer`: a reward per token of the item's response_token_ids."
-    )  # per options.policy_tokenizer
+        default=None, description="With `policy_tokenizer`: a reward per token of the item's response_token_ids."
+    )
 
 
 class StepsRequest(_Request):
@@ -205,10 +206,11 @@ class StepsRequest(_Request):
 class StepsResponse(_Response):
     model: str = Field(description="The model that scored the items.")
     revision: str | None = Field(
-        None, description=("The hub revision the model was pinned to (its config's `revision`), when it has one.")
+        default=None,
+        description=("The hub revision the model was pinned to (its config's `revision`), when it has one."),
     )
     model_version: str | None = Field(
-        None,
+        default=None,
         description=(
             "The version that scored every result here (the config's `version`, or the one an"
             " admin load named): a trainer can drop scores of a version it has moved past."
@@ -242,42 +244,40 @@ class VerifyOptions(SamplingOptions):
     ``generate``: sample a rationale, parse the verdict; unparsable = invalid."""
 
     mode: Literal["logprob", "generate"] = Field(
-        "logprob",
+        default="logprob",
         description=(
             "logprob: one forward pass reading the verdict's probability; generate: sample a "
             "rationale and parse the verdict."
         ),
     )
     template: str | None = Field(
-        None,
+        default=None,
         description=("The name of a prompt template the model's config defines; unset: the model's default template."),
-    )  # None: the model's default
+    )
     variables: CodeArgs = Field(
         default_factory=dict,
         description=("Extra values the template's placeholders read, by name, beside the item's own fields."),
-    )  # extra template fields
+    )
 
 
 class VerifySample(_Response):
     text: str = Field(description="What the model generated.")
-    score: float | None = Field(None, description="The verdict's value read from it; None when it names none.")
-    verdict: str | None = Field(None, description="The verdict it named.")
+    score: float | None = Field(default=None, description="The verdict's value read from it; None when it names none.")
+    verdict: str | None = Field(default=None, description="The verdict it named.")
 
 
 class VerifyResult(ItemResult):
     verdict: str | None = Field(
-        None,
+        default=None,
         description=("The verdict: logprob mode, the most probable choice; generate mode, the first parsed sample's."),
     )
     rationale: str | None = Field(
-        None, description="Generate mode: the text of the first sample whose verdict could be parsed."
+        default=None, description="Generate mode: the text of the first sample whose verdict could be parsed."
     )
     probabilities: dict[str, float] | None = Field(
-        None, description="Logprob mode: each verdict choice's probability, by name."
-    )  # logprob: per choice
-    samples: list[VerifySample] | None = Field(
-        None, description="Generate mode: every sample, parsed or not."
-    )  # generate: every sample
+        default=None, description="Logprob mode: each verdict choice's probability, by name."
+    )
+    samples: list[VerifySample] | None = Field(default=None, description="Generate mode: every sample, parsed or not.")
 
 
 class VerifyRequest(_Request):
@@ -291,10 +291,11 @@ class VerifyRequest(_Request):
 class VerifyResponse(_Response):
     model: str = Field(description="The model that scored the items.")
     revision: str | None = Field(
-        None, description=("The hub revision the model was pinned to (its config's `revision`), when it has one.")
+        default=None,
+        description=("The hub revision the model was pinned to (its config's `revision`), when it has one."),
     )
     model_version: str | None = Field(
-        None,
+        default=None,
         description=(
             "The version that scored every result here (the config's `version`, or the one an"
             " admin load named): a trainer can drop scores of a version it has moved past."
@@ -325,7 +326,7 @@ class Criterion(_Request):
         description="The criterion's name, an identifier; its result and formulas use it.",
     )
     weight: float = Field(default=1.0, ge=0.0, description="Its weight in the weighted mean (default 1).")
-    fn: str | None = Field(None, description="A rule's name (a served rule function), called with `args`.")
+    fn: str | None = Field(default=None, description="A rule's name (a served rule function), called with `args`.")
     args: CodeArgs = Field(default_factory=dict, description="The rule's arguments; `{{ }}` in them reads the item.")
     text: str | None = Field(
         default=None, max_length=4000, description="A question the judge answers about the response, yes or no."
@@ -344,7 +345,7 @@ class Criterion(_Request):
         ),
     )
     normalize: Scale = Field(
-        "none",
+        default="none",
         description=(
             "How the raw value is put on a common scale: none, sigmoid, group (against the "
             "other items of its group) or running (the model's running statistics; model "
@@ -356,14 +357,15 @@ class Criterion(_Request):
         min_length=2,
         max_length=10,
         description=("The answers the judge may give to `text` (2 to 10, distinct); unset: the judge template's own."),
-    )  # best first
+    )
     polarity: Literal["positive", "negative"] = Field(
-        "positive",
+        default="positive",
         description=("negative: a high value is bad; a score in [0, 1] is read as 1 - score, any other as -score."),
     )
     pass_threshold: float = Field(
-        0.5, description=("The score at or above which the criterion passes (for all, any, threshold aggregation).")
-    )  # for all / any pass
+        default=0.5,
+        description=("The score at or above which the criterion passes (for all, any, threshold aggregation)."),
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> Criterion:
@@ -389,19 +391,16 @@ class EscalateWhen(_Request):
 
     uncertainty_above: float | None = Field(
         default=None, ge=0, description="Escalate an item whose ensemble uncertainty is above this."
-    )  # ensembles: members disagree
+    )
     margin_below: float | None = Field(
         default=None, ge=0, description="Escalate an item whose score is within this of `threshold`."
-    )  # |score - threshold| is small
-    threshold: float = Field(
-        0.5, description="The decision boundary `margin_below` measures from."
-    )  # what margin_below measures from
+    )
+    threshold: float = Field(default=0.5, description="The decision boundary `margin_below` measures from.")
     group_zero_variance: bool = Field(
-        False, description=("Escalate every item of a group whose cheap scores are all equal (no learning signal).")
-    )  # a GRPO group scored all alike teaches nothing
-    invalid: bool = Field(
-        False, description="Escalate an item the cheap score could not compute."
-    )  # the cheap score could not be computed
+        default=False,
+        description=("Escalate every item of a group whose cheap scores are all equal (no learning signal)."),
+    )
+    invalid: bool = Field(default=False, description="Escalate an item the cheap score could not compute.")
 
 
 class Escalation(_Request):
@@ -418,7 +417,7 @@ class Escalation(_Request):
         description="At most this fraction of the request's items escalate.",
     )
     normalize: Literal["none", "sigmoid", "running"] = Field(
-        "none",
+        default="none",
         description=(
             "The scale the expensive model's score is put on before it replaces the cheap "
             "one: none, sigmoid or running."
@@ -434,18 +433,16 @@ class RubricItem(Item):
 
 class Aggregation(_Request):
     mode: Literal["weighted_mean", "all", "any", "threshold", "formula"] = Field(
-        "weighted_mean",
+        default="weighted_mean",
         description=(
             "How criterion scores combine: weighted_mean, all (every one passes), any, "
             "threshold (the weighted mean passes `threshold`), or formula."
         ),
     )
-    threshold: float = Field(
-        0.5, description="threshold mode: the weighted mean that passes."
-    )  # mode threshold: 1 when the weighted mean reaches it
+    threshold: float = Field(default=0.5, description="threshold mode: the weighted mean that passes.")
     formula: str | None = Field(
         default=None, max_length=2000, description="formula mode: an arithmetic expression over the criteria's names."
-    )  # over criterion names
+    )
 
     @model_validator(mode="after")
     def _formula_given(self) -> Aggregation:
@@ -456,35 +453,33 @@ class Aggregation(_Request):
 
 class RubricRequest(_Request):
     judge: str | None = Field(
-        None, description="The served judge that answers text criteria; unset when there are none."
-    )  # the verifier model answering judge criteria
+        default=None, description="The served judge that answers text criteria; unset when there are none."
+    )
     items: list[RubricItem] = Field(
         min_length=1, description="The items to score, in order; each result answers the item at the same position."
     )
     criteria: list[Criterion] | None = Field(
         default=None, max_length=64, description="The criteria every item is scored on (an item's own replace them)."
-    )  # for items without their own
+    )
     aggregation: Aggregation = Field(
         default_factory=Aggregation, description="How the criteria's scores combine into the item's."
     )
-    judge_template: str = Field("criterion", description="The judge's prompt template for a text criterion.")
-    escalate: Escalation | None = Field(None, description="Send doubtful items to a more expensive model.")
+    judge_template: str = Field(default="criterion", description="The judge's prompt template for a text criterion.")
+    escalate: Escalation | None = Field(default=None, description="Send doubtful items to a more expensive model.")
 
 
 class CriterionResult(_Response):
     name: str = Field(description="The criterion's name.")
     score: float | None = Field(
-        None, description="Its score on 0..1; null when invalid."
-    )  # as aggregated: normalised, polarity applied
-    valid: bool = Field(True, description="False when it could not be computed; `error` says why.")
-    error: str | None = Field(None, description="Why it could not be computed.")
-    reason: str | None = Field(None, description="The judge's or rule's reason, when it gave one.")
-    weight: float = Field(1.0, description="Its weight in the mix.")
-    raw: float | None = Field(
-        None, description="The value before normalization and polarity."
-    )  # as the rule, judge or model gave it
+        default=None, description="Its score as aggregated: normalized, polarity applied; null when invalid."
+    )
+    valid: bool = Field(default=True, description="False when it could not be computed; `error` says why.")
+    error: str | None = Field(default=None, description="Why it could not be computed.")
+    reason: str | None = Field(default=None, description="The judge's or rule's reason, when it gave one.")
+    weight: float = Field(default=1.0, description="Its weight in the mix.")
+    raw: float | None = Field(default=None, description="The value before normalization and polarity.")
     running_count: int | None = Field(
-        None,
+        default=None,
         description=(
             "normalize running: how many scores the model's statistics held (below 100 they are still settling)."
         ),
@@ -496,7 +491,7 @@ class RubricResult(ItemResult):
 
 
 class RubricResponse(_Response):
-    judge: str | None = Field(None, description="The judge that answered text criteria.")
+    judge: str | None = Field(default=None, description="The judge that answered text criteria.")
     results: list[RubricResult] = Field(
         description="One result per item, in order: its score, validity and each criterion's result."
     )
@@ -517,19 +512,22 @@ class RubricResponse(_Response):
 
 
 class CompareItem(_Request):
-    id: str | None = Field(None, description="Your id for the item, echoed on its result.")
+    id: str | None = Field(default=None, description="Your id for the item, echoed on its result.")
     prompt: str | list[Message] | None = Field(
-        None, description="The prompt the responses answer: text or a conversation."
+        default=None, description="The prompt the responses answer: text or a conversation."
     )
     responses: list[str] = Field(min_length=2, max_length=16, description="The responses to compare, 2 to 16.")
-    reference: JSONValue = Field(None, description="The ground truth, for judges and rules that read one.")
+    reference: JSONValue = Field(default=None, description="The ground truth, for judges and rules that read one.")
 
 
 class CompareOptions(_Request):
     template: str | None = Field(
-        None,
-        description=("The name of a prompt template the model's config defines; unset: the model's default template."),
-    )  # verifier models: a pairwise template (A / B)
+        default=None,
+        description=(
+            "The name of a prompt template the model's config defines (verifier models: a "
+            "pairwise template, A / B); unset: the model's default."
+        ),
+    )
     variables: CodeArgs = Field(
         default_factory=dict,
         description=("Extra values the template's placeholders read, by name, beside the item's own fields."),
@@ -546,16 +544,16 @@ class CompareResult(_Response):
     """``preference[i][j]`` = P(response i is better than response j); ``scores`` rank
     the responses (outcome scores, or mean win probability for a judge)."""
 
-    id: str | None = Field(None, description="The item's id, as sent.")
-    valid: bool = Field(True, description="False when the comparison could not be computed; `error` says why.")
-    error: str | None = Field(None, description="Why the comparison could not be computed.")
-    scores: list[float] | None = Field(None, description="A score per response, in order.")
+    id: str | None = Field(default=None, description="The item's id, as sent.")
+    valid: bool = Field(default=True, description="False when the comparison could not be computed; `error` says why.")
+    error: str | None = Field(default=None, description="Why the comparison could not be computed.")
+    scores: list[float] | None = Field(default=None, description="A score per response, in order.")
     preference: list[list[float]] | None = Field(
-        None, description="preference[i][j]: the probability that response i is better than response j."
+        default=None, description="preference[i][j]: the probability that response i is better than response j."
     )
-    ranking: list[int] | None = Field(None, description="The responses' indices, best first.")  # best first
+    ranking: list[int] | None = Field(default=None, description="The responses' indices, best first.")
     first_shown: list[list[float]] | None = Field(
-        None,
+        default=None,
         description=(
             "A judge's own verdicts before both orders are averaged: ``first_shown[i][j]`` = "
             "P(response i is better) judged with i shown first, j second (0.5 on the "
@@ -569,10 +567,11 @@ class CompareResult(_Response):
 class CompareResponse(_Response):
     model: str = Field(description="The model that compared.")
     revision: str | None = Field(
-        None, description=("The hub revision the model was pinned to (its config's `revision`), when it has one.")
+        default=None,
+        description=("The hub revision the model was pinned to (its config's `revision`), when it has one."),
     )
     model_version: str | None = Field(
-        None,
+        default=None,
         description=(
             "The version that scored every result here (the config's `version`, or the one an"
             " admin load named): a trainer can drop scores of a version it has moved past."

@@ -23,7 +23,7 @@ class TurnOptions(_Request):
     similarity its share of the plan carries."""
 
     assignment: Literal["hard", "soft"] = Field(
-        "hard",
+        default="hard",
         description=(
             "How predicted calls are matched to reference calls: hard (one-to-one, the best "
             "assignment) or soft (optimal transport)."
@@ -71,9 +71,7 @@ class TurnsResult(ItemResult):
         default_factory=list,
         description=("Per assistant turn, why its calls could not be read; None for a turn that scored."),
     )
-    turns: list[int] = Field(
-        default_factory=list, description="Each assistant turn's index in the item's messages."
-    )  # each turn's index in messages
+    turns: list[int] = Field(default_factory=list, description="Each assistant turn's index in the item's messages.")
 
 
 class TurnsResponse(_Response):
