@@ -31,7 +31,7 @@ PYTEST_ARGS ?= -n 2 --dist loadfile --no-loadscope-reorder
 # docker-compose 1.29.2 wheel (not installed, only unpacked; its dependencies clash).
 COMPOSE_SCHEMA := $(VENV)/share/compose_spec.json
 
-.PHONY: serve test fuzz gpu-wheels test-images image-deps typecheck lint install install-dev system-deps bench vllm-venv rewardbench-venv ray-venv ray-venv-or-reason clean dist
+.PHONY: serve test docs fuzz gpu-wheels test-images image-deps typecheck lint install install-dev system-deps bench vllm-venv rewardbench-venv ray-venv ray-venv-or-reason clean dist
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -86,9 +86,13 @@ dist: $(UV)
 # more than on the CPU).
 test:
 	$(MAKE) -j3 install-dev vllm-venv ray-venv-or-reason rewardbench-venv
-	$(MAKE) typecheck lint
+	$(MAKE) typecheck lint docs
 	HYPOTHESIS_PROFILE=repeatable $(PY) -m pytest $(PYTEST_ARGS) -m "not alone and not images"
 	HYPOTHESIS_PROFILE=repeatable $(PY) -m pytest -m "alone and not images"
+
+# The docs as a site (mkdocs.yml): --strict fails on a broken link or anchor.
+docs: install-dev
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet --site-dir site
 
 # The property tests explored (tests/conftest.py's "fuzz" profile): many more examples
 # than `make test`'s derandomized run, a new seed each run. Each failure it prints
