@@ -80,7 +80,7 @@ class ModelList(_Response):
 
 
 class Health(_Response):
-    status: str = Field(description='"ok" when the service answers.')
+    status: str = Field(description='"ok", or "failed: " and why (with HTTP 503) when a model failed to load.')
     models: dict[str, bool] = Field(default_factory=dict, description="Whether each model is ready, by name.")
     isolation: dict[str, str] = Field(
         default_factory=dict,
