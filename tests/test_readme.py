@@ -88,6 +88,21 @@ DEMO_FOR = {
 }
 
 
+DEMO_MODELS = ".venv/bin/rewardserve demo-models demo"
+
+
+@pytest.fixture(scope="module")
+def built_demo(tmp_path_factory) -> Path:
+    """The pages' ``rewardserve demo-models demo``, run once for them all: each page's
+    block links this folder in (the command itself runs in the README's test and in
+    tests/cli/test_demo_models.py)."""
+    where = tmp_path_factory.mktemp("shared")
+    subprocess.run(
+        [str(ROOT / ".venv" / "bin" / "rewardserve"), "demo-models", "demo"], cwd=where, check=True, timeout=300
+    )
+    return where / "demo"
+
+
 @pytest.fixture(scope="module")
 def no_stand_in(tmp_path_factory) -> dict[str, Path]:
     """The two sources the docs name that demo-models has no stand-in for: a policy, and
@@ -114,7 +129,7 @@ def sources(scratch: Path, no_stand_in: dict[str, Path]) -> dict[str, str]:
 @pytest.mark.long(20)
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("page", PAGES)
-def test_every_example_on_the_page_runs(page, tmp_path, no_stand_in):
+def test_every_example_on_the_page_runs(page, tmp_path, no_stand_in, built_demo):
     stand_ins = sources(tmp_path, no_stand_in)
     port = free_port()
     env = {
@@ -169,6 +184,10 @@ def test_every_example_on_the_page_runs(page, tmp_path, no_stand_in):
                     assert "('correct', 1.0), ('format', 1.0)" in done.stdout, done.stdout
                 ran["python"] += 1
             elif lang == "bash":
+                if page != "README.md" and body.startswith(DEMO_MODELS):
+                    (tmp_path / "demo").symlink_to(built_demo)
+                    ran["bash"] += 1
+                    continue
                 serves = [line for line in body.splitlines() if line.startswith("make ")]
                 if serves:
                     for line in serves:
