@@ -68,7 +68,7 @@ system-deps:
 		$$SUDO apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq nginx-light prometheus >/dev/null; \
 	fi
-	@# The code model's languages beside Python and g++ (tests/models/rules/test_code_languages.py).
+	@# The code model's languages beside Python and g++ (tests/models/rules/code/test_code_languages.py).
 	@if [ ! -x /usr/lib/jvm/default-java/bin/javac ] || [ ! -x /usr/bin/node ] || [ ! -x /usr/bin/go ] || [ ! -x /usr/bin/rustc ]; then \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 		$$SUDO apt-get update -qq && \
@@ -135,24 +135,17 @@ image-deps:
 		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq podman runc debootstrap >/dev/null; \
 	fi
 
-# mypy needs the import names' folders (rewardserve/client, ...): links to ours.
-TYPECHECK := $(VENV)/typecheck
-STRICT_MODULES := -p rewardserve.client -p rewardserve.models -p rewardserve.service -p rewardserve.cli
-$(TYPECHECK)/.linked: | $(PY)
-	mkdir -p $(TYPECHECK)/rewardserve
-	for d in client models service cli; do ln -sfn "$(CURDIR)/$$d" "$(TYPECHECK)/rewardserve/$$d"; done
-	touch $@
+# Strict mypy over src/ (pyproject.toml [tool.mypy]).
+typecheck: $(VENV)/.dev-installed
+	$(VENV)/bin/mypy
 
-typecheck: $(VENV)/.dev-installed $(TYPECHECK)/.linked
-	cd $(TYPECHECK) && MYPYPATH=. "$(CURDIR)/$(VENV)/bin/mypy" --config-file "$(CURDIR)/pyproject.toml" $(STRICT_MODULES)
-
-PY_TREE := client models service cli tests bench
+PY_TREE := src tests bench
 # ruff's lint and format over the whole tree, and the layers' import contracts
-# (pyproject.toml), read from the typecheck's links.
-lint: $(VENV)/.dev-installed $(TYPECHECK)/.linked
+# (pyproject.toml [tool.importlinter]), over src/.
+lint: $(VENV)/.dev-installed
 	$(VENV)/bin/ruff check --quiet $(PY_TREE)
 	$(VENV)/bin/ruff format --check --quiet $(PY_TREE)
-	cd $(TYPECHECK) && "$(CURDIR)/$(VENV)/bin/lint-imports" --no-cache "$(CURDIR)/pyproject.toml"
+	PYTHONPATH=src $(VENV)/bin/lint-imports --no-cache
 
 bench: install-dev vllm-venv
 	$(PY) bench/outcome.py

@@ -108,7 +108,7 @@ async def run_ours(
 
 def sandbox_overhead(rng: random.Random, runs: int) -> float:
     """p50 over ``runs`` sandboxes of 10 trivial tests: (wall - the tests' own) / 10, ms."""
-    from rewardserve.models.rules import sandbox
+    from rewardserve.models.rules.code import sandbox
 
     code = "a, b = map(int, input().split())\nprint(a + b)\n"
     costs = []

@@ -141,8 +141,8 @@ def groups_with_repeats(rng: random.Random, groups: int, size: int, share: float
 
 def attach_token_ids(model_dir: Path, workloads: list[Workload]) -> None:
     """The token ids and readout positions rewardserve's own kinds build for each item."""
-    from rewardserve.client.protocol import Item, ScoreOptions, StepOptions
     from rewardserve.models.kinds import build_model
+    from rewardserve.protocol import Item, ScoreOptions, StepOptions
 
     outcome = build_model(model_spec("rm", model_dir, "transformers"))
     steps = build_model(model_spec("rm_steps", model_dir, "transformers"))

@@ -28,10 +28,10 @@ def main() -> None:
     import numpy as np
 
     from bench.outcome import build_items, build_model
-    from rewardserve.client.protocol import Item, ScoreOptions
     from rewardserve.models.kinds import build_model as build_kind
     from rewardserve.models.planning import Unit
     from rewardserve.models.spec import ModelSpec
+    from rewardserve.protocol import Item, ScoreOptions
 
     flags = open("/proc/cpuinfo").read()
     print("CPU bf16 support:", "avx512_bf16" in flags, "| AMX:", "amx_bf16" in flags)

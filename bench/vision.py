@@ -66,10 +66,10 @@ def raw(model_dir: Path, items: list[dict], batch_sizes) -> tuple[dict[int, floa
     """Inputs prepared with the model's own processor pieces, then timed forward passes."""
     import torch
 
-    from rewardserve.client.protocol import Item, ScoreOptions
     from rewardserve.models.kinds import build_model
     from rewardserve.models.planning import Unit
     from rewardserve.models.spec import ModelSpec
+    from rewardserve.protocol import Item, ScoreOptions
 
     model = build_model(ModelSpec(name="raw", kind="vlm", source=str(model_dir)))
     model.load()  # same weights, same oneDNN linears

@@ -192,12 +192,12 @@ LIMIT_SETTINGS = frozenset({"rule_memory_mb", "rule_queue_max", "code_max_memory
 # Caps that are constants of the code, not settings: (module, constant, what it bounds).
 CONSTANT_LIMITS: tuple[tuple[str, str, str], ...] = (
     (
-        "rewardserve.client.protocol.common",
+        "rewardserve.protocol.common",
         "MAX_JSON_DEPTH",
         "Nesting depth of free-form fields (references, metadata, rule arguments).",
     ),
-    ("rewardserve.service.body", "MAX_INT_DIGITS", "Digits of one integer in a body."),
-    ("rewardserve.client.protocol.common", "MAX_ARGS_CHARS", "Characters of rule arguments and template variables."),
+    ("rewardserve.service.http.body", "MAX_INT_DIGITS", "Digits of one integer in a body."),
+    ("rewardserve.protocol.common", "MAX_ARGS_CHARS", "Characters of rule arguments and template variables."),
     (
         "rewardserve.models.text.chat",
         "MAX_CHARS_PER_TOKEN",
@@ -223,8 +223,8 @@ CONSTANT_LIMITS: tuple[tuple[str, str, str], ...] = (
     ),
     ("rewardserve.models.rules.code", "MAX_TESTS", "`code`: tests of one item."),
     ("rewardserve.models.rules.code", "MAX_TEST_CHARS", "`code`: characters of all of an item's test data."),
-    ("rewardserve.models.rules.code_formats", "MAX_FILES", "`code`: files of one item."),
-    ("rewardserve.models.rules.code_formats", "MAX_FILES_BYTES", "`code`: bytes of all of an item's files, decoded."),
+    ("rewardserve.models.rules.code.formats", "MAX_FILES", "`code`: files of one item."),
+    ("rewardserve.models.rules.code.formats", "MAX_FILES_BYTES", "`code`: bytes of all of an item's files, decoded."),
     ("rewardserve.models.plans.turns", "MAX_CALLS", "`/v1/score/turns`: tool calls predicted, and expected, per item."),
     ("rewardserve.models.plans.formula", "MAX_LENGTH", "A rubric formula's characters."),
     ("rewardserve.models.plans.formula", "MAX_NODES", "A rubric formula's nodes."),
@@ -479,7 +479,7 @@ def limits_page() -> str:
 
 def errors_page() -> str:
     from rewardserve.client import errors as client_errors
-    from rewardserve.client.protocol import ERROR_STATUS
+    from rewardserve.protocol import ERROR_STATUS
 
     rows = ["| type | HTTP status | meaning | the Python client raises |", "| --- | --- | --- | --- |"]
     for kind, status in sorted(ERROR_STATUS.items(), key=lambda pair: (pair[1], pair[0])):

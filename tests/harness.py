@@ -122,8 +122,8 @@ def item_of_tokens(model_dir, tokens: int, word: str = "apple") -> dict:
     ``word``s are distinct work: identical items in one request are computed once."""
     from transformers import AutoTokenizer
 
-    from rewardserve.client.protocol import Item
     from rewardserve.models.text.chat import render_chat
+    from rewardserve.protocol import Item
 
     tok = AutoTokenizer.from_pretrained(model_dir)
 

@@ -127,7 +127,7 @@ def _without_memory_cgroup(folder: Path) -> str:
 
 
 def test_memfds_under_a_128_mb_limit_without_a_memory_cgroup_are_refused(tmp_path):
-    from rewardserve.models.rules import sandbox_memory
+    from rewardserve.models.rules.code.sandbox import cgroup as sandbox_memory
 
     if os.geteuid() != 0 or not Path("/sys/fs/cgroup/memory").is_dir():
         pytest.skip("hiding the memory cgroup needs root and a v1 memory hierarchy")

@@ -18,7 +18,7 @@ import pytest
 from tests.harness import serve_subprocess
 
 CALL_LIMIT_S = 10
-ANSWER_CAP = 16 << 20  # the output one answer shows (models/rules/code.py ANSWER_BYTES)
+ANSWER_CAP = 16 << 20  # the output one answer shows (models/rules/code/__init__.py ANSWER_BYTES)
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Hostile completions against the code model's sandbox (models/rules/sandbox.py): each
+"""Hostile completions against the code model's sandbox (models/rules/code/sandbox/__init__.py): each
 attack gets its expected verdict, ends within its time limit, and sees nothing of the
 service (its files, its environment, its port, its processes)."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from rewardserve.models.rules.code import code_tests
-from rewardserve.models.rules.sandbox_command import python
+from rewardserve.models.rules.code.sandbox.command import python
 
 ROOT = Path(__file__).resolve().parents[2]
 ONE = {"inputs": [""], "outputs": ["ok"]}
@@ -72,7 +72,7 @@ def test_a_child_left_running_does_not_survive_into_the_next_test():
 
 
 def test_nothing_of_the_service_is_visible_from_the_sandbox(monkeypatch):
-    from rewardserve.models.rules import sandbox
+    from rewardserve.models.rules.code import sandbox
 
     monkeypatch.setenv("REWARDSERVE_API_KEYS", "secret-key-of-the-service")
     paths = (str(ROOT), str(ROOT / "pyproject.toml"), "/root", "/proc/1/environ", "/proc/self/fd", os.sys.executable)
@@ -118,7 +118,7 @@ def test_the_service_s_port_and_the_outside_are_unreachable():
             "        out.append(type(exc).__name__)\n"
             "print(out)\n"
         )
-        from rewardserve.models.rules import sandbox
+        from rewardserve.models.rules.code import sandbox
 
         outcome = sandbox.run(code, [{"stdin": ""}], sandbox.Limits(timeout_s=5))
         listener.settimeout(0.2)
@@ -159,7 +159,7 @@ def test_system_v_ipc_message_queues_and_ptrace_are_refused():
     """Objects that would outlive their processes (System V IPC, POSIX message queues),
     and reaching the test runner's memory (ptrace, process_vm_writev), are refused by the
     sandbox's filter."""
-    from rewardserve.models.rules import sandbox
+    from rewardserve.models.rules.code import sandbox
 
     probe = (
         "import ctypes, os\n"

@@ -1,5 +1,5 @@
 """Hostile completions against a sandbox that serves one completion after another
-(models/rules/sandbox.py, sandbox_driver.py): nothing one completion leaves (files,
+(models/rules/code/sandbox/__init__.py, inside/driver.py): nothing one completion leaves (files,
 processes, links, memory, the driver's limits and priority, the working folders
 themselves) reaches the next, or makes it invalid."""
 
@@ -14,7 +14,7 @@ def test_nothing_of_one_completion_is_left_for_the_next():
     """Completions run one after another in one sandbox (sandbox.py): the first leaves a
     file, a file in /dev/shm, a listening socket held by a child it forked, and tries a
     System V shared-memory segment; the next finds none of them."""
-    from rewardserve.models.rules import sandbox
+    from rewardserve.models.rules.code import sandbox
 
     leave = (
         "import os, socket, time\n"
@@ -101,7 +101,7 @@ def test_files_are_capped_in_number_as_well_as_in_bytes():
     """Empty files take no bytes of the tmpfs's size but each costs the kernel memory: a
     completion made 881,000 in 5 s (0.9 GB of kernel memory). The sandbox's tmpfs holds
     at most Limits.workdir_files files and folders, /tmp and /dev/shm together."""
-    from rewardserve.models.rules import sandbox
+    from rewardserve.models.rules.code import sandbox
 
     flood = (
         "import os\n"
@@ -150,7 +150,8 @@ def test_a_test_s_processes_share_one_memory_limit_where_the_host_has_memory_cgr
     """The address-space limit holds per process, and a test may fork: 8 processes of
     200 MB each under a 256 MiB limit took 1.6 GB. Each sandbox's processes now share
     one memory cgroup, and a test the kernel kills at its limit is an MLE."""
-    from rewardserve.models.rules import sandbox, sandbox_memory
+    from rewardserve.models.rules.code import sandbox
+    from rewardserve.models.rules.code.sandbox import cgroup as sandbox_memory
 
     if not sandbox_memory.available():
         assert "memory per process" in sandbox.check()
@@ -267,7 +268,7 @@ ESCAPE = (
 
 def _run_below(priority: str, code: str) -> str:
     """``code`` run by the sandbox from a process lowered as a rule worker is."""
-    from rewardserve.models.rules import sandbox
+    from rewardserve.models.rules.code import sandbox
     from rewardserve.models.rules.isolation import lower_priority
 
     lower_priority(priority)  # type: ignore[arg-type]  # "nice" or "idle", as the settings allow

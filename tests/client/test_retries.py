@@ -17,7 +17,7 @@ from rewardserve.client import (
     UnprocessableEntityError,
 )
 from rewardserve.client._shared import ClientConfig, parse_retry_after, plan_chunks
-from rewardserve.client.protocol import Item
+from rewardserve.protocol import Item
 
 
 def ok(request: httpx.Request) -> dict:
@@ -170,7 +170,7 @@ def test_with_options_takes_the_constructor_s_keywords():
 def test_each_error_type_of_the_one_table_is_its_own_client_error():
     from rewardserve.client import BadRequestError
     from rewardserve.client.errors import _BY_TYPE, status_error
-    from rewardserve.client.protocol import ERROR_STATUS
+    from rewardserve.protocol import ERROR_STATUS
 
     request = httpx.Request("POST", "http://127.0.0.1:1/v1/score")
     for kind, status in ERROR_STATUS.items():

@@ -7,8 +7,8 @@ import random
 import pytest
 
 from rewardserve.client import AsyncRewardClient, RewardClient
-from rewardserve.client.protocol import StepsResponse
 from rewardserve.models.spec import ModelSpec
+from rewardserve.protocol import StepsResponse
 from rewardserve.service.settings import Settings
 from tests.builders import random_text
 from tests.harness import serve_in_process

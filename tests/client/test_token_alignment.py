@@ -14,8 +14,8 @@ from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
 from rewardserve.client import token_alignment as module
-from rewardserve.client.protocol import StepSpan, StepsResult
 from rewardserve.client.token_alignment import token_rewards
+from rewardserve.protocol import StepSpan, StepsResult
 from tests.builders import build_tokenizer, build_unigram_tokenizer
 
 

@@ -84,7 +84,7 @@ def test_verl_s_reward_loop_gets_token_rewards_in_its_own_tensor(qwen2_prm):
             "REWARDSERVE_BASE_URL": url,
             "REWARDSERVE_TOKEN_REWARDS": json.dumps({"model": "prm", "options": OPTIONS, "spread": "last"}),
         }
-        module = ROOT / "client" / "integrations" / "verl_dense.py"
+        module = ROOT / "src" / "rewardserve" / "client" / "integrations" / "verl_dense.py"
         run = subprocess.run(
             [str(RAY_PYTHON), "-c", LOOP, str(module), str(qwen2_prm), json.dumps(CASES)],
             capture_output=True,

@@ -70,7 +70,7 @@ def test_the_settings_page_names_every_setting_with_what_it_does(generator: Modu
 
 
 def test_the_errors_page_names_every_error_type_with_its_status(generator: ModuleType, pages: dict[str, str]) -> None:
-    from rewardserve.client.protocol import ERROR_STATUS
+    from rewardserve.protocol import ERROR_STATUS
 
     page = pages["errors.md"]
     for kind, status in ERROR_STATUS.items():

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from rewardserve.client.protocol import ItemResult
-from rewardserve.client.protocol.common import TestVerdict as Verdict
 from rewardserve.models.cache import cacheable
+from rewardserve.protocol import ItemResult
+from rewardserve.protocol.common import TestVerdict as Verdict
 
 
 def result(*verdicts: str) -> ItemResult:

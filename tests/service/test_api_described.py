@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from rewardserve.client import protocol
+from rewardserve import protocol
 from rewardserve.service.app import create_app
 
 HTTP_METHODS = {"get", "post", "put", "patch", "delete"}

@@ -8,12 +8,12 @@ import time
 
 import pytest
 
-from rewardserve.client.protocol import ItemResult
 from rewardserve.models.batch_policy import BatchPolicy
 from rewardserve.models.planning import ItemError, Unit
+from rewardserve.protocol import ItemResult
 from rewardserve.service.batcher import Batcher
 from rewardserve.service.errors import DeadlineExceeded, QueueFull, QueueTooSmall
-from rewardserve.service.metrics import Metrics
+from rewardserve.service.observability.metrics import Metrics
 
 
 class Recorder:

@@ -19,7 +19,7 @@ from rewardserve.models.request_scope import RequestScope
 from rewardserve.models.spec import ModelSpec
 from rewardserve.service.batcher import Batcher
 from rewardserve.service.errors import QueueFull, TenantQueueFull
-from rewardserve.service.metrics import Metrics
+from rewardserve.service.observability.metrics import Metrics
 from rewardserve.service.settings import Settings
 from rewardserve.service.tenants import Tenants, TenantSpec, load_tenants
 from tests.harness import metric

@@ -9,9 +9,9 @@ import random
 
 import pytest
 
-from rewardserve.client.protocol import StepsResult
 from rewardserve.client.token_alignment import token_rewards
 from rewardserve.models.spec import ModelSpec
+from rewardserve.protocol import StepsResult
 from rewardserve.service.settings import Settings
 from tests.builders import build_tokenizer, build_unigram_tokenizer
 from tests.harness import serve_in_process

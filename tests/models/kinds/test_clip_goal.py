@@ -9,10 +9,10 @@ from PIL import Image
 from transformers import AutoImageProcessor, AutoTokenizer, CLIPModel
 
 from rewardserve.client.images import image_part
-from rewardserve.client.protocol import Item, ScoreOptions, StepOptions
 from rewardserve.models.kinds import build_model
 from rewardserve.models.planning import ItemError, RequestError
 from rewardserve.models.spec import ModelSpec
+from rewardserve.protocol import Item, ScoreOptions, StepOptions
 from tests.harness import run_jobs
 
 GOAL = ["a robot arm holding a red cube", "the red cube is lifted"]

@@ -11,7 +11,7 @@ import pytest
 import pytest_asyncio
 
 from rewardserve.models.spec import ModelSpec
-from rewardserve.service.metrics import Metrics
+from rewardserve.service.observability.metrics import Metrics
 from rewardserve.service.served_models import ModelRegistry
 from rewardserve.service.settings import Settings, StartupError
 from tests.builders import reference_outcome_scores

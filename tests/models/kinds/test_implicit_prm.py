@@ -14,11 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rewardserve.client.protocol import Item, StepOptions
 from rewardserve.models.kinds import build_model
 from rewardserve.models.planning import Job
 from rewardserve.models.prefix_sharing import SharedUnit
 from rewardserve.models.spec import ModelSpec
+from rewardserve.protocol import Item, StepOptions
 from rewardserve.service.settings import Settings, load_model_file
 from tests.builders import WORDS, build_llama_lm, build_qwen3_lm, random_text
 from tests.harness import post, run_jobs, serve_in_process

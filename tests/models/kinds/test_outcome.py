@@ -7,10 +7,10 @@ import random
 
 import pytest
 
-from rewardserve.client.protocol import Item, ScoreOptions
 from rewardserve.models.kinds import build_model
 from rewardserve.models.planning import ItemError, Job, RequestError
 from rewardserve.models.spec import ModelSpec
+from rewardserve.protocol import Item, ScoreOptions
 from tests.builders import random_text, reference_outcome_scores
 from tests.harness import run_jobs
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from rewardserve.client.protocol import Item, ScoreOptions, StepOptions
 from rewardserve.models.kinds import build_model
 from rewardserve.models.planning import ItemError, Job, RequestError
 from rewardserve.models.spec import ModelSpec
+from rewardserve.protocol import Item, ScoreOptions, StepOptions
 from tests.harness import run_jobs
 
 

@@ -6,12 +6,12 @@ import time
 
 import pytest
 
-from rewardserve.client.protocol import Item, ScoreOptions
 from rewardserve.models.kinds import build_model
 from rewardserve.models.planning import ItemError
 from rewardserve.models.rules import RuleError, get_rule, rule_names
 from rewardserve.models.rules.text import exact_match, last_boxed
 from rewardserve.models.spec import ModelSpec
+from rewardserve.protocol import Item, ScoreOptions
 from tests.harness import run_jobs
 
 # The pool's workers run niced: a test process beside them would eat their time limits.

@@ -9,13 +9,13 @@ from typing import Any
 import pytest
 from pydantic import Field
 
-from rewardserve.client.protocol import Item, ItemResult, ScoreOptions
 from rewardserve.models.batch_policy import BatchPolicy
 from rewardserve.models.kinds import register_kind
 from rewardserve.models.options import KindOptions, OptionsError
 from rewardserve.models.planning import ItemError, Job, Unit, UnitOutput
 from rewardserve.models.reward_model import RewardModel, work_key
 from rewardserve.models.spec import ModelSpec
+from rewardserve.protocol import Item, ItemResult, ScoreOptions
 from rewardserve.service.settings import Settings
 from tests.harness import serve_in_process
 

@@ -6,12 +6,12 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from rewardserve.client.protocol import Item, VerifyOptions
 from rewardserve.models.backends import TokenSequence
 from rewardserve.models.kinds import build_model
 from rewardserve.models.planning import ItemError, Job
 from rewardserve.models.spec import ModelSpec
 from rewardserve.models.text.judge_templates import builtin_templates, item_variables
+from rewardserve.protocol import Item, VerifyOptions
 from tests.harness import run_jobs
 
 ITEMS = [

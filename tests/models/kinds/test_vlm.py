@@ -10,10 +10,10 @@ from safetensors.torch import load_file
 from transformers import AutoImageProcessor, AutoTokenizer, Qwen2VLForConditionalGeneration
 
 from rewardserve.client.images import image_part
-from rewardserve.client.protocol import Item, ScoreOptions
 from rewardserve.models.kinds import build_model
 from rewardserve.models.planning import Job
 from rewardserve.models.spec import ModelSpec
+from rewardserve.protocol import Item, ScoreOptions
 from tests.harness import run_jobs
 
 

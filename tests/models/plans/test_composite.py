@@ -9,9 +9,9 @@ import statistics
 import pytest
 import pytest_asyncio
 
-from rewardserve.client.protocol import Escalation, Item, ItemResult
 from rewardserve.models.plans.composite import pick_escalated
 from rewardserve.models.spec import ModelSpec
+from rewardserve.protocol import Escalation, Item, ItemResult
 from rewardserve.service.settings import Settings
 from tests.builders import reference_outcome_scores
 from tests.harness import post

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from rewardserve.client.protocol import Item, ItemResult
 from rewardserve.models.plans.groups import (
     delta_rewards,
     group_advantages,
     group_process_advantages,
     potential_rewards,
 )
+from rewardserve.protocol import Item, ItemResult
 
 
 def test_delta_and_group_process_advantages():

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from rewardserve.client.protocol import RubricRequest
 from rewardserve.models.kinds import build_model
 from rewardserve.models.planning import Peer, RequestError
 from rewardserve.models.plans.rubric import hosted_rules, plan_rubric
 from rewardserve.models.spec import ModelSpec
+from rewardserve.protocol import RubricRequest
 
 ADD = {"inputs": ["2 3\n"], "outputs": ["5\n"]}
 GRADER = "def grade(sample, item):\n    return 1.0\n"

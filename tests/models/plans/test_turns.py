@@ -10,8 +10,8 @@ import random
 
 import pytest
 
-from rewardserve.client.protocol import Item, TurnOptions
 from rewardserve.models.plans.turns import Call, rewards_of_calls, score_all_turns, similarity
+from rewardserve.protocol import Item, TurnOptions
 
 NAMES = ["search", "lookup", "calc"]
 

@@ -9,13 +9,13 @@ import time
 
 import pytest
 
-from rewardserve.client.protocol import Item, Message, ScoreOptions
 from rewardserve.models.kinds import build_checked, build_model
 from rewardserve.models.planning import ItemError
 from rewardserve.models.reward_model import ModelContext
 from rewardserve.models.rules.custom import prompt_text
 from rewardserve.models.rules.runner import RuleLimits, RuleRunner
 from rewardserve.models.spec import ModelSpec
+from rewardserve.protocol import Item, Message, ScoreOptions
 from tests.harness import run_jobs
 
 # The pool's workers run niced: a test process beside them would eat their time limits.

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from rewardserve.client.protocol import CodeOptions, Item, ScoreOptions
 from rewardserve.models.kinds import build_model
 from rewardserve.models.planning import RequestError
 from rewardserve.models.rules import _RULES, Rule, Scored, get_rule, over_cap, rule_names, without_operator_args
 from rewardserve.models.rules.isolation import RuleCall, _run_one
 from rewardserve.models.spec import ModelSpec
+from rewardserve.protocol import CodeOptions, Item, ScoreOptions
 
 CODE_OPERATOR_ARGS = {"max_timeout_s", "max_memory_mb", "unsafe_exec"}
 ADD = {"inputs": ["2 3\n"], "outputs": ["5\n"]}

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from rewardserve.client.protocol import Item
 from rewardserve.models.planning import ItemError
 from rewardserve.models.text.judge_templates import (
     JudgeTemplate,
@@ -13,6 +12,7 @@ from rewardserve.models.text.judge_templates import (
     item_variables,
     load_templates,
 )
+from rewardserve.protocol import Item
 
 
 @pytest.mark.parametrize(

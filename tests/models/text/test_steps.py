@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from rewardserve.client.protocol import Item, StepOptions
 from rewardserve.models.planning import ItemError
 from rewardserve.models.text.steps import aggregate, extract
+from rewardserve.protocol import Item, StepOptions
 
 
 def test_auto_picks_list_then_turns_then_separator_then_whole():

@@ -1,0 +1,1 @@
+"""What runs inside the sandbox, sent in as text: the standard library only."""

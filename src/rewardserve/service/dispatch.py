@@ -1,0 +1,307 @@
+"""Running a plan: queue its units, run its calls, await both, finish.
+
+plan (the kind's, off the event loop) -> units on the model's batcher, calls in the
+rule pools -> await them (unless the request's scope is cancelled first: the client
+disconnected or the deadline passed) -> plan.finish (off the event loop) -> results,
+or the next plan. Each stage's work is charged to the request's tenant first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from starlette.concurrency import run_in_threadpool
+
+from rewardserve.models.planning import Part, Plan, RequestError, Unit
+from rewardserve.models.request_scope import RequestScope
+from rewardserve.models.rules.pool import PoolBusy
+from rewardserve.protocol import Usage
+from rewardserve.service.batcher import BatchAnswer
+from rewardserve.service.context import RequestContext
+from rewardserve.service.errors import (
+    DeadlineExceeded,
+    NotReady,
+    Overloaded,
+    PayloadTooLarge,
+    QueueFull,
+    QueueTooSmall,
+    TenantQueueFull,
+)
+from rewardserve.service.served_models import Served
+from rewardserve.service.tenants import named
+
+R = TypeVar("R")
+
+
+class ClientGone(Exception):
+    """The client disconnected; its queued work was dropped."""
+
+
+@dataclass
+class Executed(Generic[R]):
+    results: list[R]
+    usage: Usage
+    queue_s: float = 0.0
+    inference_s: float = 0.0
+    warnings: list[str] = field(default_factory=list)
+    revision: str | None = None  # the served model's pinned hub revision
+    model_version: str | None = None  # the version of the served model that ran the plan
+
+    def timing_headers(self) -> dict[str, str]:
+        # Milliseconds, as TEI reports them; and the version that scored, on every route
+        # (the compat routes' bodies are their peers' shapes: the header is where it fits).
+        headers = {
+            "x-queue-time": f"{self.queue_s * 1000:.3f}",
+            "x-inference-time": f"{self.inference_s * 1000:.3f}",
+        }
+        if self.model_version is not None:
+            headers["x-model-version"] = self.model_version
+        return headers
+
+
+async def run_plan(
+    ctx: RequestContext, served: Served | None, n_items: int, planner: Callable[..., Plan[R]], *args: Any
+) -> Executed[R]:
+    """``planner(*args)`` off the event loop (it tokenizes), then the plan executed, the
+    served model held meanwhile (service/ops/lifecycle.py: no sleep or swap closes it)."""
+    if served is None:
+        async with ctx.svc.gate.slot(ctx.tenant):
+            plan = await run_in_threadpool(planner, *args)
+        return await execute(ctx, served, plan, n_items)
+    captured = served.model
+    async with ctx.svc.lifecycle.using(served):
+        if served.model is not captured:  # woken from a level-2 sleep meanwhile: a new object
+            planner, args = _rebound(planner, args, captured, served.model)
+        async with ctx.svc.gate.slot(ctx.tenant):
+            plan = await run_in_threadpool(planner, *args)
+        try:
+            done = await execute(ctx, served, plan, n_items)
+        except (RequestError, QueueFull, QueueTooSmall, PoolBusy, ClientGone):
+            raise  # the caller's input, the service's limits, a caller gone: not the version's health
+        except Exception:
+            ctx.svc.lifecycle.canaries.observe_failure(served)
+            raise
+        # Read while held: weights rewritten in place take a new version only once nobody holds it.
+        done.model_version = served.version
+    ctx.svc.lifecycle.canaries.observe(served, (getattr(r, "valid", True) for r in done.results))
+    done.revision = served.model.spec.revision
+    return done
+
+
+def _rebound(
+    planner: Callable[..., Plan[R]], args: tuple[Any, ...], old: object, new: object
+) -> tuple[Callable[..., Plan[R]], tuple[Any, ...]]:
+    """``planner`` and ``args`` with the model object ``old`` replaced by ``new``."""
+    if getattr(planner, "__self__", None) is old:
+        planner = getattr(new, planner.__name__)
+    return planner, tuple(new if arg is old else arg for arg in args)
+
+
+async def execute(ctx: RequestContext, served: Served | None, plan: Plan[R], n_items: int) -> Executed[R]:
+    """Run ``plan`` (units on ``served``'s batcher) stage by stage to its results."""
+    metrics = ctx.svc.metrics
+    prompt_tokens = cached_tokens = 0
+    queue_s = inference_s = 0.0
+    while True:
+        charge_work(ctx, sum(unit.members for unit in plan.units) + len(plan.calls))
+        prompt_tokens += plan.prompt_tokens
+        cached_tokens += plan.cached_tokens
+        if served is not None:
+            name = served.model.name
+            metrics.cache_hits.labels(name).inc(plan.cache_hits)
+            metrics.cache_misses.labels(name).inc(plan.cache_misses)
+            metrics.deduplicated.labels(name).inc(plan.deduplicated)
+        calls = asyncio.ensure_future(run_calls(ctx, plan.calls))
+        parts = asyncio.ensure_future(run_parts(ctx, plan.parts))
+        try:
+            outcomes = await compute(ctx, served, plan.units)
+            values = await calls
+            ran = await parts
+        finally:
+            calls.cancel()
+            parts.cancel()
+        prompt_tokens += sum(p.usage.prompt_tokens for p in ran)
+        cached_tokens += sum(p.usage.cached_tokens for p in ran)
+        queue_s = max([queue_s, *(o.queue_s for o in outcomes), *(p.queue_s for p in ran)])
+        inference_s = max([inference_s, *(o.inference_s for o in outcomes), *(p.inference_s for p in ran)])
+        done = await run_in_threadpool(plan.finish, [o.result for o in outcomes], values)
+        if isinstance(done, Plan):
+            plan = done
+            continue
+        items = plan.scored_items if plan.scored_items is not None else n_items
+        usage = Usage(items=items, prompt_tokens=prompt_tokens, cached_tokens=cached_tokens)
+        # For the request log (service/http/middleware.py).
+        ctx.log["work"] = {
+            "items": items,
+            "tokens": prompt_tokens,
+            "queue_ms": round(queue_s * 1000, 1),
+            "inference_ms": round(inference_s * 1000, 1),
+        }
+        return Executed(done, usage, queue_s, inference_s)
+
+
+def refuse_over_limit(ctx: RequestContext, work: int) -> None:
+    """413 for a request that makes more work than one request may (a route that knows
+    it before planning asks here first: nothing is planned for a request refused)."""
+    limit = ctx.svc.settings.max_work_per_request
+    if work > limit:
+        raise PayloadTooLarge(
+            f"this request asks for {work} model inputs and rule calls (each item, judge prompt, compared "
+            f"pair, rule call and template render), over the limit of {limit} per request; split it",
+            param="items",
+        )
+
+
+def charge_work(ctx: RequestContext, work: int) -> None:
+    """Count a plan stage's work (forward inputs: items, judge prompts, compared pairs;
+    rule calls and template renders) against the request's limit (413) and, beyond the
+    items the request was admitted with, against its tenant's items per second (429): a
+    request is charged what it makes the service do, not only the items it lists."""
+    ctx.work_units += work
+    refuse_over_limit(ctx, ctx.work_units)
+    extra = ctx.work_units - ctx.work_charged
+    if extra > 0 and ctx.svc.tenants.enabled:
+        ctx.work_charged = ctx.work_units
+        wait = ctx.svc.tenants.charge(ctx.tenant, extra)
+        if wait is not None:
+            raise Overloaded(
+                f"{named(ctx.tenant)} is over its items per second (this request's judge "
+                f"prompts and rule calls count too); retry after {wait}s",
+                retry_after_s=wait,
+            )
+
+
+async def run_parts(ctx: RequestContext, parts: list[Part[Any]]) -> list[Executed[Any]]:
+    """Each part's plan on its own model's batcher, concurrently; its results put in the
+    part. A part's model that is not ready fails the request (503). Each part's model is
+    held while its part runs, as a request's own model is: weights rewritten in place wait
+    for the part, and a part waits for them (never half of each)."""
+    if not parts:
+        return []
+    registry = ctx.svc.registry
+
+    async def run(part: Part[Any]) -> Executed[Any]:
+        served = registry.get(part.model)
+        async with ctx.svc.lifecycle.using(served):
+            done: Executed[Any] = await execute(ctx, served, part.plan, 0)
+        part.results = done.results
+        return done
+
+    tasks = [asyncio.ensure_future(run(part)) for part in parts]
+    try:
+        return list(await asyncio.gather(*tasks))
+    finally:
+        for task in tasks:
+            task.cancel()
+
+
+def _no_room(exc: PoolBusy) -> Overloaded:
+    return Overloaded(
+        f"the rule pools have no room for this request ({exc}); retry after {exc.retry_after_s}s",
+        retry_after_s=exc.retry_after_s,
+    )
+
+
+def refuse_without_room(ctx: RequestContext, calls_by_rule: dict[str, int]) -> None:
+    """429 before planning when the rule pools have no room for the calls a request will
+    make (a refusal then costs no plan; ``run_calls`` asks again)."""
+    if not calls_by_rule:
+        return
+    try:
+        ctx.svc.rule_runner.check_room(calls_by_rule, ctx.scope)
+    except PoolBusy as exc:
+        raise _no_room(exc) from exc
+
+
+async def run_calls(ctx: RequestContext, calls: list[Any]) -> list[Any]:
+    """Run calls in the rule pools for this request; 429 when the pools are full."""
+    if not calls:
+        return []
+    try:
+        future = ctx.svc.rule_runner.run(calls, ctx.scope)
+    except PoolBusy as exc:
+        raise _no_room(exc) from exc
+    (values,) = await until_done_or_gone(ctx.scope, [asyncio.wrap_future(future)])
+    produced: list[Any] = values
+    return produced
+
+
+async def compute(ctx: RequestContext, served: Served | None, units: list[Unit[Any]]) -> list[BatchAnswer]:
+    """Queue units on the model's batcher (or refuse them: 429 / 413) and await them."""
+    scope = ctx.scope
+    if scope.cancelled or scope.expired():
+        raise gone_error(scope)
+    if not units:
+        return []
+    assert served is not None and served.batcher is not None, "units need a served model"
+    model = served.model
+    for unit in units:
+        unit.scope = scope
+    try:
+        futures = served.batcher.submit(units, scope.deadline)
+    except TenantQueueFull as exc:
+        raise Overloaded(
+            f"{named(exc.tenant)} has {exc.limit} tokens queued on model {model.name!r}, its limit; retry "
+            f"after {exc.retry_after_s}s",
+            retry_after_s=exc.retry_after_s,
+        ) from exc
+    except QueueFull as exc:
+        ctx.svc.metrics.rejected.labels(model.name, "queue_full").inc()
+        raise Overloaded(
+            f"model {model.name!r} is at capacity; retry after {exc.retry_after_s}s",
+            retry_after_s=exc.retry_after_s,
+        ) from exc
+    except QueueTooSmall as exc:
+        raise PayloadTooLarge(str(exc), param="items") from exc
+    return await until_done_or_gone(scope, futures)
+
+
+def gone_error(scope: RequestScope) -> Exception:
+    """What a request whose scope was cancelled is answered with."""
+    if scope.reason == "disconnected":
+        return ClientGone()
+    if scope.reason == "shutdown":
+        return NotReady("the replica shut down before this request finished; retry it")
+    return DeadlineExceeded("the request's deadline passed before its results were ready")
+
+
+async def until_done_or_gone(scope: RequestScope, futures: Sequence[asyncio.Future[Any]]) -> list[Any]:
+    """Await every future; if the request's scope is cancelled first (client gone,
+    deadline passed), fail the futures still pending so a batcher drops that work before
+    computing it, and raise what the request is answered with."""
+    if not futures:
+        return []
+    gathered = asyncio.gather(*futures)
+    cancelled: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def wake() -> None:
+        if not cancelled.done():
+            cancelled.set_result(None)
+
+    def on_cancel(_reason: str) -> None:
+        cancelled.get_loop().call_soon_threadsafe(wake)
+
+    unregister = scope.on_cancel(on_cancel)
+    try:
+        waiting: set[asyncio.Future[Any]] = {gathered, cancelled}
+        await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        gathered.cancel()
+        raise
+    finally:
+        unregister()
+        cancelled.cancel()
+    if gathered.done():
+        return gathered.result()
+    gathered.add_done_callback(lambda f: f.cancelled() or f.exception())  # consumed
+    error = gone_error(scope)
+    if isinstance(error, ClientGone):
+        gathered.cancel()
+        raise error
+    for future in futures:  # the batcher drops these before compute, counted as "deadline"
+        if not future.done():
+            future.set_exception(error if isinstance(error, DeadlineExceeded) else DeadlineExceeded(str(error)))
+    raise error

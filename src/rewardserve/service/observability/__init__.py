@@ -1,0 +1,2 @@
+"""What the service tells its operator: metrics, logs, reward health, hacking alarms,
+shadow scoring."""
