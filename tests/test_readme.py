@@ -34,7 +34,16 @@ FENCE = re.compile(r"(<!-- readme-test: not run; (?P<why>[^>]+?) -->\n)?```(?P<l
 
 
 # Pages whose examples run, each independent of the others (a test apiece).
-PAGES = ["README.md", *sorted(str(path.relative_to(ROOT)) for path in (ROOT / "docs" / "guides").glob("*.md"))]
+PAGES = [
+    "README.md",
+    *sorted(str(path.relative_to(ROOT)) for path in (ROOT / "docs" / "guides").glob("*.md")),
+    "docs/lifecycle.md",
+    "docs/reference/settings.md",
+    "docs/reference/options.md",
+]
+
+# A service started as a shell line: `REWARDSERVE_X=... rewardserve serve ...`.
+SERVE_LINE = re.compile(r"^(?P<env>(?:REWARDSERVE_\w+=\S+ +)*)rewardserve serve\b(?P<args>.*)$")
 
 
 def blocks(page: str) -> list[tuple[str, str, str | None]]:
@@ -182,20 +191,28 @@ def test_every_example_on_the_page_runs(page, tmp_path, no_stand_in, built_demo)
                 assert done.returncode == 0, f"{body}\n{done.stderr[-3000:]}"
                 if "think_format" in body:  # the rubric example scores what its comment shows
                     assert "('correct', 1.0), ('format', 1.0)" in done.stdout, done.stdout
+                if "admin.admin.load(" in body:  # slept, woken, then the loaded version serves
+                    assert "state='awake'" in done.stdout and "version='step-400'" in done.stdout, done.stdout
                 ran["python"] += 1
             elif lang == "bash":
                 if page != "README.md" and body.startswith(DEMO_MODELS):
                     (tmp_path / "demo").symlink_to(built_demo)
                     ran["bash"] += 1
                     continue
-                serves = [line for line in body.splitlines() if line.startswith("make ")]
+                serves = [line for line in body.splitlines() if line.startswith("make ") or SERVE_LINE.match(line)]
                 if serves:
                     for line in serves:
                         command = line.split("#")[0].strip()
                         if command == "make test":
                             continue  # what is running this
-                        args = re.search(r'ARGS="([^"]*)"', command)
-                        command = f'make serve ARGS="{args[1] if args else ""} --port {port}"'
+                        if started := SERVE_LINE.match(command):
+                            # The port the line names, or the one it would default to, is put in.
+                            assigned = re.sub(r"REWARDSERVE_PORT=\d+", f"REWARDSERVE_PORT={port}", started["env"])
+                            flag = "" if "REWARDSERVE_PORT=" in assigned else f" --port {port}"
+                            command = f"env {assigned}rewardserve serve{started['args']}{flag}"
+                        else:
+                            args = re.search(r'ARGS="([^"]*)"', command)
+                            command = f'make serve ARGS="{args[1] if args else ""} --port {port}"'
                         if "--model" in command or "--config" in command:  # the demo models stand in
                             assert (tmp_path / "demo" / "models-demo.yaml").exists(), "served before demo-models"
                         server.start(command, port)
@@ -214,7 +231,14 @@ def test_every_example_on_the_page_runs(page, tmp_path, no_stand_in, built_demo)
                 if '"model": "code"' in body:  # the code example passes both its tests, as shown
                     (result,) = json.loads(done.stdout)["results"]
                     assert result["score"] == 1.0 and [t["verdict"] for t in result["tests"]] == ["AC", "AC"]
+                if body.startswith("rewardserve models --config"):  # the options example passes the checks
+                    assert re.search(r"^judge +verifier .* ok *$", done.stdout, re.M), done.stdout
                 ran["bash"] += 1
+        if page == "docs/reference/settings.md":  # the service the example started takes its keys only
+            score = {"model": "exact_match", "items": [{"prompt": "p", "response": "a", "reference": "a"}]}
+            url = f"http://127.0.0.1:{port}/v1/score"
+            assert httpx.post(url, json=score, timeout=30).status_code == 401
+            assert httpx.post(url, json=score, headers={"authorization": "Bearer k2"}, timeout=30).status_code == 200
     finally:
         if last is not None:
             took.append((time.monotonic() - last[0], last[1]))
@@ -256,7 +280,9 @@ def test_the_kinds_table_is_what_the_service_answers():
 
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     rows = dict(re.findall(r"^\| `([a-z_]+)` \| (.+) \|$", readme, re.M))
-    assert set(rows) == set(known_kinds())
+    # The kinds the package ships (tests register toy kinds of their own beside them).
+    shipped = {kind for kind in known_kinds() if kind_class(kind).__module__.startswith("rewardserve.")}
+    assert set(rows) == shipped
     for kind, cell in rows.items():
         named = set(re.findall(r"`(/[^`]+)`", cell))
         routes = {

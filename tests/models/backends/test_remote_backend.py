@@ -315,16 +315,16 @@ def test_an_unreachable_server_or_a_missing_tokenizer_is_one_clear_error(judge_d
         RemoteBackend(keyless, "lm")
 
 
-def test_the_readme_s_remote_judge_entry_is_a_model_this_service_takes():
+def test_the_guide_s_remote_judge_entry_is_a_model_this_service_takes():
     import re
 
     import yaml
 
     from rewardserve.models.kinds.verifier import VerifierOptions
 
-    readme = (ROOT / "README.md").read_text()
-    block = re.search(r"```yaml\n(- name: judge\n  kind: verifier\n  source: http.*?)```", readme, re.S)
-    assert block is not None, "README's remote judge entry moved"
+    guide = (ROOT / "docs" / "guides" / "judges-rubrics-comparisons.md").read_text()
+    block = re.search(r"```yaml\n(- name: judge\n  kind: verifier\n  source: http.*?)```", guide, re.S)
+    assert block is not None, "the judges guide's remote judge entry moved"
     spec = ModelSpec.model_validate(yaml.safe_load(block[1])[0])
     assert VerifierOptions.model_validate(spec.options).api_key_env == "JUDGE_API_KEY"
     assert spec.tokenizer and spec.source.startswith("http")

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from rewardserve.models.kinds import build_model
-from rewardserve.models.planning import Job
+from rewardserve.models.plan import Job
 from rewardserve.models.prefix_sharing import SharedUnit
 from rewardserve.models.spec import ModelSpec
 from rewardserve.protocol import Item, StepOptions
@@ -202,17 +202,17 @@ def test_turns_and_another_tokenizer_are_refused(lms):
 
 
 def readme_config(tmp_path, policy, reference) -> Path:
-    """The README's implicit PRM config, its hub ids standing for the models built here."""
-    text = (Path(__file__).resolve().parents[3] / "README.md").read_text(encoding="utf-8")
+    """The process-rewards guide's implicit PRM config, its hub ids standing for the models built here."""
+    text = (Path(__file__).resolve().parents[3] / "docs" / "guides" / "process-rewards.md").read_text(encoding="utf-8")
     block = re.search(r"```yaml\n(# implicit-prm\.yaml\n.*?)```", text, re.S)
-    assert block, "README shows an implicit PRM config"
+    assert block, "the process-rewards guide shows an implicit PRM config"
     body = block[1].replace("PRIME-RL/EurusPRM-Stage2", str(policy))
     path = tmp_path / "implicit-prm.yaml"
     path.write_text(body.replace("Qwen/Qwen2.5-Math-7B-Instruct", str(reference)))
     return path
 
 
-async def test_the_readme_config_serves_steps_score_and_token_rewards(lms, tmp_path):
+async def test_the_guide_s_config_serves_steps_score_and_token_rewards(lms, tmp_path):
     policy, reference, _ = lms
     (spec,) = load_model_file(readme_config(tmp_path, policy, reference))
     assert spec.options["beta"] == 0.05 and spec.options["separator"] == "\n\n"
