@@ -27,7 +27,7 @@ from bench.compare import cpu_name  # noqa: E402
 # Lowered as a rule worker is (isolation.lower_priority), then spinning.
 SPIN = (
     "import sys\n"
-    "from rewardserve.models.rules.isolation import lower_priority\n"
+    "from rewardserve.models.rules.worker import lower_priority\n"
     "lower_priority(sys.argv[1])\n"
     "while True:\n"
     "    pass\n"

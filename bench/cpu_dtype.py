@@ -29,7 +29,7 @@ def main() -> None:
 
     from bench.outcome import build_items, build_model
     from rewardserve.models.kinds import build_model as build_kind
-    from rewardserve.models.planning import Unit
+    from rewardserve.models.plan import Unit
     from rewardserve.models.spec import ModelSpec
     from rewardserve.protocol import Item, ScoreOptions
 

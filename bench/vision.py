@@ -67,7 +67,7 @@ def raw(model_dir: Path, items: list[dict], batch_sizes) -> tuple[dict[int, floa
     import torch
 
     from rewardserve.models.kinds import build_model
-    from rewardserve.models.planning import Unit
+    from rewardserve.models.plan import Unit
     from rewardserve.models.spec import ModelSpec
     from rewardserve.protocol import Item, ScoreOptions
 

@@ -269,7 +269,7 @@ ESCAPE = (
 def _run_below(priority: str, code: str) -> str:
     """``code`` run by the sandbox from a process lowered as a rule worker is."""
     from rewardserve.models.rules.code import sandbox
-    from rewardserve.models.rules.isolation import lower_priority
+    from rewardserve.models.rules.worker import lower_priority
 
     lower_priority(priority)  # type: ignore[arg-type]  # "nice" or "idle", as the settings allow
     return sandbox.run(code, [{"stdin": ""}], sandbox.Limits(timeout_s=5)).results[0]["stdout"]

@@ -14,7 +14,7 @@ from PIL import Image
 
 from rewardserve.client.images import data_url, image_part
 from rewardserve.models.images import ImagePolicy, load_image, load_item_images
-from rewardserve.models.planning import RequestError
+from rewardserve.models.plan import RequestError
 from rewardserve.protocol import Item
 
 POLICY = ImagePolicy()

@@ -8,7 +8,7 @@ import random
 import numpy as np
 
 from rewardserve.models.backends import TokenSequence, make_backend
-from rewardserve.models.planning import Job, Unit
+from rewardserve.models.plan import Job, Unit
 from rewardserve.models.prefix_sharing import SharedUnit, read_units
 from rewardserve.models.spec import ModelSpec
 

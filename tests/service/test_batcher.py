@@ -9,7 +9,7 @@ import time
 import pytest
 
 from rewardserve.models.batch_policy import BatchPolicy
-from rewardserve.models.planning import ItemError, Unit
+from rewardserve.models.plan import ItemError, Unit
 from rewardserve.protocol import ItemResult
 from rewardserve.service.batcher import Batcher
 from rewardserve.service.errors import DeadlineExceeded, QueueFull, QueueTooSmall

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from rewardserve.models.batch_policy import BatchPolicy
-from rewardserve.models.planning import Unit
+from rewardserve.models.plan import Unit
 from rewardserve.models.request_scope import RequestScope
 from rewardserve.models.spec import ModelSpec
 from rewardserve.service.batcher import Batcher

@@ -2,7 +2,7 @@ import asyncio
 import time
 
 from rewardserve.models.batch_policy import BatchPolicy
-from rewardserve.models.planning import Unit
+from rewardserve.models.plan import Unit
 from rewardserve.service.work_queue import Pending, WorkQueue
 
 

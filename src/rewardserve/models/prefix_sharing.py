@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from rewardserve.models.backends.backend import Backend, TokenSequence, after_prefix
-from rewardserve.models.planning import Job, Unit
+from rewardserve.models.plan import Job, Unit
 
 # Sharing pays when it saves at least this many prefix tokens (one prefix instead of n).
 MIN_SAVED_TOKENS = 64

@@ -32,7 +32,7 @@ import numpy as np
 from rewardserve.models.batch_policy import BatchPolicy
 from rewardserve.models.cache import LRUCache
 from rewardserve.models.options import KindOptions, validate_options
-from rewardserve.models.planning import ItemError, Job, PeerLookup, Plan, RequestError, Unit, UnitOutput
+from rewardserve.models.plan import ItemError, Job, PeerLookup, Plan, RequestError, Unit, UnitOutput
 from rewardserve.models.spec import ModelSpec
 from rewardserve.models.text.tokenize import Tokenized, tokenize
 from rewardserve.protocol import (

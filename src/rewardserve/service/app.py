@@ -22,11 +22,11 @@ from fastapi.responses import Response
 from fastapi_offline import FastAPIOffline
 
 from rewardserve.client import __version__
-from rewardserve.models.phases import log as startup_log
 from rewardserve.models.policy_tokenizers import PolicyTokenizers
 from rewardserve.models.reward_model import ModelContext
 from rewardserve.models.rules.runner import RuleRunner
 from rewardserve.models.spec import ModelSpec
+from rewardserve.models.startup_phases import log as startup_log
 from rewardserve.service.api.admin import router as admin_routes
 from rewardserve.service.api.code import router as code_routes
 from rewardserve.service.api.judging import router as judging_routes

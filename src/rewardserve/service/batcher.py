@@ -40,7 +40,7 @@ from typing import Any
 
 from rewardserve.models.backends.layer_boundaries import run_between_layers
 from rewardserve.models.batch_policy import BatchPolicy
-from rewardserve.models.planning import ItemError, Unit, UnitOutput
+from rewardserve.models.plan import ItemError, Unit, UnitOutput
 from rewardserve.service.errors import DeadlineExceeded, NotReady, QueueFull, QueueTooSmall
 from rewardserve.service.observability.metrics import Metrics
 from rewardserve.service.tenants import Tenants, TenantShares, label

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 
-from rewardserve.models.planning import PeerLookup
+from rewardserve.models.plan import PeerLookup
 from rewardserve.models.request_scope import RequestScope
 
 if TYPE_CHECKING:

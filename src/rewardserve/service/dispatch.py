@@ -15,7 +15,7 @@ from typing import Any, Generic, TypeVar
 
 from starlette.concurrency import run_in_threadpool
 
-from rewardserve.models.planning import Part, Plan, RequestError, Unit
+from rewardserve.models.plan import Part, Plan, RequestError, Unit
 from rewardserve.models.request_scope import RequestScope
 from rewardserve.models.rules.pool import PoolBusy
 from rewardserve.protocol import Usage

@@ -18,7 +18,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from rewardserve.models.planning import RequestError
+from rewardserve.models.plan import RequestError
 from rewardserve.protocol import ERROR_STATUS, ErrorBody, ErrorDetail, ErrorType
 from rewardserve.protocol.errors import unknown_field_message
 

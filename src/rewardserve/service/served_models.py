@@ -23,12 +23,12 @@ from typing import TypeVar
 from rewardserve.models.cache import LRUCache, TenantCache
 from rewardserve.models.checkpoints import go_offline_if_unreachable
 from rewardserve.models.kinds import build_checked
-from rewardserve.models.phases import log as startup_log
-from rewardserve.models.phases import timed_phase
-from rewardserve.models.planning import Peer, PeerLookup, RequestError
-from rewardserve.models.plans.running import RunningScore
+from rewardserve.models.plan import Peer, PeerLookup, RequestError
+from rewardserve.models.plans.scales import RunningScore
 from rewardserve.models.reward_model import ModelContext, RewardModel
 from rewardserve.models.spec import ModelSpec, ShadowSpec
+from rewardserve.models.startup_phases import log as startup_log
+from rewardserve.models.startup_phases import timed_phase
 from rewardserve.service.batcher import Batcher
 from rewardserve.service.errors import NotFound, NotReady, one_line
 from rewardserve.service.observability.metrics import Metrics

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from rewardserve.models.rules.isolation import DEFAULT_PRIORITY, WorkerPriority
+from rewardserve.models.rules.worker import DEFAULT_PRIORITY, WorkerPriority
 from rewardserve.models.spec import ModelSpec, describe_spec_error
 from rewardserve.models.yaml_files import load_yaml
 from rewardserve.service.tenants import BATCH_MS, TenantSpec
@@ -80,7 +80,7 @@ class Settings(BaseSettings):
     max_work_per_request: int = Field(default=32_768, gt=0)
     # JSON values (objects, lists, strings, numbers) in one body, counted before parsing.
     max_json_values: int = Field(default=500_000, gt=0)
-    # Rule pools (models/rules/isolation.py): workers (0: twice the cores, 3 to 8), a
+    # Rule pools (models/rules/worker.py): workers (0: twice the cores, 3 to 8), a
     # call's time and memory, calls queued at most.
     rule_workers: int = Field(default=0, ge=0)
     rule_timeout_s: float = Field(default=5.0, gt=0)
@@ -92,7 +92,7 @@ class Settings(BaseSettings):
     # (a container's CPU quota, say).
     rule_cpu_share: float | None = Field(default=None, gt=0, le=1)
     # How the rule workers and the sandboxes they start stay below the serving process
-    # (models/rules/isolation.py): "nice" (niceness 19) or "idle" (SCHED_IDLE: only cores
+    # (models/rules/worker.py): "nice" (niceness 19) or "idle" (SCHED_IDLE: only cores
     # nothing else wants, so a forward never waits behind a rule; on a CPU the forwards
     # keep busy, rules then get less time and may reach their limit sooner).
     rule_priority: WorkerPriority = DEFAULT_PRIORITY

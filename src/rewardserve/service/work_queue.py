@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rewardserve.models.batch_policy import BatchPolicy
-from rewardserve.models.planning import Unit
+from rewardserve.models.plan import Unit
 
 
 @dataclass(eq=False)

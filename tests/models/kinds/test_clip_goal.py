@@ -10,7 +10,7 @@ from transformers import AutoImageProcessor, AutoTokenizer, CLIPModel
 
 from rewardserve.client.images import image_part
 from rewardserve.models.kinds import build_model
-from rewardserve.models.planning import ItemError, RequestError
+from rewardserve.models.plan import ItemError, RequestError
 from rewardserve.models.spec import ModelSpec
 from rewardserve.protocol import Item, ScoreOptions, StepOptions
 from tests.harness import run_jobs

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from rewardserve.models.kinds import build_model
-from rewardserve.models.planning import ItemError, Job, RequestError
+from rewardserve.models.plan import ItemError, Job, RequestError
 from rewardserve.models.spec import ModelSpec
 from rewardserve.protocol import Item, ScoreOptions
 from tests.builders import random_text, reference_outcome_scores

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rewardserve.models.kinds import build_model
-from rewardserve.models.planning import ItemError, Job, RequestError
+from rewardserve.models.plan import ItemError, Job, RequestError
 from rewardserve.models.spec import ModelSpec
 from rewardserve.protocol import Item, ScoreOptions, StepOptions
 from tests.harness import run_jobs

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from rewardserve.models.kinds import build_model
-from rewardserve.models.planning import ItemError
+from rewardserve.models.plan import ItemError
 from rewardserve.models.rules import RuleError, get_rule, rule_names
 from rewardserve.models.rules.text import exact_match, last_boxed
 from rewardserve.models.spec import ModelSpec

@@ -12,7 +12,7 @@ from pydantic import Field
 from rewardserve.models.batch_policy import BatchPolicy
 from rewardserve.models.kinds import register_kind
 from rewardserve.models.options import KindOptions, OptionsError
-from rewardserve.models.planning import ItemError, Job, Unit, UnitOutput
+from rewardserve.models.plan import ItemError, Job, Unit, UnitOutput
 from rewardserve.models.reward_model import RewardModel, work_key
 from rewardserve.models.spec import ModelSpec
 from rewardserve.protocol import Item, ItemResult, ScoreOptions

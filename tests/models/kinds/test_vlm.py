@@ -11,7 +11,7 @@ from transformers import AutoImageProcessor, AutoTokenizer, Qwen2VLForConditiona
 
 from rewardserve.client.images import image_part
 from rewardserve.models.kinds import build_model
-from rewardserve.models.planning import Job
+from rewardserve.models.plan import Job
 from rewardserve.models.spec import ModelSpec
 from rewardserve.protocol import Item, ScoreOptions
 from tests.harness import run_jobs
@@ -111,7 +111,7 @@ def test_scores_equal_transformers_in_one_mixed_batch(fixture, head, request):
 
 def test_placeholder_count_must_match_images(vl_value):
     from rewardserve.models.kinds.vlm import expand_image_tokens
-    from rewardserve.models.planning import ItemError
+    from rewardserve.models.plan import ItemError
 
     assert expand_image_tokens("a<i>b<i>", "<i>", [2, 1]) == "a<i><i>b<i>"
     with pytest.raises(ItemError):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from rewardserve.models.kinds import build_model
-from rewardserve.models.planning import Peer, RequestError
+from rewardserve.models.plan import Peer, RequestError
 from rewardserve.models.plans.rubric import hosted_rules, plan_rubric
 from rewardserve.models.spec import ModelSpec
 from rewardserve.protocol import RubricRequest

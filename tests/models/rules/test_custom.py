@@ -10,7 +10,7 @@ import time
 import pytest
 
 from rewardserve.models.kinds import build_checked, build_model
-from rewardserve.models.planning import ItemError
+from rewardserve.models.plan import ItemError
 from rewardserve.models.reward_model import ModelContext
 from rewardserve.models.rules.custom import prompt_text
 from rewardserve.models.rules.runner import RuleLimits, RuleRunner

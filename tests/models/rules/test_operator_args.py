@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from rewardserve.models.kinds import build_model
-from rewardserve.models.planning import RequestError
+from rewardserve.models.plan import RequestError
 from rewardserve.models.rules import _RULES, Rule, Scored, get_rule, over_cap, rule_names, without_operator_args
-from rewardserve.models.rules.isolation import RuleCall, _run_one
+from rewardserve.models.rules.worker import RuleCall, _run_one
 from rewardserve.models.spec import ModelSpec
 from rewardserve.protocol import CodeOptions, Item, ScoreOptions
 

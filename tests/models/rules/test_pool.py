@@ -13,8 +13,8 @@ import pytest
 
 from rewardserve.models.fairness import FairScheduler
 from rewardserve.models.request_scope import RequestScope
-from rewardserve.models.rules.isolation import RuleCall
 from rewardserve.models.rules.pool import PoolBusy, RulePool
+from rewardserve.models.rules.worker import RuleCall
 
 # The pool's workers run niced: a test process beside them would eat their time limits.
 pytestmark = pytest.mark.alone

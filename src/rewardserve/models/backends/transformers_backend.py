@@ -30,8 +30,8 @@ from rewardserve.models.backends.packing import Unit
 from rewardserve.models.backends.readouts import unwrap_last_layer, wrap_last_layer
 from rewardserve.models.checkpoints import CheckpointWeights, load_tokenizer
 from rewardserve.models.options import BackendOptions
-from rewardserve.models.phases import timed_phase
 from rewardserve.models.spec import ModelSpec
+from rewardserve.models.startup_phases import timed_phase
 
 log = logging.getLogger(__name__)
 

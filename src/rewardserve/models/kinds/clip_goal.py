@@ -28,7 +28,7 @@ from rewardserve.models.checkpoints import load_tokenizer
 from rewardserve.models.images import load_item_images
 from rewardserve.models.kinds import register_kind
 from rewardserve.models.options import KindOptions
-from rewardserve.models.planning import ItemError, Job, RequestError, Unit, UnitOutput
+from rewardserve.models.plan import ItemError, Job, RequestError, Unit, UnitOutput
 from rewardserve.models.reward_model import RewardModel
 from rewardserve.models.text.steps import aggregate
 from rewardserve.protocol import Item, ItemResult, ScoreOptions, StepOptions, StepsResult

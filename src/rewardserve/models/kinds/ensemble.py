@@ -21,10 +21,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from rewardserve.models.cache import LRUCache
 from rewardserve.models.kinds import register_kind
 from rewardserve.models.options import KindOptions
-from rewardserve.models.planning import ItemError, Job, Part, PeerLookup, Plan, RequestError, Unit, UnitOutput
-from rewardserve.models.plans.composite import escalate, part_scores, score_part
+from rewardserve.models.plan import ItemError, Job, Part, PeerLookup, Plan, RequestError, Unit, UnitOutput
 from rewardserve.models.plans.groups import group_advantages, group_keys
-from rewardserve.models.plans.running import normalize_scores
+from rewardserve.models.plans.mixing import escalate, part_scores, score_part
+from rewardserve.models.plans.scales import normalize_scores
 from rewardserve.models.reward_model import RewardModel
 from rewardserve.protocol import (
     CompareItem,

@@ -36,7 +36,7 @@ from rewardserve.models.batch_policy import BatchPolicy
 from rewardserve.models.cache import LRUCache
 from rewardserve.models.kinds import register_kind
 from rewardserve.models.options import WeightedKindOptions
-from rewardserve.models.planning import ItemError, Job, PeerLookup, Plan, RequestError, Unit, UnitOutput
+from rewardserve.models.plan import ItemError, Job, PeerLookup, Plan, RequestError, Unit, UnitOutput
 from rewardserve.models.plans.groups import group_advantages
 from rewardserve.models.prefix_sharing import jobs_of, read_units, share_prefixes
 from rewardserve.models.reward_model import RewardModel, work_key

@@ -22,7 +22,7 @@ from pydantic import Field
 from rewardserve.models.batch_policy import BatchPolicy
 from rewardserve.models.kinds import register_kind
 from rewardserve.models.options import KindOptions
-from rewardserve.models.planning import ItemError, Job, RequestError, Unit, UnitOutput
+from rewardserve.models.plan import ItemError, Job, RequestError, Unit, UnitOutput
 from rewardserve.models.reward_model import ModelContext, RewardModel, work_key
 from rewardserve.models.rules import get_rule, over_cap, rule_names, without_operator_args
 from rewardserve.models.rules.custom import (
@@ -33,8 +33,8 @@ from rewardserve.models.rules.custom import (
     search_directory,
     serve_function,
 )
-from rewardserve.models.rules.isolation import CallFailure, RuleCall
 from rewardserve.models.rules.runner import RuleLimits, RuleRunner
+from rewardserve.models.rules.worker import CallFailure, RuleCall
 from rewardserve.models.spec import ModelSpec
 from rewardserve.protocol import Item, ItemResult, ScoreOptions
 

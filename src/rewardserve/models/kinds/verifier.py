@@ -29,7 +29,7 @@ from rewardserve.models.batch_policy import BatchPolicy
 from rewardserve.models.cache import LRUCache
 from rewardserve.models.kinds import register_kind
 from rewardserve.models.options import WeightedKindOptions
-from rewardserve.models.planning import ItemError, Job, PeerLookup, Plan, RequestError, Unit, UnitOutput
+from rewardserve.models.plan import ItemError, Job, PeerLookup, Plan, RequestError, Unit, UnitOutput
 from rewardserve.models.plans.compare import compare_by_judge
 from rewardserve.models.plans.groups import group_advantages
 from rewardserve.models.plans.rubric import CriterionOutcome, Key

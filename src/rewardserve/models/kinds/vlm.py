@@ -29,7 +29,7 @@ from rewardserve.models.checkpoints import load_tokenizer
 from rewardserve.models.images import load_item_images
 from rewardserve.models.kinds import register_kind
 from rewardserve.models.options import KindOptions
-from rewardserve.models.planning import ItemError, Job, RequestError, Unit, UnitOutput
+from rewardserve.models.plan import ItemError, Job, RequestError, Unit, UnitOutput
 from rewardserve.models.reward_model import RewardModel, sigmoid
 from rewardserve.models.text.chat import fit_text
 from rewardserve.protocol import ImagePart, ImageURLPart, Item, ItemResult, ScoreOptions

@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
 from pydantic import ValidationError
 
-from rewardserve.models.planning import ItemError, PeerLookup, Plan, RequestError, Unit, UnitOutput
-from rewardserve.models.plans.composite import Scaled, escalate, plan_model_criteria, scale_outcomes
+from rewardserve.models.plan import ItemError, PeerLookup, Plan, RequestError, Unit, UnitOutput
 from rewardserve.models.plans.formula import FormulaError, compile_formula, evaluate
+from rewardserve.models.plans.mixing import Scaled, escalate, plan_model_criteria, scale_outcomes
 from rewardserve.models.rules import Rule, get_rule, with_named_reference, without_operator_args
 from rewardserve.models.rules.custom import is_custom, prompt_text, served_directory
-from rewardserve.models.rules.isolation import CallFailure, RenderCall, RuleCall
+from rewardserve.models.rules.worker import CallFailure, RenderCall, RuleCall
 from rewardserve.models.text.judge_templates import item_variables
 from rewardserve.models.text.templating import (
     TemplateLimitError,
@@ -258,7 +258,7 @@ def plan_criteria(
         response = response_with_tool_calls(item)
         variables: dict[str, Any] | None = None
         for k, criterion in enumerate(own):
-            if criterion.model is not None:  # scored by the model (models/plans/composite.py)
+            if criterion.model is not None:  # scored by the model (models/plans/mixing.py)
                 continue
             # A rule's args (a dict), else the judge question's text (a criterion has one of them).
             source: Any

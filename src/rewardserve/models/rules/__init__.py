@@ -4,7 +4,7 @@ A rule takes the response text, the item's reference and its own keyword argumen
 returns a score (1.0 / 0.0 for pass / fail, or a graded value). A rule that cannot judge
 raises ``RuleError``: the item becomes ``valid: false``, never a silent 0.
 
-Every rule runs in a pool worker with a time and a memory limit (isolation.py): sympy
+Every rule runs in a pool worker with a time and a memory limit (worker.py): sympy
 can run for minutes on a crafted formula, a regex can backtrack for hours. A rule whose
 cost grows faster than its input declares ``limits``: a cheap check, run in the serving
 process before the call is queued, that names the field over its cap (a 413; a 422 for a

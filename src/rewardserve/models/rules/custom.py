@@ -12,7 +12,7 @@ from PYTHONPATH, and nowhere else: a request naming ``os:system`` is refused, as
 anything from the standard library or the installed packages. It is checked in the
 serving process when the model is built (a rubric criterion may name only a function a
 rule model serves: a request never chooses a module to import) and runs only in
-the rule workers (isolation.py), under the rules' time and memory limits and without
+the rule workers (worker.py), under the rules' time and memory limits and without
 network, imported once per worker.
 """
 

@@ -1,4 +1,4 @@
-"""The rule pool: isolated worker processes (isolation.py) shared fairly between tenants,
+"""The rule pool: isolated worker processes (worker.py) shared fairly between tenants,
 then between each tenant's requests.
 
 - calls go to the workers in chunks (one pickling, one round trip); a chunk that runs
@@ -36,7 +36,7 @@ from pebble import ProcessExpired, ProcessPool
 
 from rewardserve.models.fairness import FairScheduler
 from rewardserve.models.request_scope import RequestScope
-from rewardserve.models.rules.isolation import (
+from rewardserve.models.rules.worker import (
     DEFAULT_PRIORITY,
     CallFailure,
     WorkerPriority,

@@ -19,8 +19,8 @@ from typing import Any
 from rewardserve.models.fairness import FairScheduler
 from rewardserve.models.request_scope import RequestScope
 from rewardserve.models.rules import get_rule
-from rewardserve.models.rules.isolation import DEFAULT_PRIORITY, RenderCall, RuleCall, WorkerPriority
 from rewardserve.models.rules.pool import RulePool
+from rewardserve.models.rules.worker import DEFAULT_PRIORITY, RenderCall, RuleCall, WorkerPriority
 
 
 def default_workers() -> int:
@@ -44,7 +44,7 @@ class RuleLimits:
     embedding_workers: int = 1
     code_workers: int = 0  # 0: code_workers()
     cpu_share: float | None = None  # of the cores, kept busy at once per pool; None: no cap
-    priority: WorkerPriority = DEFAULT_PRIORITY  # isolation.py: how the workers stay below the service
+    priority: WorkerPriority = DEFAULT_PRIORITY  # worker.py: how the workers stay below the service
 
     def busy_cap(self) -> int | None:
         if self.cpu_share is None:

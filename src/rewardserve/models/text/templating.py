@@ -7,7 +7,7 @@ A request's template is code the client wrote, so it runs under budgets:
   what their output costs: they render in the serving process with an output budget
   checked chunk by chunk as Jinja yields it;
 - every other template renders in a rule-pool worker (time and memory limits of the
-  worker, models/rules/isolation.py) in a sandbox that also checks, before computing
+  worker, models/rules/worker.py) in a sandbox that also checks, before computing
   them, the sizes of ``*``, ``**`` and ``+`` and the total length of ``range`` calls.
 
 A template that asks for too much (output, numbers, ranges, recursion) is the
@@ -28,7 +28,7 @@ from jinja2.exceptions import SecurityError
 from jinja2.runtime import Context
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from rewardserve.models.planning import ItemError
+from rewardserve.models.plan import ItemError
 
 MAX_OUTPUT_CHARS = 100_000  # one rendered field
 MAX_VALUE_CHARS = 4_000_000  # one string or list built by * or + while rendering

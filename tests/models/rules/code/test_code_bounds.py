@@ -9,8 +9,8 @@ import json
 import pytest
 
 from rewardserve.models.rules.code import ANSWER_BYTES, CodeScore, code_tests, sandbox
-from rewardserve.models.rules.isolation import RuleCall
 from rewardserve.models.rules.pool import RulePool, call_time_left
+from rewardserve.models.rules.worker import RuleCall
 
 pytestmark = pytest.mark.alone  # budgets in wall-clock seconds, against niced sandboxes
 

@@ -8,8 +8,8 @@ import time
 import pytest
 
 from rewardserve.models.request_scope import RequestScope
-from rewardserve.models.rules.isolation import CallFailure, RenderCall, RuleCall
 from rewardserve.models.rules.pool import PoolBusy, RulePool
+from rewardserve.models.rules.worker import CallFailure, RenderCall, RuleCall
 
 # The pool's workers run niced: a test process beside them would eat their time limits.
 pytestmark = pytest.mark.alone

@@ -37,8 +37,8 @@ WORKER_NICENESS = 19
 # a script's main module is imported there once, not again in every worker).
 PRELOAD = (
     "__main__",
-    "rewardserve.models.rules.isolation",
-    "rewardserve.models.rules.warmed",
+    "rewardserve.models.rules.worker",
+    "rewardserve.models.rules.warm",
     "sacrebleu",
     "rouge_score.rouge_scorer",
     "rapidfuzz.fuzz",
@@ -146,7 +146,7 @@ def init_worker(memory_mb: int, warm: tuple[str, ...], priority: WorkerPriority 
     # Below the serving process: a call that burns its whole time limit takes the cores
     # the forward passes leave, not the other way round.
     lower_priority(priority)
-    import rewardserve.models.rules.warmed  # noqa: F401 (done in the fork server already, where there is one)
+    import rewardserve.models.rules.warm  # noqa: F401 (done in the fork server already, where there is one)
     from rewardserve.models.rules import get_rule
 
     for name in warm:
@@ -208,7 +208,7 @@ def run_calls(calls: list[RuleCall | RenderCall]) -> list[Any]:
 
 
 def _run_one(call: RuleCall | RenderCall) -> Any:
-    from rewardserve.models.planning import ItemError
+    from rewardserve.models.plan import ItemError
     from rewardserve.models.rules import RuleError, Scored, get_rule, with_named_reference, without_operator_args
     from rewardserve.models.text.templating import TemplateLimitError, render_field_bounded
 

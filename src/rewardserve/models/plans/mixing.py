@@ -13,9 +13,9 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from rewardserve.models.planning import ItemError, Part, PeerLookup, Plan, RequestError
+from rewardserve.models.plan import ItemError, Part, PeerLookup, Plan, RequestError
 from rewardserve.models.plans.groups import group_keys
-from rewardserve.models.plans.running import RunningScore, normalize_scores
+from rewardserve.models.plans.scales import RunningScore, normalize_scores
 from rewardserve.protocol import Criterion, Escalation, Item, ItemResult, Scale, ScoreOptions
 
 Key = tuple[int, int]  # (item index, criterion index)

@@ -27,7 +27,7 @@ from rewardserve.protocol import ERROR_STATUS, ErrorType
 
 if TYPE_CHECKING:
     from rewardserve.models.cache import LRUCache
-    from rewardserve.models.plans.running import RunningScore
+    from rewardserve.models.plans.scales import RunningScore
     from rewardserve.models.reward_model import RewardModel
 
 P = TypeVar("P")  # a kind's own payload
