@@ -240,7 +240,8 @@ Every setting is an environment variable with the `REWARDSERVE_` prefix; the com
 are also flags of `rewardserve serve` (`rewardserve serve --help` lists them), and a flag
 wins over the environment, which wins over the defaults below. Lists (`API_KEYS`,
 `ADMIN_KEYS`, `CORS_ORIGINS`, `IMAGE_URL_ALLOWLIST`) are comma-separated; `MODELS` and
-`POLICY_TOKENIZERS` are JSON.
+`POLICY_TOKENIZERS` are JSON. The service below listens on port 9000 and answers only
+callers that send `k1` or `k2` as their key:
 
 ```bash
 REWARDSERVE_PORT=9000 REWARDSERVE_API_KEYS=k1,k2 rewardserve serve
@@ -250,14 +251,20 @@ REWARDSERVE_PORT=9000 REWARDSERVE_API_KEYS=k1,k2 rewardserve serve
 OPTIONS_INTRO = """\
 What a model's `options:` may hold, by kind (a preset's options first, yours on top).
 They are checked at start: a misspelled key stops the service naming the model, the key
-and the closest valid one.
+and the closest valid one. `rewardserve models --config` runs the same checks without
+serving, one line per model, and exits 1 when one fails:
 
 ```yaml
+# models.yaml
 models:
   - name: judge
     kind: verifier
     source: Qwen/Qwen2.5-0.5B-Instruct
     options: {template: yes_no, cache_size: 20000}
+```
+
+```bash
+rewardserve models --config models.yaml
 ```
 """
 
@@ -318,6 +325,7 @@ into a soak.
 ERRORS_INTRO = """\
 Every failure the service answers is one JSON shape, whatever the route:
 
+<!-- readme-test: not run; an answer the service sends, shown as it reads, not a command to run. -->
 ```json
 {"error": {"type": "invalid_request", "message": "items[0].response: Field required", "param": "items[0].response"}}
 ```
@@ -493,6 +501,7 @@ def errors_page() -> str:
         "Every failure of a call is a `RewardServeError`; an error status is an `APIStatusError` with",
         "`status_code`, `type`, `param` and `message` read from the body:",
         "",
+        "<!-- readme-test: not run; the client's exception classes as a tree, text to read, not code. -->",
         "```text",
         hierarchy,
         "```",

@@ -254,7 +254,7 @@ def test_every_example_on_the_page_runs(page, tmp_path, no_stand_in, built_demo)
         assert accuracy["pairs"] == 1 and accuracy["subsets"]["math"]["pairs"] == 1
     if page == "docs/guides/grpo-loop.md":
         assert (tmp_path / "grpo-out" / "metrics.jsonl").read_text().count("\n") == 1
-    if ran["serve"] and "demo/models-demo.yaml" in (ROOT / page).read_text(encoding="utf-8"):
+    if ran["serve"] and "--config demo/models-demo.yaml" in (ROOT / page).read_text(encoding="utf-8"):
         # make serve's start-up, readable at a glance: a plan line and a ready line per
         # model, then where it serves.
         log = (tmp_path / "serve.log").read_text()
