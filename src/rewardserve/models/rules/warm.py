@@ -1,4 +1,4 @@
-"""Imported by the rule pools' fork server (isolation.PRELOAD): the rule libraries
+"""Imported by the rule pools' fork server (worker.PRELOAD): the rule libraries
 loaded and their first-call set-up done once, so every worker forked from it starts
 warm (math-verify's first parse alone builds its grammar)."""
 
