@@ -114,7 +114,7 @@ async def measure(
     mean over many batches, where B's p99 needs many requests."""
     import httpx
 
-    from rewardserve.service.tenants import ACTIVE_S
+    from rewardserve.engine.tenants import ACTIVE_S
 
     a_rate = b_rate * 10 / a_items
     capacity_s = seconds if capacity_s is None else capacity_s

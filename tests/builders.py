@@ -178,3 +178,23 @@ def build_unigram_tokenizer(out_dir: Path):
     )
     fast.save_pretrained(out_dir)
     return PreTrainedTokenizerFast.from_pretrained(out_dir)
+
+
+def build_alone(spec, timeout_s: float | None = None):
+    """A model built outside a service (a script, a test): a rule model gets rule pools
+    of its own (the engine's RuleRunner), closed when the model is."""
+    from rewardserve.engine.rules.runner import RuleLimits, RuleRunner
+    from rewardserve.models.kinds import build_model
+    from rewardserve.models.reward_model import ModelContext
+
+    limit = timeout_s or (spec.options or {}).get("timeout_s") or 5.0
+    runner = RuleRunner(RuleLimits(timeout_s=float(limit)))
+    model = build_model(spec, ModelContext(rules=runner))
+    close = model.close
+
+    def close_with_pools() -> None:
+        close()
+        runner.close()
+
+    model.close = close_with_pools
+    return model

@@ -140,7 +140,8 @@ def item_of_tokens(model_dir, tokens: int, word: str = "apple") -> dict:
 def run_jobs(model, entries: list) -> list:
     """A kind's prepared jobs run directly, each a unit of its own, bypassing the
     service; an entry that is already an ItemError comes back as it is."""
-    from rewardserve.models.plan import ItemError, Job, Unit
+    from rewardserve.models.errors import ItemError
+    from rewardserve.models.plan import Job, Unit
 
     jobs = [e for e in entries if isinstance(e, Job)]
     outputs = iter(model.run([Unit(job.length, job) for job in jobs]))

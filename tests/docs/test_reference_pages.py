@@ -79,12 +79,14 @@ def test_the_errors_page_names_every_error_type_with_its_status(generator: Modul
 
 
 def test_the_errors_page_names_every_type_the_service_errors_raise(pages: dict[str, str]) -> None:
-    from rewardserve.service import errors
+    from rewardserve.engine import errors as engine_errors
+    from rewardserve.models import errors as domain_errors
 
     raised = {
         cls.error_type
-        for cls in vars(errors).values()
-        if isinstance(cls, type) and issubclass(cls, errors.ServiceError)
+        for module in (domain_errors, engine_errors)
+        for cls in vars(module).values()
+        if isinstance(cls, type) and issubclass(cls, (domain_errors.RequestError, engine_errors.CapacityError))
     }
     assert raised and all(f"`{kind}`" in pages["errors.md"] for kind in raised)
 

@@ -13,9 +13,9 @@ import pytest
 from PIL import Image
 
 from rewardserve.client.images import data_url, image_part
+from rewardserve.models.errors import RequestError
 from rewardserve.models.images import ImagePolicy, load_image, load_item_images
-from rewardserve.models.plan import RequestError
-from rewardserve.protocol import Item
+from rewardserve.protocol import ERROR_STATUS, Item
 
 POLICY = ImagePolicy()
 
@@ -43,7 +43,7 @@ def url_of(data: bytes, mime="image/png") -> str:
 def refused(source, status, policy=POLICY, match=None):
     with pytest.raises(RequestError) as err:
         load_image(source, policy, "items[0].messages[0].content[0]")
-    assert err.value.status == status and err.value.param == "items[0].messages[0].content[0]"
+    assert ERROR_STATUS[err.value.type] == status and err.value.param == "items[0].messages[0].content[0]"
     if match:
         assert match in err.value.message
     return err.value
@@ -104,7 +104,7 @@ def test_too_many_images_in_one_item_is_413():
     item = Item(messages=[{"role": "user", "content": [part] * 100}, {"role": "assistant", "content": "x"}])
     with pytest.raises(RequestError) as err:
         load_item_images(item, 3, POLICY)
-    assert err.value.status == 413 and err.value.param == "items[3]"
+    assert ERROR_STATUS[err.value.type] == 413 and err.value.param == "items[3]"
 
 
 def test_exif_orientation_is_applied():

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import pytest
 
+from rewardserve.models.errors import StartupError
 from rewardserve.models.kinds import build_model
 from rewardserve.models.kinds.outcome import OutcomeOptions
 from rewardserve.models.options import OptionsError
 from rewardserve.models.spec import ModelSpec
 from rewardserve.service.app import create_app
-from rewardserve.service.settings import Settings, StartupError
+from rewardserve.service.settings import Settings
 
 
 def test_a_misspelled_option_names_the_model_the_key_and_the_closest_one():

@@ -307,7 +307,7 @@ def serve(args: argparse.Namespace) -> None:
     os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "1024")
     # OMP_WAIT_POLICY stays OpenMP's default (spin briefly, then sleep). PASSIVE (sleep at
     # once) puts a futex wake-up in front of every parallel op, which is slower with all
-    # torch work on one thread (service/served_models.py); bench/results/design-measurements.md.
+    # torch work on one thread (engine/registry.py); bench/results/design-measurements.md.
     need_serve()
     from rewardserve.service.server import run
     from rewardserve.service.settings import Settings

@@ -24,7 +24,7 @@ class BatchPolicy:
     # Close a batch rather than let padding pass this share of its tokens.
     max_padding_ratio: float = 1.0
     # Whether batches may be cut to a few items' compute while several tenants share the
-    # model (service/batcher.py): where small batches lose some speed (a CPU), not where
+    # model (engine/batcher.py): where small batches lose some speed (a CPU), not where
     # throughput comes from big ones (a GPU).
     short_when_shared: bool = False
     # Whether a forward in flight runs other work between its layers when asked

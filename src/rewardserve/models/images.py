@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, cast
 from urllib.parse import urlsplit
 
-from rewardserve.models.plan import RequestError
+from rewardserve.models.errors import RequestError
 from rewardserve.protocol import ImagePart, ImageURLPart, Item, Message
 
 if TYPE_CHECKING:  # PIL is imported when an image is decoded

@@ -22,10 +22,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
-from rewardserve.models.request_scope import RequestScope
-from rewardserve.protocol import ERROR_STATUS, ErrorType
+from rewardserve.models.errors import ItemError
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future
+
     from rewardserve.models.cache import LRUCache
     from rewardserve.models.plans.scales import RunningScore
     from rewardserve.models.reward_model import RewardModel
@@ -34,31 +35,35 @@ P = TypeVar("P")  # a kind's own payload
 R = TypeVar("R")  # a plan's per-item result
 
 
-class ItemError(Exception):
-    """This item cannot be scored; its neighbours still are. Becomes ``valid: false``."""
+class Scope(Protocol):
+    """What work knows of the request it came from (the engine's RequestScope,
+    engine/scope.py): who it is, until when its answer is wanted, whether it still is."""
 
-
-class RequestError(Exception):
-    """The request as a whole is unacceptable: answered with the error ``type``'s status
-    (protocol/errors.py ERROR_STATUS), naming ``param``."""
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        param: str | None = None,
-        type: ErrorType = "invalid_request",
-        headers: dict[str, str] | None = None,
-    ):
-        super().__init__(message)
-        self.message = message
-        self.param = param
-        self.type: ErrorType = type
-        self.headers: dict[str, str] = headers or {}
+    id: int
+    name: str
+    tenant: str | None
+    deadline: float | None
+    reason: str | None
 
     @property
-    def status(self) -> int:
-        return ERROR_STATUS[self.type]
+    def cancelled(self) -> bool: ...
+
+    def remaining(self) -> float | None: ...
+
+    def expired(self) -> bool: ...
+
+    def cancel(self, reason: str) -> None: ...
+
+    def on_cancel(self, callback: Callable[[str], None]) -> Callable[[], None]: ...
+
+
+class RuleCalls(Protocol):
+    """The rule pools as a model uses them (the engine's RuleRunner, engine/rules/
+    runner.py): calls run for a request, their values (or CallFailures) in order."""
+
+    def run(
+        self, calls: list[Any], scope: Scope | None = None, timeout_s: float | None = None
+    ) -> Future[list[Any]]: ...
 
 
 # What a kind's ``run`` gives back for a unit: one output per member (a result or an
@@ -92,7 +97,7 @@ class Unit(Generic[P]):
     shared_tokens: int = 0
     # The request it belongs to (set by the service): who shares a pool fairly with
     # whom, and whether the work is still wanted.
-    scope: RequestScope | None = None
+    scope: Scope | None = None
 
     def answered_by(self, output: UnitOutput) -> bool:
         """Whether ``run`` gave this unit one output per member."""

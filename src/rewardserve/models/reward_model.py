@@ -31,8 +31,9 @@ import numpy as np
 
 from rewardserve.models.batch_policy import BatchPolicy
 from rewardserve.models.cache import LRUCache
+from rewardserve.models.errors import ItemError, RequestError
 from rewardserve.models.options import KindOptions, validate_options
-from rewardserve.models.plan import ItemError, Job, PeerLookup, Plan, RequestError, Unit, UnitOutput
+from rewardserve.models.plan import Job, PeerLookup, Plan, RuleCalls, Unit, UnitOutput
 from rewardserve.models.spec import ModelSpec
 from rewardserve.models.text.tokenize import Tokenized, tokenize
 from rewardserve.protocol import (
@@ -54,7 +55,6 @@ if TYPE_CHECKING:
     from rewardserve.models.backends.backend import Backend
     from rewardserve.models.checkpoints import CheckpointWeights
     from rewardserve.models.images import ImagePolicy
-    from rewardserve.models.rules.runner import RuleRunner
 
 log = logging.getLogger(__name__)
 OptionsT = TypeVar("OptionsT", bound=KindOptions)
@@ -63,15 +63,15 @@ R = TypeVar("R", bound=ItemResult)
 
 @dataclass(frozen=True)
 class ModelContext:
-    """What the service lends every model it builds: the image rules and the shared rule
-    pools. A model built alone (a test, a script) gets defaults and pools of its own."""
+    """What the service lends every model it builds: the image rules and the engine's
+    rule pools. Other served models are never here: a plan is lent those it names, per
+    request (``peers``). A model built alone (a test, a script) gets the defaults; a rule
+    model then needs pools given to it (engine/rules/runner.py's RuleRunner)."""
 
     image_policy: ImagePolicy | None = None
-    rules: RuleRunner | None = None
+    rules: RuleCalls | None = None
     # False: no torch.compile at load for models whose options do not ask for it.
     compile: bool = True
-    # The other served models, for kinds that mix their scores (an ensemble).
-    peers: PeerLookup | None = None
 
 
 def sigmoid(x: float) -> float:
@@ -363,7 +363,7 @@ class RewardModel(ABC):
     def torch_on_cpu(self) -> bool:
         """Whether this model's forwards are torch ops on this process's CPU (not a vLLM
         engine's process, not a GPU). The service runs all such models on one thread:
-        see service/served_models.py."""
+        see engine/registry.py."""
         if not self.runs_torch or self.spec.backend == "vllm":
             return False
         from rewardserve.models.backends.loading import pick_device

@@ -22,9 +22,14 @@ from fastapi.responses import Response
 from fastapi_offline import FastAPIOffline
 
 from rewardserve.client import __version__
+from rewardserve.engine.errors import ClientGone
+from rewardserve.engine.executor import Engine
+from rewardserve.engine.registry import ModelRegistry
+from rewardserve.engine.rules.runner import RuleRunner
+from rewardserve.engine.tenants import FairGate, Tenants
+from rewardserve.models.kinds import build_checked
 from rewardserve.models.policy_tokenizers import PolicyTokenizers
 from rewardserve.models.reward_model import ModelContext
-from rewardserve.models.rules.runner import RuleRunner
 from rewardserve.models.spec import ModelSpec
 from rewardserve.models.startup_phases import log as startup_log
 from rewardserve.service.api.admin import router as admin_routes
@@ -32,7 +37,6 @@ from rewardserve.service.api.code import router as code_routes
 from rewardserve.service.api.judging import router as judging_routes
 from rewardserve.service.api.peers import router as compat_routes
 from rewardserve.service.api.scoring import open_routes, scoring_routes
-from rewardserve.service.dispatch import ClientGone
 from rewardserve.service.errors import install_error_handlers
 from rewardserve.service.http.admission import Admission, InFlightRequests
 from rewardserve.service.http.middleware import BodyLimit, RequestLog, RequestMetrics
@@ -41,9 +45,7 @@ from rewardserve.service.observability.reward_health import RewardHealth
 from rewardserve.service.observability.shadow import Shadowing
 from rewardserve.service.ops.lifecycle import Lifecycle
 from rewardserve.service.ops.malloc_trim import MallocTrim, freeze_loaded_objects
-from rewardserve.service.served_models import ModelRegistry
 from rewardserve.service.settings import Settings
-from rewardserve.service.tenants import FairGate, Tenants
 
 log = logging.getLogger(__name__)
 
@@ -54,9 +56,8 @@ class ServiceState:
     metrics: Metrics
     registry: ModelRegistry
     api_keys: list[str]
-    rule_runner: RuleRunner
+    engine: Engine
     tenants: Tenants
-    gate: FairGate
     health: RewardHealth
     shadowing: Shadowing
     lifecycle: Lifecycle
@@ -94,22 +95,32 @@ def create_app(settings: Settings | None = None, url: str | None = None) -> Fast
     registry = ModelRegistry(
         specs,
         metrics,
+        build_checked,
         context,
         after_batch=MallocTrim(settings.malloc_trim_seconds),
         keep_going=settings.keep_going,
         tenants=tenants,
+    )
+    lifecycle = Lifecycle(registry, settings, metrics)
+    engine = Engine(
+        registry=registry,
+        gate=FairGate(tenants, slots=max(2, os.cpu_count() or 2)),
+        tenants=tenants,
+        rules=rule_runner,
+        metrics=metrics,
+        max_work_per_request=settings.max_work_per_request,
+        observer=lifecycle.canaries,
     )
     state = ServiceState(
         settings=settings,
         metrics=metrics,
         registry=registry,
         api_keys=settings.accepted_keys() + tenants.keys(),
-        rule_runner=rule_runner,
+        engine=engine,
         tenants=tenants,
-        gate=FairGate(tenants, slots=max(2, os.cpu_count() or 2)),
         health=RewardHealth(metrics),
         shadowing=Shadowing(metrics),
-        lifecycle=Lifecycle(registry, settings, metrics),
+        lifecycle=lifecycle,
         policy_tokenizers=PolicyTokenizers(settings.policy_tokenizers),
     )
 

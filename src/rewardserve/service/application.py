@@ -4,7 +4,7 @@
       -> RequestContext.of(request) (context.py): tenant, scope, the service, accounting
       -> a use case here: the per-request item limit and the tenant's admission, the
          served model and whether it answers the operation, its plan run
-         (dispatch.py: work charged per stage, batched, pooled, awaited), then
+         (engine/executor.py: work charged per stage, batched, pooled, awaited), then
          reward-health and shadow scoring
       -> Executed: results, usage and timing; the route encodes them in its shape and
          the timing in ``x-queue-time`` / ``x-inference-time``
@@ -20,13 +20,20 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from importlib import metadata
-from typing import Any
+from typing import Any, TypeVar
 
 from starlette.concurrency import run_in_threadpool
 
 from rewardserve.client import __version__
+from rewardserve.engine.executor import Executed, charge_work, refuse_over_limit, refuse_without_room
+from rewardserve.engine.executor import run_plan as execute_plan
+from rewardserve.engine.registry import Served
+from rewardserve.engine.tenants import label, named
+from rewardserve.models.errors import InvalidRequest, NotFound, Overloaded, PayloadTooLarge
 from rewardserve.models.kinds.rule import RuleModel
+from rewardserve.models.plan import Plan
 from rewardserve.models.plans.groups import singleton_groups
 from rewardserve.models.plans.rubric import (
     asks_judge,
@@ -65,13 +72,10 @@ from rewardserve.protocol import (
     VerifyResult,
 )
 from rewardserve.service.context import RequestContext
-from rewardserve.service.dispatch import Executed, charge_work, refuse_over_limit, refuse_without_room, run_plan
-from rewardserve.service.errors import InvalidRequest, NotFound, Overloaded, PayloadTooLarge
 from rewardserve.service.observability import composite_views as observed
-from rewardserve.service.served_models import Served
-from rewardserve.service.tenants import label, named
 
 log = logging.getLogger(__name__)
+R = TypeVar("R")
 
 # The route that answers each operation a kind declares (RewardModel.endpoints).
 ENDPOINT_ROUTES = {
@@ -85,9 +89,24 @@ ENDPOINT_ROUTES = {
 }
 
 
+async def run_plan(
+    ctx: RequestContext, served: Served | None, n_items: int, planner: Callable[[Any], Plan[R]]
+) -> Executed[R]:
+    """The engine runs the plan; what it did goes into the request log
+    (service/http/middleware.py)."""
+    done = await execute_plan(ctx, served, n_items, planner)
+    ctx.log["work"] = {
+        "items": done.usage.items,
+        "tokens": done.usage.prompt_tokens,
+        "queue_ms": round(done.queue_s * 1000, 1),
+        "inference_ms": round(done.inference_s * 1000, 1),
+    }
+    return done
+
+
 def admit(ctx: RequestContext, n_items: int) -> None:
     """The per-request item limit, and the tenant's items (counted once per request; what
-    its plan makes beyond them is charged as it is planned, dispatch.charge_work)."""
+    its plan makes beyond them is charged as it is planned, engine/executor.py charge_work)."""
     limit = ctx.svc.settings.max_items_per_request
     if n_items > limit:
         raise PayloadTooLarge(
@@ -138,9 +157,8 @@ async def score(
     admit(ctx, len(items))
     served = serving(ctx, model, endpoint)
     peers = ctx.peers(served.model.depends_on)
-    done = await run_plan(
-        ctx, served, len(items), served.model.plan_score, items, options, served.cache(ctx.tenant), peers
-    )
+    cache = served.cache(ctx.tenant)
+    done = await run_plan(ctx, served, len(items), lambda m: m.plan_score(items, options, cache, peers))
     done.warnings += observe(ctx, model, items, options, done.results)
     if options.normalize == "group":
         warn(ctx, done, singleton_groups(items, "normalize: group"))
@@ -176,7 +194,8 @@ async def score_steps(
     admit(ctx, len(items))
     served = serving(ctx, model, "steps")
     tokenizer = policy_tokenizer(ctx, items, options)
-    done = await run_plan(ctx, served, len(items), served.model.plan_steps, items, options, served.cache(ctx.tenant))
+    cache = served.cache(ctx.tenant)
+    done = await run_plan(ctx, served, len(items), lambda m: m.plan_steps(items, options, cache))
     if tokenizer is not None:  # decoding the ids is the request's work: off the event loop
         done.results = await run_in_threadpool(with_token_rewards, items, done.results, tokenizer, options.token_spread)
     done.warnings += observe(ctx, model, items, ScoreOptions(), done.results)
@@ -215,7 +234,8 @@ async def verify(ctx: RequestContext, model: str, items: list[Item], options: Ve
     """A judge's verdict per item."""
     admit(ctx, len(items))
     served = serving(ctx, model, "verify")
-    done = await run_plan(ctx, served, len(items), served.model.plan_verify, items, options, served.cache(ctx.tenant))
+    cache = served.cache(ctx.tenant)
+    done = await run_plan(ctx, served, len(items), lambda m: m.plan_verify(items, options, cache))
     if not ctx.detached:  # health only: a shadow's plan_score would read another template
         ctx.svc.health.observe(model, items, done.results)
     return done
@@ -246,15 +266,9 @@ async def rubric(ctx: RequestContext, body: RubricRequest) -> Executed[RubricRes
             raise InvalidRequest("judge criteria need a 'judge' verifier model", param="judge")
         judge = serving(ctx, body.judge, "judge", field="judge")
     hosts = rule_hosts(ctx, hosted_rules(body))
+    peers = ctx.peers(rubric_models(body) | set(hosts.values()))
     done: Executed[RubricResult] = await run_plan(
-        ctx,
-        judge,
-        len(body.items),
-        plan_rubric,
-        body,
-        judge.model if judge is not None else None,
-        ctx.peers(rubric_models(body) | set(hosts.values())),
-        hosts,
+        ctx, judge, len(body.items), lambda judge_model: plan_rubric(body, judge_model, peers, hosts)
     )
     criteria = [*(body.criteria or []), *(c for item in body.items for c in item.criteria or [])]
     if any(c.normalize == "group" for c in criteria):
@@ -275,9 +289,8 @@ async def compare(
     admit(ctx, sum(len(i.responses) for i in items))
     served = serving(ctx, model, "compare")
     peers = ctx.peers(served.model.depends_on)
-    done = await run_plan(
-        ctx, served, len(items), served.model.plan_compare, items, options, served.cache(ctx.tenant), peers
-    )
+    cache = served.cache(ctx.tenant)
+    done = await run_plan(ctx, served, len(items), lambda m: m.plan_compare(items, options, cache, peers))
     # A judge's comparison scores are win probabilities, not its scores: not observed.
     if "judge" not in served.model.endpoints:
         responses, scored = observed.response_items(items, done.results)
@@ -291,7 +304,7 @@ async def pooling(
     """vLLM's /pooling for process reward models: per input, the vectors at its step tags."""
     admit(ctx, len(inputs))
     served = serving(ctx, model, "pooling")
-    return await run_plan(ctx, served, len(inputs), served.model.plan_pooling, inputs, keep, side)
+    return await run_plan(ctx, served, len(inputs), lambda m: m.plan_pooling(inputs, keep, side))
 
 
 def by_name_or_source(ctx: RequestContext, named: str) -> str:
@@ -416,7 +429,7 @@ async def tokenize(
         name = names[0]
     served = registry.get(name)
     ctx.name_model(name)
-    async with ctx.svc.gate.slot(ctx.tenant):
+    async with ctx.svc.engine.gate.slot(ctx.tenant):
         done: Tokenized = await run_in_threadpool(
             lambda: served.model.tokenize(
                 prompt,

@@ -18,10 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 
+from rewardserve.engine.scope import RequestScope
 from rewardserve.models.plan import PeerLookup
-from rewardserve.models.request_scope import RequestScope
 
 if TYPE_CHECKING:
+    from rewardserve.engine.executor import Engine
     from rewardserve.service.app import ServiceState
 
 _KEY = "request_context"
@@ -33,13 +34,17 @@ class RequestContext:
     scope: RequestScope
     log: dict[str, Any] = field(default_factory=dict)
     # Model inputs and pool calls planned so far, and how many of them the tenant's items
-    # per second has been charged (service/dispatch.py charge_work).
+    # per second has been charged (engine/executor.py charge_work).
     work_units: int = 0
     work_charged: int = 0
 
     @property
     def tenant(self) -> str | None:
         return self.scope.tenant
+
+    @property
+    def engine(self) -> Engine:
+        return self.svc.engine
 
     @property
     def detached(self) -> bool:

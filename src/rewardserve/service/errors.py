@@ -1,6 +1,8 @@
 """One error shape, one table from error type to HTTP status.
 
-Every failure the service answers is ``{"error": {"type", "message", "param"?}}``.
+Every failure the service answers is ``{"error": {"type", "message", "param"?}}``. The
+errors below the service carry their type (models/errors.py, engine/errors.py); here
+alone a type becomes a status and a ``retry_after_s`` a ``retry-after`` header.
 """
 
 from __future__ import annotations
@@ -18,83 +20,33 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from rewardserve.models.plan import RequestError
+# The routes raise the domain's invalid_request through here: they import no models.
+from rewardserve.models.errors import InvalidRequest as InvalidRequest
+from rewardserve.models.errors import RequestError
 from rewardserve.protocol import ERROR_STATUS, ErrorBody, ErrorDetail, ErrorType
 from rewardserve.protocol.errors import unknown_field_message
 
 log = logging.getLogger(__name__)
 
 
-class ServiceError(RequestError):
-    """Raise one of the subclasses; the handler below renders it (a kind's own
-    RequestError goes the same way)."""
-
-    error_type: ErrorType = "internal_error"
-
-    def __init__(self, message: str, *, param: str | None = None, headers: dict[str, str] | None = None):
-        super().__init__(message, param=param, type=self.error_type, headers=headers)
-
-
-def one_line(exc: BaseException) -> str:
-    """An exception as ``Type: message`` on one line (messages carry tracebacks' newlines)."""
-    return " ".join(f"{type(exc).__name__}: {exc}".split())
-
-
-class NotFound(ServiceError):
-    error_type = "not_found"
-
-
-class PayloadTooLarge(ServiceError):
-    error_type = "payload_too_large"
-
-
-class InvalidRequest(ServiceError):
-    error_type = "invalid_request"
-
-
-class Overloaded(ServiceError):
-    error_type = "overloaded"
-
-    def __init__(self, message: str, *, retry_after_s: int):
-        super().__init__(message, headers={"retry-after": str(retry_after_s)})
-
-
-class NotReady(ServiceError):
-    error_type = "not_ready"
-
-
-class DeadlineExceeded(ServiceError):
-    error_type = "deadline_exceeded"
-
-
-# A model's queue refusing work (service/batcher.py); dispatch.py turns them into 429 / 413.
-class QueueFull(Exception):
-    def __init__(self, retry_after_s: int):
-        super().__init__(f"queue full, retry after {retry_after_s}s")
-        self.retry_after_s = retry_after_s
-
-
-class TenantQueueFull(QueueFull):
-    """The tenant's own queued-token limit on this model is reached."""
-
-    def __init__(self, tenant: str, limit: int, retry_after_s: int):
-        super().__init__(retry_after_s)
-        self.tenant = tenant
-        self.limit = limit
-
-
-class QueueTooSmall(Exception):
-    """The request alone is bigger than the whole queue: retrying cannot help."""
-
-
 TYPE_BY_STATUS: dict[int, ErrorType] = {status: kind for kind, status in ERROR_STATUS.items()}
 
 
 class BodyError(RequestError):
-    """A body refused before validation (413 / 422), naming ``param``."""
+    """A body refused before validation (413 / 422), naming ``param``; ``headers``: the
+    HTTP side of the refusal (``connection: close`` for a body not read to its end)."""
 
-    def __init__(self, status: int, message: str, param: str = "body", headers: dict[str, str] | None = None):
-        super().__init__(message, param=param, type=TYPE_BY_STATUS[status], headers=headers)
+    def __init__(self, status: int, message: str, param: str | None = "body", headers: dict[str, str] | None = None):
+        super().__init__(message, param=param, type=TYPE_BY_STATUS[status])
+        self.headers = headers or {}
+
+
+def response_headers(exc: RequestError) -> dict[str, str] | None:
+    """The headers a refusal is answered with: ``retry-after`` when retrying can succeed."""
+    headers = dict(exc.headers) if isinstance(exc, BodyError) else {}
+    if exc.retry_after_s is not None:
+        headers["retry-after"] = str(exc.retry_after_s)
+    return headers or None
 
 
 def error_response(
@@ -199,7 +151,7 @@ def _route_hint(request: Request, status: int, allowed: str | None) -> str:
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestError)
     async def _request(_: Request, exc: RequestError) -> JSONResponse:
-        return error_response(exc.type, exc.message, exc.param, exc.headers)
+        return error_response(exc.type, exc.message, exc.param, response_headers(exc))
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:

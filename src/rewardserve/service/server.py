@@ -36,8 +36,9 @@ import h11
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from rewardserve.models.errors import StartupError
 from rewardserve.service.app import ServiceState, create_app
-from rewardserve.service.settings import Settings, StartupError
+from rewardserve.service.settings import Settings
 
 log = logging.getLogger(__name__)
 

@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from rewardserve.engine.tenants import BATCH_MS, TenantSpec
 from rewardserve.models.rules.worker import DEFAULT_PRIORITY, WorkerPriority
 from rewardserve.models.spec import ModelSpec, describe_spec_error
 from rewardserve.models.yaml_files import load_yaml
-from rewardserve.service.tenants import BATCH_MS, TenantSpec
 
 if TYPE_CHECKING:
+    from rewardserve.engine.rules.runner import RuleLimits
     from rewardserve.models.images import ImagePolicy
-    from rewardserve.models.rules.runner import RuleLimits
 
 # Served unless turned off: they need no weights, so `rewardserve serve` is useful offline.
 BUILTIN_RULES = (
@@ -31,14 +31,6 @@ BUILTIN_RULES = (
     # the tests' own (6 s each by default) and not the pools' 5 s.
     ModelSpec(name="code", kind="rule", source="code_tests", options={"timeout_s": 300.0}),
 )
-
-
-class StartupError(ValueError):
-    """What cannot be served as configured (a model, the port), one line each."""
-
-    def __init__(self, problems: list[str]):
-        super().__init__("\n".join(problems))
-        self.problems = problems
 
 
 class Settings(BaseSettings):
@@ -64,7 +56,7 @@ class Settings(BaseSettings):
     # Fault injection for tests of hot swap (Triton's QA does the same): seconds every
     # admin load waits before it loads.
     fault_load_delay_s: float = Field(default=0.0, ge=0, le=600)
-    # Tenants (service/tenants.py): a YAML file with a `tenants:` list; the config file
+    # Tenants (engine/tenants.py): a YAML file with a `tenants:` list; the config file
     # may hold one too.
     tenants_file: Path | None = None
     # While several tenants use a model, its batches are kept to about this much compute,
@@ -76,7 +68,7 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(default=32 * 1024 * 1024, gt=0)
     max_items_per_request: int = Field(default=4096, gt=0)
     # What one request may make the service do: its items, judge prompts, compared pairs,
-    # rule calls and template renders together (service/dispatch.py charge_work).
+    # rule calls and template renders together (engine/executor.py charge_work).
     max_work_per_request: int = Field(default=32_768, gt=0)
     # JSON values (objects, lists, strings, numbers) in one body, counted before parsing.
     max_json_values: int = Field(default=500_000, gt=0)
@@ -176,7 +168,7 @@ class Settings(BaseSettings):
         )
 
     def rule_limits(self) -> RuleLimits:
-        from rewardserve.models.rules.runner import RuleLimits
+        from rewardserve.engine.rules.runner import RuleLimits
 
         return RuleLimits(
             workers=self.rule_workers,
@@ -201,7 +193,7 @@ class Settings(BaseSettings):
     def tenant_specs(self) -> list[TenantSpec]:
         """The config file's tenants, then the tenants file's (ValueError naming the file
         and the entry when one is wrong)."""
-        from rewardserve.service.tenants import load_tenants
+        from rewardserve.engine.tenants import load_tenants
 
         specs = load_tenants(self.config, only_tenants=False) if self.config is not None else []
         if self.tenants_file is not None:
@@ -232,7 +224,7 @@ class Settings(BaseSettings):
         return spec.model_copy(update={"options": options})
 
 
-# What a config file may hold at its top level (tenants: service/tenants.py).
+# What a config file may hold at its top level (tenants: engine/tenants.py).
 CONFIG_KEYS = ("models", "tenants")
 
 

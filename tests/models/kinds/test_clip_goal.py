@@ -9,8 +9,8 @@ from PIL import Image
 from transformers import AutoImageProcessor, AutoTokenizer, CLIPModel
 
 from rewardserve.client.images import image_part
+from rewardserve.models.errors import ItemError, RequestError
 from rewardserve.models.kinds import build_model
-from rewardserve.models.plan import ItemError, RequestError
 from rewardserve.models.spec import ModelSpec
 from rewardserve.protocol import Item, ScoreOptions, StepOptions
 from tests.harness import run_jobs

@@ -10,10 +10,12 @@ import statistics
 import pytest
 import pytest_asyncio
 
+from rewardserve.engine.registry import ModelRegistry
+from rewardserve.models.errors import StartupError
+from rewardserve.models.kinds import build_checked
 from rewardserve.models.spec import ModelSpec
 from rewardserve.service.observability.metrics import Metrics
-from rewardserve.service.served_models import ModelRegistry
-from rewardserve.service.settings import Settings, StartupError
+from rewardserve.service.settings import Settings
 from tests.builders import reference_outcome_scores
 from tests.harness import post
 
@@ -145,7 +147,7 @@ async def test_escalation_never_passes_its_share(service):
 def test_an_unknown_member_stops_the_start_naming_it():
     specs = [ensemble("mix", ["rm", "nobody"]), ModelSpec(name="rm", kind="rule", source="exact_match")]
     with pytest.raises(StartupError, match="'mix' needs 'nobody', which is not served here"):
-        ModelRegistry(specs, Metrics(), keep_going=False)
+        ModelRegistry(specs, Metrics(), build_checked, keep_going=False)
 
 
 def test_options_are_checked_at_start():

@@ -7,10 +7,11 @@ import random
 
 import pytest
 
+from rewardserve.models.errors import ItemError, RequestError
 from rewardserve.models.kinds import build_model
-from rewardserve.models.plan import ItemError, Job, RequestError
+from rewardserve.models.plan import Job
 from rewardserve.models.spec import ModelSpec
-from rewardserve.protocol import Item, ScoreOptions
+from rewardserve.protocol import ERROR_STATUS, Item, ScoreOptions
 from tests.builders import random_text, reference_outcome_scores
 from tests.harness import run_jobs
 
@@ -90,7 +91,7 @@ def test_max_tokens_error_names_the_item_and_truncation_fits(qwen3_rm):
     long = Item(prompt="hi", response=" ".join(["apple"] * 100))
     with pytest.raises(RequestError) as err:
         model.prepare([short, long], ScoreOptions())
-    assert err.value.status == 413 and err.value.param == "items[1]"
+    assert ERROR_STATUS[err.value.type] == 413 and err.value.param == "items[1]"
     for side in ("left", "right"):
         entries = model.prepare([short, long], ScoreOptions(truncate=side))
         assert entries[1].length == 32 and entries[1].truncated

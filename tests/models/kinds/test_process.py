@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from rewardserve.models.errors import ItemError, RequestError
 from rewardserve.models.kinds import build_model
-from rewardserve.models.plan import ItemError, Job, RequestError
+from rewardserve.models.plan import Job
 from rewardserve.models.spec import ModelSpec
-from rewardserve.protocol import Item, ScoreOptions, StepOptions
+from rewardserve.protocol import ERROR_STATUS, Item, ScoreOptions, StepOptions
 from tests.harness import run_jobs
 
 
@@ -67,7 +68,7 @@ def test_too_many_steps_is_413(qwen2_prm):
     model = load(qwen2_prm, options={"max_steps": 5})
     with pytest.raises(RequestError) as err:
         model.prepare([Item(steps=["s"] * 6)], StepOptions())
-    assert err.value.status == 413 and err.value.param == "items[0]"
+    assert ERROR_STATUS[err.value.type] == 413 and err.value.param == "items[0]"
     (entry,) = model.prepare([Item(steps=[])], StepOptions())
     assert isinstance(entry, ItemError)
 

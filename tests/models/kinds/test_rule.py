@@ -6,12 +6,12 @@ import time
 
 import pytest
 
-from rewardserve.models.kinds import build_model
-from rewardserve.models.plan import ItemError
+from rewardserve.models.errors import ItemError
 from rewardserve.models.rules import RuleError, get_rule, rule_names
 from rewardserve.models.rules.text import exact_match, last_boxed
 from rewardserve.models.spec import ModelSpec
 from rewardserve.protocol import Item, ScoreOptions
+from tests.builders import build_alone
 from tests.harness import run_jobs
 
 # The pool's workers run niced: a test process beside them would eat their time limits.
@@ -22,7 +22,7 @@ PATHOLOGICAL = r"\boxed{9^{9^{9^{9}}}}"  # sympy would spend minutes building th
 
 @pytest.fixture(scope="module")
 def math_model():
-    model = build_model(ModelSpec(name="math", kind="rule", source="math_equiv", options={"timeout_s": 2}))
+    model = build_alone(ModelSpec(name="math", kind="rule", source="math_equiv", options={"timeout_s": 2}))
     model.load()
     # The pool's workers up and their first math parsed before any 2 s limit is counted.
     (job,) = model.prepare([Item(response=r"\boxed{1}", reference="1")], ScoreOptions())
@@ -96,7 +96,7 @@ def test_last_boxed_balances_braces():
 
 
 def test_exact_match_model_uses_last_assistant_turn():
-    model = build_model(ModelSpec(name="em", kind="rule", source="exact_match"))
+    model = build_alone(ModelSpec(name="em", kind="rule", source="exact_match"))
     model.load()
     item = Item(
         messages=[{"role": "user", "content": "capital?"}, {"role": "assistant", "content": "Paris"}], reference="paris"

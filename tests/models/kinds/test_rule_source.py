@@ -16,7 +16,7 @@ def test_an_unknown_rule_source_names_the_known_rules():
     (line,) = str(err.value).splitlines()
     assert line.startswith("model 'r' (kind rule): unknown rule 'nonexistent_rule' (source); known rules: ")
     assert line.endswith(", ".join(rule_names()))
-    assert "_own_runner" not in line
+    assert "runner" not in line.lower()  # names rules, not the engine's internals
 
 
 def test_a_misspelled_rule_gets_the_closest_one():

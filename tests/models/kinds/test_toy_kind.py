@@ -10,9 +10,10 @@ import pytest
 from pydantic import Field
 
 from rewardserve.models.batch_policy import BatchPolicy
+from rewardserve.models.errors import ItemError
 from rewardserve.models.kinds import register_kind
 from rewardserve.models.options import KindOptions, OptionsError
-from rewardserve.models.plan import ItemError, Job, Unit, UnitOutput
+from rewardserve.models.plan import Job, Unit, UnitOutput
 from rewardserve.models.reward_model import RewardModel, work_key
 from rewardserve.models.spec import ModelSpec
 from rewardserve.protocol import Item, ItemResult, ScoreOptions

@@ -7,8 +7,9 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rewardserve.models.backends import TokenSequence
+from rewardserve.models.errors import ItemError
 from rewardserve.models.kinds import build_model
-from rewardserve.models.plan import ItemError, Job
+from rewardserve.models.plan import Job
 from rewardserve.models.spec import ModelSpec
 from rewardserve.models.text.judge_templates import builtin_templates, item_variables
 from rewardserve.protocol import Item, VerifyOptions
@@ -112,7 +113,7 @@ def test_judge_units_of_a_batch_are_read_together(judge, monkeypatch):
 
 
 def test_templates_and_modes_are_checked(judge):
-    from rewardserve.models.plan import RequestError
+    from rewardserve.models.errors import RequestError
 
     with pytest.raises(RequestError, match="unknown template"):
         judge.prepare(ITEMS, VerifyOptions(template="nope"))

@@ -110,8 +110,8 @@ def test_scores_equal_transformers_in_one_mixed_batch(fixture, head, request):
 
 
 def test_placeholder_count_must_match_images(vl_value):
+    from rewardserve.models.errors import ItemError
     from rewardserve.models.kinds.vlm import expand_image_tokens
-    from rewardserve.models.plan import ItemError
 
     assert expand_image_tokens("a<i>b<i>", "<i>", [2, 1]) == "a<i><i>b<i>"
     with pytest.raises(ItemError):

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from rewardserve.models.kinds import build_model
-from rewardserve.models.plan import Peer, RequestError
+from rewardserve.models.errors import RequestError
+from rewardserve.models.plan import Peer
 from rewardserve.models.plans.rubric import hosted_rules, plan_rubric
 from rewardserve.models.spec import ModelSpec
 from rewardserve.protocol import RubricRequest
+from tests.builders import build_alone
 
 ADD = {"inputs": ["2 3\n"], "outputs": ["5\n"]}
 GRADER = "def grade(sample, item):\n    return 1.0\n"
@@ -25,7 +26,7 @@ def lent():
         source="code_tests",
         options={"timeout_s": 120, "args": {**OPERATOR, "compare": "exact"}},
     )
-    model = build_model(spec)
+    model = build_alone(spec)
     model.load()
 
     def peers(name, param=None):

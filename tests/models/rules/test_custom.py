@@ -9,11 +9,11 @@ import time
 
 import pytest
 
+from rewardserve.engine.rules.runner import RuleLimits, RuleRunner
+from rewardserve.models.errors import ItemError
 from rewardserve.models.kinds import build_checked, build_model
-from rewardserve.models.plan import ItemError
 from rewardserve.models.reward_model import ModelContext
 from rewardserve.models.rules.custom import prompt_text
-from rewardserve.models.rules.runner import RuleLimits, RuleRunner
 from rewardserve.models.spec import ModelSpec
 from rewardserve.protocol import Item, Message, ScoreOptions
 from tests.harness import run_jobs

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from rewardserve.models.kinds import build_model
-from rewardserve.models.plan import RequestError
+from rewardserve.models.errors import RequestError
 from rewardserve.models.rules import _RULES, Rule, Scored, get_rule, over_cap, rule_names, without_operator_args
 from rewardserve.models.rules.worker import RuleCall, _run_one
 from rewardserve.models.spec import ModelSpec
 from rewardserve.protocol import CodeOptions, Item, ScoreOptions
+from tests.builders import build_alone
 
 CODE_OPERATOR_ARGS = {"max_timeout_s", "max_memory_mb", "unsafe_exec"}
 ADD = {"inputs": ["2 3\n"], "outputs": ["5\n"]}
@@ -74,7 +74,7 @@ def code_model():
         source="code_tests",
         options={"args": {"max_timeout_s": 10, "max_memory_mb": 1024, "unsafe_exec": False, "compare": "exact"}},
     )
-    model = build_model(spec)
+    model = build_alone(spec)
     model.load()
     yield model
     model.close()

@@ -7,8 +7,9 @@ import time
 
 import pytest
 
-from rewardserve.models.request_scope import RequestScope
-from rewardserve.models.rules.pool import PoolBusy, RulePool
+from rewardserve.engine.errors import PoolBusy
+from rewardserve.engine.rules.pool import RulePool
+from rewardserve.engine.scope import RequestScope
 from rewardserve.models.rules.worker import CallFailure, RenderCall, RuleCall
 
 # The pool's workers run niced: a test process beside them would eat their time limits.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rewardserve.models.plan import ItemError
+from rewardserve.models.errors import ItemError
 from rewardserve.models.text.steps import aggregate, extract
 from rewardserve.protocol import Item, StepOptions
 

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from rewardserve.protocol import ERROR_STATUS
 from rewardserve.service.http.body import BodyError, QuoteCount, count_values, parse_body
 
 LIMITS = {"max_values": 1000, "max_items": 10}
@@ -14,7 +15,7 @@ LIMITS = {"max_values": 1000, "max_items": 10}
 def refused(body: bytes, status: int, param: str = "body", **limits) -> BodyError:
     with pytest.raises(BodyError) as err:
         parse_body(body, **{**LIMITS, **limits})
-    assert err.value.status == status and err.value.param == param, err.value.message
+    assert ERROR_STATUS[err.value.type] == status and err.value.param == param, err.value.message
     return err.value
 
 

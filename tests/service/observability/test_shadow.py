@@ -11,10 +11,12 @@ import shutil
 import pytest
 import pytest_asyncio
 
+from rewardserve.engine.registry import ModelRegistry
+from rewardserve.models.errors import StartupError
+from rewardserve.models.kinds import build_checked
 from rewardserve.models.spec import ModelSpec
 from rewardserve.service.observability.metrics import Metrics
-from rewardserve.service.served_models import ModelRegistry
-from rewardserve.service.settings import Settings, StartupError
+from rewardserve.service.settings import Settings
 from tests.harness import metric
 
 
@@ -133,4 +135,4 @@ async def test_a_model_without_a_shadow_has_no_report(service):
 def test_a_shadow_that_is_not_served_stops_the_start():
     specs = [ModelSpec(name="rm", kind="rule", source="exact_match", shadow={"model": "nobody", "fraction": 0.1})]
     with pytest.raises(StartupError, match="its shadow 'nobody' must be another served model"):
-        ModelRegistry(specs, Metrics(), keep_going=False)
+        ModelRegistry(specs, Metrics(), build_checked, keep_going=False)

@@ -460,39 +460,6 @@ async def test_an_ensemble_reads_its_member_whole_while_new_weights_are_written(
             assert got == pytest.approx(before, abs=1e-4) or got == pytest.approx(other, abs=1e-4), got
 
 
-async def test_a_request_holding_a_model_holds_it_again_while_a_write_waits():
-    """A part of a request's plan on the model the request holds already is held at once
-    (waiting for the write would wait for itself); another request waits for the write."""
-    import contextvars
-    from types import SimpleNamespace
-
-    from rewardserve.service.observability.metrics import Metrics
-    from rewardserve.service.ops.lifecycle import Lifecycle
-    from rewardserve.service.served_models import Served
-
-    lifecycle = Lifecycle(None, Settings(builtin_rules=False), Metrics())  # type: ignore[arg-type]
-    served = Served(SimpleNamespace(name="rm"))  # type: ignore[arg-type]
-    served.idle.set()
-    entered: list[str] = []
-
-    async def other_request() -> None:
-        async with lifecycle.using(served):
-            entered.append("other")
-
-    async with lifecycle.using(served):
-        served.resumed.clear()  # a write began: it waits for this request
-        async with asyncio.timeout(5), lifecycle.using(served):
-            entered.append("again")
-            assert served.in_flight == 2
-        other = asyncio.get_running_loop().create_task(other_request(), context=contextvars.Context())
-        await asyncio.sleep(0.05)
-        assert entered == ["again"] and not other.done()
-    assert served.idle.is_set()
-    served.resumed.set()  # the write is done
-    await asyncio.wait_for(other, 5)
-    assert entered == ["again", "other"] and served.in_flight == 0
-
-
 async def test_a_load_of_another_model_or_a_used_version_is_refused_unless_forced(checkpoints, tmp_path):
     """The next version of a 1-label outcome model is not a 2-label classifier, nor a
     PRM (another architecture, its preset's kind process), nor a version string the

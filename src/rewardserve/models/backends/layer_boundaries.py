@@ -1,7 +1,7 @@
 """Points between a forward's layers where the thread running it may do other work first.
 
 A CPU runs one forward at a time, and a forward of a full batch lasts tens of
-milliseconds. While tenants share a model (service/batcher.py), a light tenant's item
+milliseconds. While tenants share a model (engine/batcher.py), a light tenant's item
 that arrives just after a flood's batch has started would wait for all of it; instead
 the batcher hands that item's batch to the model's thread, which runs it whole between
 two layers of the batch in flight and then goes on with that one. Each forward computes

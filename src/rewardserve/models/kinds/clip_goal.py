@@ -25,10 +25,11 @@ from rewardserve.models.backends.loading import weights_from_host, weights_to_ho
 from rewardserve.models.batch_policy import BatchPolicy
 from rewardserve.models.cache import LRUCache
 from rewardserve.models.checkpoints import load_tokenizer
+from rewardserve.models.errors import ItemError, RequestError
 from rewardserve.models.images import load_item_images
 from rewardserve.models.kinds import register_kind
 from rewardserve.models.options import KindOptions
-from rewardserve.models.plan import ItemError, Job, RequestError, Unit, UnitOutput
+from rewardserve.models.plan import Job, Unit, UnitOutput
 from rewardserve.models.reward_model import RewardModel
 from rewardserve.models.text.steps import aggregate
 from rewardserve.protocol import Item, ItemResult, ScoreOptions, StepOptions, StepsResult

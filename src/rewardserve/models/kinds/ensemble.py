@@ -19,9 +19,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rewardserve.models.cache import LRUCache
+from rewardserve.models.errors import ItemError, RequestError
 from rewardserve.models.kinds import register_kind
 from rewardserve.models.options import KindOptions
-from rewardserve.models.plan import ItemError, Job, Part, PeerLookup, Plan, RequestError, Unit, UnitOutput
+from rewardserve.models.plan import Job, Part, PeerLookup, Plan, Unit, UnitOutput
 from rewardserve.models.plans.groups import group_advantages, group_keys
 from rewardserve.models.plans.mixing import escalate, part_scores, score_part
 from rewardserve.models.plans.scales import normalize_scores
@@ -91,18 +92,12 @@ class EnsembleModel(RewardModel):
         return "ensemble"
 
     def load(self) -> None:
-        if self.context.peers is None:
-            raise RuntimeError("an ensemble mixes served models' scores: serve it with its members")
+        """Nothing of its own: its members are served models, lent to each request's plan
+        (the registry refuses an ensemble whose members are not served, and loads it after
+        them)."""
 
     def probe(self) -> None:
-        for name in self.depends_on:
-            self.peers(name)
-
-    def peers(self, name: str, param: str | None = "model") -> Any:
-        lookup: PeerLookup | None = self.context.peers
-        if lookup is None:
-            raise RequestError(f"ensemble {self.name!r} has no served members here", param=param)
-        return lookup(name, param)
+        """Its members are probed as served models; it computes nothing itself."""
 
     def describe(self) -> str:
         members = ", ".join(f"{m.name}x{m.weight:g}" for m in self.options.weighted())
@@ -119,7 +114,9 @@ class EnsembleModel(RewardModel):
         self, items: list[Item], options: ScoreOptions, cache: LRUCache | None = None, peers: PeerLookup | None = None
     ) -> Plan[ItemResult]:
         self.refuse_unscorable_shapes(items)
-        lookup = peers or self.peers  # the request's tenant's view of the members, when lent
+        if peers is None:  # the members are lent per request, as its tenant sees them
+            raise RequestError(f"ensemble {self.name!r} has no served members here", param="model")
+        lookup = peers
         members = self.options.weighted()
         parts: list[Part[ItemResult]] = []
         running = []

@@ -34,9 +34,10 @@ from rewardserve.client.token_alignment import token_ends
 from rewardserve.models.backends import Backend, TokenSequence, make_backend
 from rewardserve.models.batch_policy import BatchPolicy
 from rewardserve.models.cache import LRUCache
+from rewardserve.models.errors import ItemError, RequestError
 from rewardserve.models.kinds import register_kind
 from rewardserve.models.options import WeightedKindOptions
-from rewardserve.models.plan import ItemError, Job, PeerLookup, Plan, RequestError, Unit, UnitOutput
+from rewardserve.models.plan import Job, PeerLookup, Plan, Unit, UnitOutput
 from rewardserve.models.plans.groups import group_advantages
 from rewardserve.models.prefix_sharing import jobs_of, read_units, share_prefixes
 from rewardserve.models.reward_model import RewardModel, work_key

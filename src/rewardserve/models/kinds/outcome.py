@@ -16,9 +16,10 @@ from pydantic import Field
 
 from rewardserve.models.backends import Backend, TokenSequence, make_backend
 from rewardserve.models.batch_policy import BatchPolicy
+from rewardserve.models.errors import ItemError
 from rewardserve.models.kinds import register_kind
 from rewardserve.models.options import WeightedKindOptions
-from rewardserve.models.plan import ItemError, Job, Unit, UnitOutput
+from rewardserve.models.plan import Job, Unit, UnitOutput
 from rewardserve.models.prefix_sharing import jobs_of, read_units, share_prefixes
 from rewardserve.models.reward_model import RewardModel, sigmoid, work_key
 from rewardserve.models.text.chat import fit_length, fit_text, readout_position, render_chat, rendered_ids, split_pair

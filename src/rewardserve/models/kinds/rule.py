@@ -2,7 +2,7 @@
 
 ``source`` (or ``options.fn``) names the rule, ``options.args`` are its keyword
 arguments. Each item's ``response`` (or final assistant turn) is graded against its
-``reference``. Each item is a call in the service's rule pools (models/rules/pool.py:
+``reference``. Each item is a call in the service's rule pools (engine/rules/pool.py:
 shared fairly between tenants, a full queue a 429), not a unit of a batcher;
 ``options.timeout_s`` bounds each call (default: the pools' own limit).
 
@@ -20,9 +20,10 @@ from typing import Any
 from pydantic import Field
 
 from rewardserve.models.batch_policy import BatchPolicy
+from rewardserve.models.errors import ItemError, RequestError
 from rewardserve.models.kinds import register_kind
 from rewardserve.models.options import KindOptions
-from rewardserve.models.plan import ItemError, Job, RequestError, Unit, UnitOutput
+from rewardserve.models.plan import Job, RuleCalls, Unit, UnitOutput
 from rewardserve.models.reward_model import ModelContext, RewardModel, work_key
 from rewardserve.models.rules import get_rule, over_cap, rule_names, without_operator_args
 from rewardserve.models.rules.custom import (
@@ -33,7 +34,6 @@ from rewardserve.models.rules.custom import (
     search_directory,
     serve_function,
 )
-from rewardserve.models.rules.runner import RuleLimits, RuleRunner
 from rewardserve.models.rules.worker import CallFailure, RuleCall
 from rewardserve.models.spec import ModelSpec
 from rewardserve.protocol import Item, ItemResult, ScoreOptions
@@ -67,7 +67,6 @@ class RuleModel(RewardModel):
     options: RuleOptions
     runs_torch = False
     pooled = True
-    _own_runner: RuleRunner | None = None  # pools of its own, when built outside the service
     # For ``run`` (scoring units directly, outside the service): a batch is whatever is
     # queued, many in flight, each waiting on the pool, which decides what runs next.
     default_policy = BatchPolicy(
@@ -110,10 +109,12 @@ class RuleModel(RewardModel):
         # The args are the model's, fixed at start: their part of every work key once.
         self._args_key = work_key([], self.rule.name, self.args)
         self.timeout_s: float | None = self.options.timeout_s
-        runner = self.context.rules
-        if runner is None:  # built outside the service: pools of its own
-            runner = self._own_runner = RuleRunner(RuleLimits(timeout_s=float(self.timeout_s or 5.0)))
-        self.runner = runner
+        if self.context.rules is None:
+            raise RuntimeError(
+                f"model {self.name!r} (kind rule) runs its calls in the engine's rule pools: build it with "
+                "ModelContext(rules=RuleRunner(...)) (engine/rules/runner.py)"
+            )
+        self.runner: RuleCalls = self.context.rules
 
     @property
     def rule_name(self) -> str:
@@ -239,5 +240,4 @@ class RuleModel(RewardModel):
             raise RuntimeError(f"probe failed: {failure_message(self.rule.name, value)}")
 
     def close(self) -> None:
-        if self._own_runner is not None:
-            self._own_runner.close()
+        """Nothing of its own: the pools are the engine's, closed with it."""

@@ -26,10 +26,11 @@ from torch import nn
 from rewardserve.models.backends.loading import context_limit, weights_from_host, weights_to_host
 from rewardserve.models.batch_policy import BatchPolicy
 from rewardserve.models.checkpoints import load_tokenizer
+from rewardserve.models.errors import ItemError, RequestError
 from rewardserve.models.images import load_item_images
 from rewardserve.models.kinds import register_kind
 from rewardserve.models.options import KindOptions
-from rewardserve.models.plan import ItemError, Job, RequestError, Unit, UnitOutput
+from rewardserve.models.plan import Job, Unit, UnitOutput
 from rewardserve.models.reward_model import RewardModel, sigmoid
 from rewardserve.models.text.chat import fit_text
 from rewardserve.protocol import ImagePart, ImageURLPart, Item, ItemResult, ScoreOptions

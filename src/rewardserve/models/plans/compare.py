@@ -12,7 +12,8 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from rewardserve.models.cache import LRUCache
-from rewardserve.models.plan import ItemError, PeerLookup, Plan, Unit, UnitOutput, then
+from rewardserve.models.errors import ItemError
+from rewardserve.models.plan import PeerLookup, Plan, Unit, UnitOutput, then
 from rewardserve.protocol import CompareItem, CompareOptions, CompareResult, Item, ItemResult, ScoreOptions
 
 if TYPE_CHECKING:

@@ -12,7 +12,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from rewardserve.models.cache import LRUCache, cacheable
-from rewardserve.models.plan import ItemError, Job, Plan, UnitOutput
+from rewardserve.models.errors import ItemError
+from rewardserve.models.plan import Job, Plan, UnitOutput
 from rewardserve.protocol import Item, ItemResult
 
 if TYPE_CHECKING:

@@ -13,7 +13,8 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from rewardserve.models.plan import ItemError, Part, PeerLookup, Plan, RequestError
+from rewardserve.models.errors import ItemError, RequestError
+from rewardserve.models.plan import Part, PeerLookup, Plan
 from rewardserve.models.plans.groups import group_keys
 from rewardserve.models.plans.scales import RunningScore, normalize_scores
 from rewardserve.protocol import Criterion, Escalation, Item, ItemResult, Scale, ScoreOptions

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
 from pydantic import ValidationError
 
-from rewardserve.models.plan import ItemError, PeerLookup, Plan, RequestError, Unit, UnitOutput
+from rewardserve.models.errors import ItemError, RequestError
+from rewardserve.models.plan import PeerLookup, Plan, Unit, UnitOutput
 from rewardserve.models.plans.formula import FormulaError, compile_formula, evaluate
 from rewardserve.models.plans.mixing import Scaled, escalate, plan_model_criteria, scale_outcomes
 from rewardserve.models.rules import Rule, get_rule, with_named_reference, without_operator_args

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from rewardserve.models.plan import ItemError
+from rewardserve.models.errors import ItemError
 from rewardserve.protocol import Item, TurnOptions, TurnsResult
 
 MAX_CALLS = 128  # predicted, and expected, per item: the similarities are their product

@@ -22,6 +22,7 @@ import multiprocessing
 import os
 import socket
 import sys
+import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -208,7 +209,7 @@ def run_calls(calls: list[RuleCall | RenderCall]) -> list[Any]:
 
 
 def _run_one(call: RuleCall | RenderCall) -> Any:
-    from rewardserve.models.plan import ItemError
+    from rewardserve.models.errors import ItemError
     from rewardserve.models.rules import RuleError, Scored, get_rule, with_named_reference, without_operator_args
     from rewardserve.models.text.templating import TemplateLimitError, render_field_bounded
 
@@ -246,3 +247,30 @@ def _run_one(call: RuleCall | RenderCall) -> Any:
         return CallFailure("rule", str(exc))
     except Exception as exc:  # a rule's own bug stays with its call
         return CallFailure("error", f"{type(exc).__name__}: {exc}")
+
+
+# Worker side: when the rule call running in this process must have answered (its
+# pool's time limit from its start), or None outside a pool's call.
+_call_deadline: float | None = None
+
+
+def call_time_left() -> float | None:
+    """Seconds before the rule call running in this worker is killed (its time limit),
+    or None where no pool's call is running (a rule called directly)."""
+    return None if _call_deadline is None else _call_deadline - time.monotonic()
+
+
+def run_timed(calls: list[Any], timeout_s: float) -> list[Any]:
+    """Worker entry point: each call run as run_calls runs it, each knowing
+    its own time limit (``call_time_left``), so that a rule can answer before it; a
+    chunk's calls each get the whole limit, since the pool retries a chunk that ran out
+    one call at a time."""
+    global _call_deadline
+    results: list[Any] = []
+    for call in calls:
+        _call_deadline = time.monotonic() + timeout_s
+        try:
+            results += run_calls([call])
+        finally:
+            _call_deadline = None
+    return results

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rewardserve.models.plan import ItemError, RequestError
+from rewardserve.models.errors import ItemError, RequestError
 from rewardserve.protocol import Item, Message
 
 if TYPE_CHECKING:

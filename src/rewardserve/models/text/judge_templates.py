@@ -19,7 +19,7 @@ import yaml
 from jinja2 import StrictUndefined, TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from rewardserve.models.plan import ItemError
+from rewardserve.models.errors import ItemError
 from rewardserve.protocol import Item, Message, Role
 
 _TEMPLATES_FILE = Path(__file__).parent.parent / "presets" / "judge_templates.yaml"

@@ -23,7 +23,7 @@ from typing import Any, ClassVar, Literal, TypeVar
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from rewardserve.models.plan import ItemError
+from rewardserve.models.errors import ItemError
 from rewardserve.models.reward_model import sigmoid
 from rewardserve.models.text.steps import Trajectory
 from rewardserve.protocol import Message

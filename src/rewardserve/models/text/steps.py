@@ -12,7 +12,7 @@ import json
 import math
 from dataclasses import dataclass, field, replace
 
-from rewardserve.models.plan import ItemError
+from rewardserve.models.errors import ItemError
 from rewardserve.protocol import Item, Message, StepOptions, StepSpan
 
 

@@ -28,7 +28,7 @@ from jinja2.exceptions import SecurityError
 from jinja2.runtime import Context
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from rewardserve.models.plan import ItemError
+from rewardserve.models.errors import ItemError
 
 MAX_OUTPUT_CHARS = 100_000  # one rendered field
 MAX_VALUE_CHARS = 4_000_000  # one string or list built by * or + while rendering

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from rewardserve.models.plan import ItemError, RequestError
+from rewardserve.models.errors import ItemError, RequestError
 from rewardserve.models.text.chat import MAX_CHARS_PER_TOKEN, message_dicts
 from rewardserve.protocol import Message
 

@@ -16,8 +16,8 @@ from collections import OrderedDict
 from collections.abc import Coroutine
 from typing import Any
 
+from rewardserve.models.errors import NotFound
 from rewardserve.protocol import AdminModelState, AdminOperation
-from rewardserve.service.errors import NotFound
 
 log = logging.getLogger(__name__)
 # Operations remembered by id, the oldest forgotten first (a running one is never).

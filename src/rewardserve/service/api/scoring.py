@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
+from rewardserve.engine.executor import Executed
 from rewardserve.protocol import (
     ErrorBody,
     Health,
@@ -32,7 +33,6 @@ from rewardserve.protocol import (
 from rewardserve.service import application
 from rewardserve.service.api.code_outputs import bound_outputs
 from rewardserve.service.context import RequestContext
-from rewardserve.service.dispatch import Executed
 from rewardserve.service.http.admission import scope_of
 from rewardserve.service.http.auth import has_valid_key
 from rewardserve.service.http.body import BoundedRoute

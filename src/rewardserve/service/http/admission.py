@@ -28,10 +28,10 @@ from typing import TYPE_CHECKING
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from rewardserve.models.request_scope import RequestScope
+from rewardserve.engine.scope import RequestScope
+from rewardserve.engine.tenants import label, named
 from rewardserve.protocol import ERROR_STATUS, ErrorBody, ErrorDetail, ErrorType
 from rewardserve.service.http.auth import AuthError, bearer_token, check_bearer, has_valid_key
-from rewardserve.service.tenants import label, named
 
 if TYPE_CHECKING:
     from rewardserve.service.app import ServiceState

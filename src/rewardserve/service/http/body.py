@@ -227,7 +227,7 @@ class _BoundedRequest(Request):
             body = await self.body()
             svc = self.app.state.svc
             settings = svc.settings
-            async with svc.gate.slot(scope_of(self).tenant):
+            async with svc.engine.gate.slot(scope_of(self).tenant):
                 self._json = await run_in_threadpool(
                     self._parse, body, settings.max_json_values, settings.max_items_per_request
                 )

@@ -10,7 +10,7 @@ import uuid
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from rewardserve.service.errors import PayloadTooLarge, error_response
+from rewardserve.service.errors import BodyError, error_response
 from rewardserve.service.observability.metrics import Metrics
 
 
@@ -46,7 +46,7 @@ class BodyLimit:
             if msg["type"] == "http.request":
                 seen += len(msg.get("body", b""))
                 if seen > self.max_bytes:
-                    raise PayloadTooLarge(message, headers={"connection": "close"})
+                    raise BodyError(413, message, param=None, headers={"connection": "close"})
             return msg
 
         await self.app(scope, counted, send)

@@ -29,11 +29,11 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge
 
+from rewardserve.engine.tenants import label
 from rewardserve.models.plans.groups import normalized
 from rewardserve.protocol import Item, ItemResult, ScoreOptions, ShadowReport
 from rewardserve.service.context import RequestContext
 from rewardserve.service.observability.metrics import Metrics
-from rewardserve.service.tenants import label
 
 log = logging.getLogger(__name__)
 

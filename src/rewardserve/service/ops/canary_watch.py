@@ -16,8 +16,8 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from rewardserve.engine.registry import ModelRegistry, Served
     from rewardserve.service.observability.metrics import Metrics
-    from rewardserve.service.served_models import ModelRegistry, Served
 
 log = logging.getLogger(__name__)
 

@@ -1,10 +1,10 @@
 """A served model's lifecycle while the service runs: sleep, wake, and a new version
 loaded beside the serving one (the admin API, service/api/admin.py).
 
-Every request that runs a model's plan holds it (``using``) from the moment it starts;
-a sleep, and the retirement of a replaced version, wait until nobody holds it, so a
-sleep never cuts off a batch in flight, and a request never meets a model closed under
-it. Lifecycle calls on one model are serialised (a lock per name), and each returns when
+Every request that runs a model's plan holds it (engine/registry.py ``hold``) from the
+moment it starts; a sleep, and the retirement of a replaced version, wait until nobody
+holds it, so a sleep never cuts off a batch in flight, and a request never meets a model
+closed under it. Lifecycle calls on one model are serialised (a lock per name), and each returns when
 its work is done.
 
     sleep 1    stop serving: requests get a typed 503 (``model_asleep``, retry-after),
@@ -34,7 +34,6 @@ answer is 202 with the model's state, whose ``operation`` says how the call is g
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import json
 import logging
 import time
@@ -43,14 +42,15 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+from rewardserve.engine.registry import ModelRegistry, Served
 from rewardserve.models import presets
 from rewardserve.models.cache import LRUCache
 from rewardserve.models.checkpoints import is_local
+from rewardserve.models.errors import InvalidRequest, one_line
 from rewardserve.models.reward_model import RewardModel
 from rewardserve.models.spec import ModelSpec
 from rewardserve.protocol import AdminModelState
 from rewardserve.service.api.admin_operations import AdminOperations
-from rewardserve.service.errors import InvalidRequest, ServiceError, one_line
 from rewardserve.service.observability.metrics import Metrics
 from rewardserve.service.ops.canary_watch import Canaries
 from rewardserve.service.ops.model_memory import drop, held_bytes
@@ -64,14 +64,11 @@ from rewardserve.service.ops.weights_update import (
     refuse_unless_checkpoint,
     write_or_read_back,
 )
-from rewardserve.service.served_models import ModelRegistry, Served
 from rewardserve.service.settings import Settings
 
 log = logging.getLogger(__name__)
 # How long a sleep or a retirement waits for the requests using the model.
 DRAIN_TIMEOUT_S = 300.0
-# The served models the running request holds (its task's, copied into the tasks it starts).
-_HELD: contextvars.ContextVar[frozenset[int]] = contextvars.ContextVar("held_models", default=frozenset())
 
 
 def _checkpoint_config(source: str) -> dict[str, Any] | None:
@@ -120,10 +117,6 @@ def checkpoint_differs(serving: RewardModel, source: str) -> str | None:
     return "; ".join(differences) or None
 
 
-class ModelAsleep(ServiceError):
-    error_type = "model_asleep"
-
-
 class Lifecycle:
     def __init__(self, registry: ModelRegistry, settings: Settings, metrics: Metrics):
         self.registry = registry
@@ -137,6 +130,7 @@ class Lifecycle:
         self._history: dict[str, list[tuple[str, str, str, str | None]]] = {}
         self._served_versions: dict[str, set[str]] = {}  # every version each model has served
         self.canaries = Canaries(registry, metrics, self._retire_stopped)  # their health on real traffic
+        registry.waker = self._wake  # a model asleep that may wake on a request
         self.operations = AdminOperations()  # ?async=true calls, and every task started here
         self._updates: dict[str, str] = {}  # name -> how its last weights call was applied
 
@@ -144,39 +138,6 @@ class Lifecycle:
         return self._locks.setdefault(name, asyncio.Lock())
 
     # ------------------------------------------------------------------ requests
-
-    @asynccontextmanager
-    async def using(self, served: Served) -> AsyncIterator[None]:
-        """Hold ``served`` for a request's plan. Awake (or draining, still batching), it is
-        held at once, with no await before (a sleep that starts after cannot miss it).
-        Held already by this request (a part of its plan on its own model), it is held
-        again at once: waiting then for weights being written would wait for itself."""
-        held = _HELD.get()
-        while id(served) not in held and not _open(served):
-            if not served.resumed.is_set():  # its weights are being rewritten: wait, then look again
-                await served.resumed.wait()
-                continue
-            name = served.model.name
-            self.metrics.rejected.labels(name, "replaced" if served.retired else "asleep").inc()
-            if served.retired:
-                raise ModelAsleep(f"model {name!r} was replaced while this request waited; retry it", headers=_RETRY)
-            if not served.model.spec.wake_on_request:
-                raise ModelAsleep(
-                    f"model {name!r} is asleep (level {served.sleep_level}); retry, or wake it "
-                    f"(POST /v1/admin/models/{name}/wake_up; wake_on_request: true wakes it on a request)",
-                    headers=_RETRY,
-                )
-            await self._wake(served)
-        served.in_flight += 1
-        served.idle.clear()
-        token = _HELD.set(held | {id(served)})
-        try:
-            yield
-        finally:
-            _HELD.reset(token)
-            served.in_flight -= 1
-            if served.in_flight == 0:
-                served.idle.set()
 
     # ------------------------------------------------------------------ admin calls
 
@@ -553,15 +514,6 @@ class Lifecycle:
             served.batcher = None
         model = served.model
         await asyncio.to_thread(drop, model)
-
-
-_RETRY = {"retry-after": "1"}
-
-
-def _open(served: Served) -> bool:
-    """A request may hold it now: awake (or draining, still batching), its weights whole."""
-    awake = served.state == "awake" or (served.state == "draining" and not served.retired)
-    return awake and served.resumed.is_set()
 
 
 async def _drained(served: Served) -> None:

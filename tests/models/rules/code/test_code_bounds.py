@@ -8,9 +8,9 @@ import json
 
 import pytest
 
+from rewardserve.engine.rules.pool import RulePool
 from rewardserve.models.rules.code import ANSWER_BYTES, CodeScore, code_tests, sandbox
-from rewardserve.models.rules.pool import RulePool, call_time_left
-from rewardserve.models.rules.worker import RuleCall
+from rewardserve.models.rules.worker import RuleCall, call_time_left
 
 pytestmark = pytest.mark.alone  # budgets in wall-clock seconds, against niced sandboxes
 

@@ -80,7 +80,7 @@ class FusedProjections(nn.Module):  # type: ignore[misc]  # torch is untyped: nn
     output and keeps the others' until they are asked for with that same tensor. A part
     called with another input (the last layer computes its queries at the read rows only,
     readouts.py) or twice with one runs the GEMM again: same numbers, more work. Not for
-    concurrent callers: every CPU model runs on one thread (service/served_models.py)."""
+    concurrent callers: every CPU model runs on one thread (engine/registry.py)."""
 
     def __init__(self, linears: list[nn.Linear]):
         super().__init__()

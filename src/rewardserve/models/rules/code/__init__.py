@@ -242,7 +242,7 @@ def _budget(share: float = 1.0) -> float | None:
     """Seconds this item's runs may take from now: ``share`` of what is left of the rule
     call's time limit, less a margin to answer in (past the limit the pool kills the
     call and the item has no answer); None outside a pool's call."""
-    from rewardserve.models.rules.pool import call_time_left
+    from rewardserve.models.rules.worker import call_time_left
 
     left = call_time_left()
     return None if left is None else max(0.0, left - max(ANSWER_MARGIN_S, ANSWER_MARGIN * left)) * share

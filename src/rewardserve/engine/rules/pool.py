@@ -34,55 +34,22 @@ from typing import Any
 
 from pebble import ProcessExpired, ProcessPool
 
-from rewardserve.models.fairness import FairScheduler
-from rewardserve.models.request_scope import RequestScope
+from rewardserve.engine.errors import PoolBusy
+from rewardserve.engine.scheduler import FairScheduler
+from rewardserve.engine.scope import RequestScope
+from rewardserve.models.plan import Scope
 from rewardserve.models.rules.worker import (
     DEFAULT_PRIORITY,
     CallFailure,
     WorkerPriority,
     init_worker,
     ready,
-    run_calls,
+    run_timed,
     worker_context,
 )
 
 CHUNK_CALLS = 16
 Tenant = str | None
-
-# Worker side: when the rule call running in this process must have answered (its
-# pool's time limit from its start), or None outside a pool's call.
-_call_deadline: float | None = None
-
-
-def call_time_left() -> float | None:
-    """Seconds before the rule call running in this worker is killed (its time limit),
-    or None where no pool's call is running (a rule called directly)."""
-    return None if _call_deadline is None else _call_deadline - time.monotonic()
-
-
-def run_timed(calls: list[Any], timeout_s: float) -> list[Any]:
-    """Worker entry point: each call run as isolation.run_calls runs it, each knowing
-    its own time limit (``call_time_left``), so that a rule can answer before it; a
-    chunk's calls each get the whole limit, since the pool retries a chunk that ran out
-    one call at a time."""
-    global _call_deadline
-    results: list[Any] = []
-    for call in calls:
-        _call_deadline = time.monotonic() + timeout_s
-        try:
-            results += run_calls([call])
-        finally:
-            _call_deadline = None
-    return results
-
-
-class PoolBusy(Exception):
-    """The queue has no room for this tenant's calls; retry later."""
-
-    def __init__(self, message: str, tenant: Tenant = None, retry_after_s: int = 1):
-        super().__init__(message)
-        self.tenant = tenant
-        self.retry_after_s = retry_after_s
 
 
 @dataclass
@@ -98,7 +65,7 @@ class _Run:
 @dataclass
 class _Chunk:
     run: _Run
-    scope: RequestScope
+    scope: Scope
     calls: list[Any]
     positions: list[int]
 
@@ -176,9 +143,7 @@ class RulePool:
         may run."""
         return max(1, self.max_busy - 1)
 
-    def run(
-        self, calls: list[Any], scope: RequestScope | None = None, timeout_s: float | None = None
-    ) -> Future[list[Any]]:
+    def run(self, calls: list[Any], scope: Scope | None = None, timeout_s: float | None = None) -> Future[list[Any]]:
         """Queue ``calls`` for ``scope``'s request; the future resolves to their results
         in order (a value or a CallFailure each). ``timeout_s`` per chunk of calls
         (default: the pool's). Raises PoolBusy when the tenant has no room."""
@@ -341,7 +306,7 @@ class RulePool:
         if done and not run.future.done():
             run.future.set_result(run.results)
 
-    def _forget_if_idle(self, scope: RequestScope) -> None:
+    def _forget_if_idle(self, scope: Scope) -> None:
         """Drop a request's bookkeeping once nothing of it is queued or running."""
         queue = self._tenants.get(scope.tenant)
         if queue is not None and not queue.requests.get(scope.id) and not self._running.get(scope.id):
@@ -351,7 +316,7 @@ class RulePool:
             if unregister is not None:
                 unregister()
 
-    def _cancel(self, scope: RequestScope, reason: str) -> None:
+    def _cancel(self, scope: Scope, reason: str) -> None:
         """The request is gone: fail its queued calls, kill its running ones."""
         with self._lock:
             queue = self._tenants.get(scope.tenant)

@@ -1,5 +1,5 @@
 """The registry runs every torch-on-CPU model's load, probe and batches on one thread
-(OpenMP's teams per calling thread slow a CPU forward down: service/served_models.py)."""
+(OpenMP's teams per calling thread slow a CPU forward down: engine/registry.py)."""
 
 from __future__ import annotations
 
@@ -67,3 +67,63 @@ def test_torch_on_cpu_follows_backend_and_device():
     assert model().torch_on_cpu  # no GPU here: auto is the CPU
     assert model(device="cpu", backend="transformers").torch_on_cpu
     assert not model(backend="vllm").torch_on_cpu  # its engine computes in a process of its own
+
+
+async def test_a_request_holding_a_model_holds_it_again_while_a_write_waits():
+    """A part of a request's plan on the model the request holds already is held at once
+    (waiting for the write would wait for itself); another request waits for the write.
+    The hold gives the model object to plan with."""
+    import contextvars
+
+    from prometheus_client import CollectorRegistry
+
+    from rewardserve.engine.metrics import EngineMetrics
+    from rewardserve.engine.registry import ModelRegistry
+    from rewardserve.models.kinds import build_checked
+
+    registry = ModelRegistry(
+        [ModelSpec(name="rm", kind="rule", source="exact_match")], EngineMetrics(CollectorRegistry()), build_checked
+    )
+    (served,) = registry
+    entered: list[str] = []
+
+    async def other_request() -> None:
+        async with registry.hold(served):
+            entered.append("other")
+
+    async with registry.hold(served) as model:
+        assert model is served.model
+        served.resumed.clear()  # a write began: it waits for this request
+        async with asyncio.timeout(5), registry.hold(served):
+            entered.append("again")
+            assert served.in_flight == 2
+        other = asyncio.get_running_loop().create_task(other_request(), context=contextvars.Context())
+        await asyncio.sleep(0.05)
+        assert entered == ["again"] and not other.done()
+    assert served.idle.is_set()
+    served.resumed.set()  # the write is done
+    await asyncio.wait_for(other, 5)
+    assert entered == ["again", "other"] and served.in_flight == 0
+
+
+async def test_a_sleeping_model_without_a_waker_is_refused_with_its_type():
+    """Asleep and not woken on a request: model_asleep with a retry time (the service
+    answers it 503 with retry-after); the refusal is counted."""
+    import pytest
+    from prometheus_client import CollectorRegistry
+
+    from rewardserve.engine.metrics import EngineMetrics
+    from rewardserve.engine.registry import ModelRegistry
+    from rewardserve.models.errors import ModelAsleep
+    from rewardserve.models.kinds import build_checked
+
+    metrics = EngineMetrics(CollectorRegistry())
+    registry = ModelRegistry([ModelSpec(name="rm", kind="rule", source="exact_match")], metrics, build_checked)
+    (served,) = registry
+    served.state, served.sleep_level = "sleeping", 1
+    with pytest.raises(ModelAsleep) as refused:
+        async with registry.hold(served):
+            pass
+    assert refused.value.type == "model_asleep" and refused.value.retry_after_s == 1
+    assert metrics.rejected.labels("rm", "asleep")._value.get() == 1
+    assert served.in_flight == 0

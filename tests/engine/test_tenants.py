@@ -13,15 +13,15 @@ from collections.abc import Callable
 import httpx
 import pytest
 
+from rewardserve.engine.batcher import Batcher
+from rewardserve.engine.errors import QueueFull, TenantQueueFull
+from rewardserve.engine.scope import RequestScope
+from rewardserve.engine.tenants import Tenants, TenantSpec, load_tenants
 from rewardserve.models.batch_policy import BatchPolicy
 from rewardserve.models.plan import Unit
-from rewardserve.models.request_scope import RequestScope
 from rewardserve.models.spec import ModelSpec
-from rewardserve.service.batcher import Batcher
-from rewardserve.service.errors import QueueFull, TenantQueueFull
 from rewardserve.service.observability.metrics import Metrics
 from rewardserve.service.settings import Settings
-from rewardserve.service.tenants import Tenants, TenantSpec, load_tenants
 from tests.harness import metric
 
 
@@ -100,7 +100,7 @@ async def test_batches_shrink_to_batch_ms_while_two_tenants_use_the_model(monkey
     """One tenant alone: full batches. Both: about batch_ms of compute each (at the rate
     measured), the light tenant's batch its own work only. The other idle again: full.
     A policy without ``short_when_shared`` (a GPU's) keeps full batches throughout."""
-    import rewardserve.service.tenants as tenants_module
+    import rewardserve.engine.tenants as tenants_module
 
     monkeypatch.setattr(tenants_module, "ACTIVE_S", 0.5)
     batches: list[list[str]] = []
@@ -228,7 +228,7 @@ async def test_work_posted_for_a_boundary_that_never_comes_is_answered_at_stop()
     """b's batch is posted after a's batch passed its last layer boundary; the service then
     stops: b gets an error, not a wait forever."""
     from rewardserve.models.backends.layer_boundaries import layer_boundary
-    from rewardserve.service.errors import NotReady
+    from rewardserve.models.errors import NotReady
 
     def run(batch):
         layer_boundary()
@@ -385,7 +385,7 @@ async def test_a_tenant_sees_its_own_metrics_only(service):
 
 
 async def test_the_gate_lets_a_light_tenant_in_ahead_of_a_flood_and_loses_no_slot():
-    from rewardserve.service.tenants import FairGate
+    from rewardserve.engine.tenants import FairGate
 
     gate = FairGate(tenants(a=1.0, b=1.0), slots=1)
     order: list[str] = []

@@ -1,9 +1,9 @@
 import asyncio
 import time
 
+from rewardserve.engine.work_queue import Pending, WorkQueue
 from rewardserve.models.batch_policy import BatchPolicy
 from rewardserve.models.plan import Unit
-from rewardserve.service.work_queue import Pending, WorkQueue
 
 
 class CountingPolicy(BatchPolicy):

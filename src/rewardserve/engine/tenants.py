@@ -26,12 +26,12 @@ from pathlib import Path
 from prometheus_client import Counter, Histogram
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from rewardserve.models.fairness import FairScheduler, VirtualTimes
+from rewardserve.engine.errors import TenantQueueFull
+from rewardserve.engine.metrics import EngineMetrics
+from rewardserve.engine.scheduler import FairScheduler, VirtualTimes
 from rewardserve.models.yaml_files import load_yaml
-from rewardserve.service.errors import TenantQueueFull
-from rewardserve.service.observability.metrics import Metrics
 
-# A batch's compute while several tenants use a model on a CPU (service/batcher.py): a
+# A batch's compute while several tenants use a model on a CPU (engine/batcher.py): a
 # light tenant's item waits for at most about this long behind a flood. Longer lets the
 # light tenant's tail grow; much shorter costs the flood throughput it is owed (figures:
 # bench/results/issue-23-tenants.md).
@@ -133,7 +133,7 @@ class _Bucket:
 class Tenants:
     """Which tenant a key is, and each tenant's weight, limits and metrics."""
 
-    def __init__(self, specs: list[TenantSpec], metrics: Metrics, batch_ms: float = BATCH_MS) -> None:
+    def __init__(self, specs: list[TenantSpec], metrics: EngineMetrics, batch_ms: float = BATCH_MS) -> None:
         """``batch_ms``: a batch's compute while several tenants use a model (batcher.py)."""
         check_tenants(specs)
         self.batch_ms = batch_ms
@@ -162,7 +162,7 @@ class Tenants:
         self.model_seconds = Counter(
             "rewardserve_tenant_model_seconds", "Forward time its batches took", ["tenant"], registry=r
         )
-        # Rule-pool worker time its calls and template renders took (models/rules/pool.py).
+        # Rule-pool worker time its calls and template renders took (engine/rules/pool.py).
         self.rule_seconds = Counter(
             "rewardserve_tenant_rule_seconds", "Rule-pool worker time its calls took", ["tenant"], registry=r
         )

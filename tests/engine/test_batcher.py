@@ -8,11 +8,12 @@ import time
 
 import pytest
 
+from rewardserve.engine.batcher import Batcher
+from rewardserve.engine.errors import QueueFull, QueueTooSmall
 from rewardserve.models.batch_policy import BatchPolicy
-from rewardserve.models.plan import ItemError, Unit
+from rewardserve.models.errors import DeadlineExceeded, ItemError
+from rewardserve.models.plan import Unit
 from rewardserve.protocol import ItemResult
-from rewardserve.service.batcher import Batcher
-from rewardserve.service.errors import DeadlineExceeded, QueueFull, QueueTooSmall
 from rewardserve.service.observability.metrics import Metrics
 
 

@@ -9,35 +9,67 @@ or the next plan. Each stage's work is charged to the request's tenant first.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from starlette.concurrency import run_in_threadpool
 
-from rewardserve.models.plan import Part, Plan, RequestError, Unit
-from rewardserve.models.request_scope import RequestScope
-from rewardserve.models.rules.pool import PoolBusy
+from rewardserve.engine.batcher import BatchAnswer
+from rewardserve.engine.errors import ClientGone, PoolBusy, QueueFull, QueueTooSmall, TenantQueueFull
+from rewardserve.engine.metrics import EngineMetrics
+from rewardserve.engine.registry import ModelRegistry, Served
+from rewardserve.engine.rules.runner import RuleRunner
+from rewardserve.engine.scope import RequestScope
+from rewardserve.engine.tenants import FairGate, Tenants, named
+from rewardserve.models.errors import DeadlineExceeded, NotReady, Overloaded, PayloadTooLarge, RequestError
+from rewardserve.models.plan import Part, Plan, Unit
 from rewardserve.protocol import Usage
-from rewardserve.service.batcher import BatchAnswer
-from rewardserve.service.context import RequestContext
-from rewardserve.service.errors import (
-    DeadlineExceeded,
-    NotReady,
-    Overloaded,
-    PayloadTooLarge,
-    QueueFull,
-    QueueTooSmall,
-    TenantQueueFull,
-)
-from rewardserve.service.served_models import Served
-from rewardserve.service.tenants import named
 
 R = TypeVar("R")
 
 
-class ClientGone(Exception):
-    """The client disconnected; its queued work was dropped."""
+class VersionObserver(Protocol):
+    """Who watches each served version's health on real traffic (service/ops/
+    canary_watch.py): told every plan's valid flags, and every failure that is the
+    version's own (not the caller's input, the service's limits, or a caller gone)."""
+
+    def observe(self, served: Served, valid: Iterable[bool]) -> None: ...
+
+    def observe_failure(self, served: Served) -> None: ...
+
+
+@dataclass(eq=False)
+class Engine:
+    """What runs plans: the served models and their holds, the fair gate in front of
+    planning, the tenants' books, the rule pools, the engine's metrics, the per-request
+    work limit and who watches versions. Made once per app (service/app.py)."""
+
+    registry: ModelRegistry
+    gate: FairGate
+    tenants: Tenants
+    rules: RuleRunner
+    metrics: EngineMetrics
+    max_work_per_request: int
+    observer: VersionObserver | None = None
+
+
+class RequestWork(Protocol):
+    """What the executor reads and counts of one request (service/context.py's
+    RequestContext): the engine it runs on, its scope, the work planned so far and how
+    much of it its tenant has been charged."""
+
+    @property
+    def engine(self) -> Engine: ...
+
+    @property
+    def scope(self) -> RequestScope: ...
+
+    @property
+    def tenant(self) -> str | None: ...
+
+    work_units: int
+    work_charged: int
 
 
 @dataclass
@@ -63,46 +95,39 @@ class Executed(Generic[R]):
 
 
 async def run_plan(
-    ctx: RequestContext, served: Served | None, n_items: int, planner: Callable[..., Plan[R]], *args: Any
+    ctx: RequestWork, served: Served | None, n_items: int, planner: Callable[[Any], Plan[R]]
 ) -> Executed[R]:
-    """``planner(*args)`` off the event loop (it tokenizes), then the plan executed, the
-    served model held meanwhile (service/ops/lifecycle.py: no sleep or swap closes it)."""
+    """``planner(model)`` off the event loop (it tokenizes), on the model object the hold
+    gives (a model woken from a level-2 sleep meanwhile is a new one), then the plan
+    executed, the served model held meanwhile (no sleep or swap closes it). Without a
+    served model (a rubric of rules), ``planner(None)``."""
+    engine = ctx.engine
     if served is None:
-        async with ctx.svc.gate.slot(ctx.tenant):
-            plan = await run_in_threadpool(planner, *args)
+        async with engine.gate.slot(ctx.tenant):
+            plan = await run_in_threadpool(planner, None)
         return await execute(ctx, served, plan, n_items)
-    captured = served.model
-    async with ctx.svc.lifecycle.using(served):
-        if served.model is not captured:  # woken from a level-2 sleep meanwhile: a new object
-            planner, args = _rebound(planner, args, captured, served.model)
-        async with ctx.svc.gate.slot(ctx.tenant):
-            plan = await run_in_threadpool(planner, *args)
+    async with engine.registry.hold(served) as model:
+        async with engine.gate.slot(ctx.tenant):
+            plan = await run_in_threadpool(planner, model)
         try:
             done = await execute(ctx, served, plan, n_items)
         except (RequestError, QueueFull, QueueTooSmall, PoolBusy, ClientGone):
             raise  # the caller's input, the service's limits, a caller gone: not the version's health
         except Exception:
-            ctx.svc.lifecycle.canaries.observe_failure(served)
+            if engine.observer is not None:
+                engine.observer.observe_failure(served)
             raise
         # Read while held: weights rewritten in place take a new version only once nobody holds it.
         done.model_version = served.version
-    ctx.svc.lifecycle.canaries.observe(served, (getattr(r, "valid", True) for r in done.results))
-    done.revision = served.model.spec.revision
+    if engine.observer is not None:
+        engine.observer.observe(served, (getattr(r, "valid", True) for r in done.results))
+    done.revision = model.spec.revision
     return done
 
 
-def _rebound(
-    planner: Callable[..., Plan[R]], args: tuple[Any, ...], old: object, new: object
-) -> tuple[Callable[..., Plan[R]], tuple[Any, ...]]:
-    """``planner`` and ``args`` with the model object ``old`` replaced by ``new``."""
-    if getattr(planner, "__self__", None) is old:
-        planner = getattr(new, planner.__name__)
-    return planner, tuple(new if arg is old else arg for arg in args)
-
-
-async def execute(ctx: RequestContext, served: Served | None, plan: Plan[R], n_items: int) -> Executed[R]:
+async def execute(ctx: RequestWork, served: Served | None, plan: Plan[R], n_items: int) -> Executed[R]:
     """Run ``plan`` (units on ``served``'s batcher) stage by stage to its results."""
-    metrics = ctx.svc.metrics
+    metrics = ctx.engine.metrics
     prompt_tokens = cached_tokens = 0
     queue_s = inference_s = 0.0
     while True:
@@ -133,20 +158,13 @@ async def execute(ctx: RequestContext, served: Served | None, plan: Plan[R], n_i
             continue
         items = plan.scored_items if plan.scored_items is not None else n_items
         usage = Usage(items=items, prompt_tokens=prompt_tokens, cached_tokens=cached_tokens)
-        # For the request log (service/http/middleware.py).
-        ctx.log["work"] = {
-            "items": items,
-            "tokens": prompt_tokens,
-            "queue_ms": round(queue_s * 1000, 1),
-            "inference_ms": round(inference_s * 1000, 1),
-        }
         return Executed(done, usage, queue_s, inference_s)
 
 
-def refuse_over_limit(ctx: RequestContext, work: int) -> None:
+def refuse_over_limit(ctx: RequestWork, work: int) -> None:
     """413 for a request that makes more work than one request may (a route that knows
     it before planning asks here first: nothing is planned for a request refused)."""
-    limit = ctx.svc.settings.max_work_per_request
+    limit = ctx.engine.max_work_per_request
     if work > limit:
         raise PayloadTooLarge(
             f"this request asks for {work} model inputs and rule calls (each item, judge prompt, compared "
@@ -155,7 +173,7 @@ def refuse_over_limit(ctx: RequestContext, work: int) -> None:
         )
 
 
-def charge_work(ctx: RequestContext, work: int) -> None:
+def charge_work(ctx: RequestWork, work: int) -> None:
     """Count a plan stage's work (forward inputs: items, judge prompts, compared pairs;
     rule calls and template renders) against the request's limit (413) and, beyond the
     items the request was admitted with, against its tenant's items per second (429): a
@@ -163,9 +181,9 @@ def charge_work(ctx: RequestContext, work: int) -> None:
     ctx.work_units += work
     refuse_over_limit(ctx, ctx.work_units)
     extra = ctx.work_units - ctx.work_charged
-    if extra > 0 and ctx.svc.tenants.enabled:
+    if extra > 0 and ctx.engine.tenants.enabled:
         ctx.work_charged = ctx.work_units
-        wait = ctx.svc.tenants.charge(ctx.tenant, extra)
+        wait = ctx.engine.tenants.charge(ctx.tenant, extra)
         if wait is not None:
             raise Overloaded(
                 f"{named(ctx.tenant)} is over its items per second (this request's judge "
@@ -174,18 +192,18 @@ def charge_work(ctx: RequestContext, work: int) -> None:
             )
 
 
-async def run_parts(ctx: RequestContext, parts: list[Part[Any]]) -> list[Executed[Any]]:
+async def run_parts(ctx: RequestWork, parts: list[Part[Any]]) -> list[Executed[Any]]:
     """Each part's plan on its own model's batcher, concurrently; its results put in the
     part. A part's model that is not ready fails the request (503). Each part's model is
     held while its part runs, as a request's own model is: weights rewritten in place wait
     for the part, and a part waits for them (never half of each)."""
     if not parts:
         return []
-    registry = ctx.svc.registry
+    registry = ctx.engine.registry
 
     async def run(part: Part[Any]) -> Executed[Any]:
         served = registry.get(part.model)
-        async with ctx.svc.lifecycle.using(served):
+        async with registry.hold(served):
             done: Executed[Any] = await execute(ctx, served, part.plan, 0)
         part.results = done.results
         return done
@@ -205,23 +223,23 @@ def _no_room(exc: PoolBusy) -> Overloaded:
     )
 
 
-def refuse_without_room(ctx: RequestContext, calls_by_rule: dict[str, int]) -> None:
+def refuse_without_room(ctx: RequestWork, calls_by_rule: dict[str, int]) -> None:
     """429 before planning when the rule pools have no room for the calls a request will
     make (a refusal then costs no plan; ``run_calls`` asks again)."""
     if not calls_by_rule:
         return
     try:
-        ctx.svc.rule_runner.check_room(calls_by_rule, ctx.scope)
+        ctx.engine.rules.check_room(calls_by_rule, ctx.scope)
     except PoolBusy as exc:
         raise _no_room(exc) from exc
 
 
-async def run_calls(ctx: RequestContext, calls: list[Any]) -> list[Any]:
+async def run_calls(ctx: RequestWork, calls: list[Any]) -> list[Any]:
     """Run calls in the rule pools for this request; 429 when the pools are full."""
     if not calls:
         return []
     try:
-        future = ctx.svc.rule_runner.run(calls, ctx.scope)
+        future = ctx.engine.rules.run(calls, ctx.scope)
     except PoolBusy as exc:
         raise _no_room(exc) from exc
     (values,) = await until_done_or_gone(ctx.scope, [asyncio.wrap_future(future)])
@@ -229,7 +247,7 @@ async def run_calls(ctx: RequestContext, calls: list[Any]) -> list[Any]:
     return produced
 
 
-async def compute(ctx: RequestContext, served: Served | None, units: list[Unit[Any]]) -> list[BatchAnswer]:
+async def compute(ctx: RequestWork, served: Served | None, units: list[Unit[Any]]) -> list[BatchAnswer]:
     """Queue units on the model's batcher (or refuse them: 429 / 413) and await them."""
     scope = ctx.scope
     if scope.cancelled or scope.expired():
@@ -249,7 +267,7 @@ async def compute(ctx: RequestContext, served: Served | None, units: list[Unit[A
             retry_after_s=exc.retry_after_s,
         ) from exc
     except QueueFull as exc:
-        ctx.svc.metrics.rejected.labels(model.name, "queue_full").inc()
+        ctx.engine.metrics.rejected.labels(model.name, "queue_full").inc()
         raise Overloaded(
             f"model {model.name!r} is at capacity; retry after {exc.retry_after_s}s",
             retry_after_s=exc.retry_after_s,

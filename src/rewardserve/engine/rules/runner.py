@@ -16,10 +16,10 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
-from rewardserve.models.fairness import FairScheduler
-from rewardserve.models.request_scope import RequestScope
+from rewardserve.engine.rules.pool import RulePool
+from rewardserve.engine.scheduler import FairScheduler
+from rewardserve.models.plan import Scope
 from rewardserve.models.rules import get_rule
-from rewardserve.models.rules.pool import RulePool
 from rewardserve.models.rules.worker import DEFAULT_PRIORITY, RenderCall, RuleCall, WorkerPriority
 
 
@@ -98,7 +98,7 @@ class RuleRunner:
     def queued_calls(self) -> int:
         return sum(pool.queued_calls for pool in list(self._pools.values()))
 
-    def check_room(self, calls_by_rule: Mapping[str, int], scope: RequestScope | None = None) -> None:
+    def check_room(self, calls_by_rule: Mapping[str, int], scope: Scope | None = None) -> None:
         """PoolBusy when the pools these rules run in have no room for the calls now."""
         tenant = scope.tenant if scope is not None else None
         by_pool: dict[str, int] = {}
@@ -112,7 +112,7 @@ class RuleRunner:
             self._pool(name).check_room(tenant, calls)
 
     def run(
-        self, calls: list[RuleCall | RenderCall], scope: RequestScope | None = None, timeout_s: float | None = None
+        self, calls: list[RuleCall | RenderCall], scope: Scope | None = None, timeout_s: float | None = None
     ) -> Future[list[Any]]:
         """Every call's result in order (a value or a CallFailure). Raises PoolBusy
         when a pool has no room for them. ``timeout_s``: per chunk of calls, by default

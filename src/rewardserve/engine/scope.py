@@ -26,7 +26,7 @@ class RequestScope:
     def __init__(self, deadline: float | None = None, name: str | None = None, tenant: str | None = None):
         self.id = next(_ids)
         self.name = name or f"r{self.id}"
-        # Whose work it is (service/tenants.py): batchers share a model fairly between
+        # Whose work it is (engine/tenants.py): batchers share a model fairly between
         # tenants. None: no tenants configured, or a key of none.
         self.tenant = tenant
         self.deadline = deadline

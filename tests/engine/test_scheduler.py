@@ -3,7 +3,7 @@ resource, and weighted fair queueing's order within a resource."""
 
 from __future__ import annotations
 
-from rewardserve.models.fairness import FairScheduler
+from rewardserve.engine.scheduler import FairScheduler
 
 
 def test_each_resource_gets_its_books_once_and_every_charge_is_told_with_its_resource():

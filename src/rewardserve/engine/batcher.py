@@ -1,6 +1,6 @@
 """Per-model dynamic batching across concurrent requests.
 
-Requests put their work in one queue per model (service/work_queue.py). The loop below
+Requests put their work in one queue per model (engine/work_queue.py). The loop below
 waits for a free slot, lets work gather for at most ``max_wait_ms`` after the oldest
 arrival (less when a full batch is already waiting), then takes the oldest item and the
 queued items nearest it in length, as many as fit the padded token budget. Oldest-first
@@ -13,9 +13,9 @@ The queue is bounded in tokens: work that does not fit is refused at once (429),
 burst never turns into unbounded memory or latency. Work whose request has gone away
 (client disconnected, deadline passed) leaves the queue as its future settles.
 
-With tenants (service/tenants.py), the oldest item is taken from the tenant furthest
+With tenants (engine/tenants.py), the oldest item is taken from the tenant furthest
 behind its weighted share (its ``forward`` turns in the service's one
-``FairScheduler``, models/fairness.py); room left in the batch goes to others'
+``FairScheduler``, engine/scheduler.py); room left in the batch goes to others'
 work, and a tenant over its queued-token limit gets 429 while the others are still taken.
 While several tenants use a model whose policy allows it (``short_when_shared``: a CPU),
 a batch holds one tenant's work and about ``Tenants.batch_ms`` of compute, and where the
@@ -38,14 +38,15 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from rewardserve.engine.errors import QueueFull, QueueTooSmall
+from rewardserve.engine.metrics import EngineMetrics
+from rewardserve.engine.tenants import Tenants, TenantShares, label
+from rewardserve.engine.work_queue import Pending as _Pending
+from rewardserve.engine.work_queue import WorkQueue
 from rewardserve.models.backends.layer_boundaries import run_between_layers
 from rewardserve.models.batch_policy import BatchPolicy
-from rewardserve.models.plan import ItemError, Unit, UnitOutput
-from rewardserve.service.errors import DeadlineExceeded, NotReady, QueueFull, QueueTooSmall
-from rewardserve.service.observability.metrics import Metrics
-from rewardserve.service.tenants import Tenants, TenantShares, label
-from rewardserve.service.work_queue import Pending as _Pending
-from rewardserve.service.work_queue import WorkQueue
+from rewardserve.models.errors import DeadlineExceeded, ItemError, NotReady
+from rewardserve.models.plan import Unit, UnitOutput
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +68,7 @@ class Batcher:
         name: str,
         run: Run,
         policy: BatchPolicy,
-        metrics: Metrics,
+        metrics: EngineMetrics,
         after_batch: Callable[[], None] | None = None,
         executor: Executor | None = None,
         tenants: Tenants | None = None,

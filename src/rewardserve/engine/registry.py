@@ -11,32 +11,37 @@ has called torch (figures: bench/results/design-measurements.md). One CPU's core
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import math
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from typing import TypeVar
 
+from rewardserve.engine.batcher import Batcher
+from rewardserve.engine.metrics import EngineMetrics
+from rewardserve.engine.tenants import Tenants
 from rewardserve.models.cache import LRUCache, TenantCache
 from rewardserve.models.checkpoints import go_offline_if_unreachable
-from rewardserve.models.kinds import build_checked
-from rewardserve.models.plan import Peer, PeerLookup, RequestError
+from rewardserve.models.errors import ModelAsleep, NotFound, NotReady, RequestError, StartupError, one_line
+from rewardserve.models.plan import Peer, PeerLookup
 from rewardserve.models.plans.scales import RunningScore
 from rewardserve.models.reward_model import ModelContext, RewardModel
 from rewardserve.models.spec import ModelSpec, ShadowSpec
 from rewardserve.models.startup_phases import log as startup_log
 from rewardserve.models.startup_phases import timed_phase
-from rewardserve.service.batcher import Batcher
-from rewardserve.service.errors import NotFound, NotReady, one_line
-from rewardserve.service.observability.metrics import Metrics
-from rewardserve.service.settings import StartupError
-from rewardserve.service.tenants import Tenants
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+# What builds a model of a spec (service/app.py gives models/kinds' build_checked): the
+# engine never imports a kind.
+Builder = Callable[[ModelSpec, ModelContext], RewardModel]
+# The served models the running request holds (its task's, copied into the tasks it starts).
+_HELD: contextvars.ContextVar[frozenset[int]] = contextvars.ContextVar("held_models", default=frozenset())
 
 
 def import_torch() -> None:
@@ -93,7 +98,8 @@ class ModelRegistry:
     def __init__(
         self,
         specs: list[ModelSpec],
-        metrics: Metrics,
+        metrics: EngineMetrics,
+        build: Builder,
         context: ModelContext | None = None,
         after_batch: Callable[[], None] | None = None,
         keep_going: bool = True,
@@ -107,11 +113,13 @@ class ModelRegistry:
         # Building a model reads only its preset and config.json; weights come in load().
         self._served: dict[str, Served] = {}
         problems = []
-        # Models that mix others' scores (an ensemble) reach them through the context.
-        context = replace(context or ModelContext(), peers=self.peer)
+        context = context or ModelContext()
+        self._build = build
+        # Wakes a model asleep for a request that may wake it (service/ops/lifecycle.py).
+        self.waker: Callable[[Served], Awaitable[None]] | None = None
         for spec in specs:
             try:
-                model = build_checked(spec, context)
+                model = build(spec, context)
             except ValueError as exc:
                 problems.append(str(exc))
                 continue
@@ -262,7 +270,42 @@ class ModelRegistry:
 
     def build(self, spec: ModelSpec) -> RewardModel:
         """A model of ``spec`` built as at start (its weights not loaded); ValueError."""
-        return build_checked(spec, self.context)
+        return self._build(spec, self.context)
+
+    @asynccontextmanager
+    async def hold(self, served: Served) -> AsyncIterator[RewardModel]:
+        """Hold ``served`` for a request's plan, and give the model object to plan with.
+        Awake (or draining, still batching), it is held at once, with no await before (a
+        sleep that starts after cannot miss it). Held already by this request (a part of
+        its plan on its own model), it is held again at once: waiting then for weights
+        being written would wait for itself. Asleep, it is woken when its spec says
+        ``wake_on_request``, else refused (``model_asleep``)."""
+        held = _HELD.get()
+        while id(served) not in held and not is_open(served):
+            if not served.resumed.is_set():  # its weights are being rewritten: wait, then look again
+                await served.resumed.wait()
+                continue
+            name = served.model.name
+            self._metrics.rejected.labels(name, "replaced" if served.retired else "asleep").inc()
+            if served.retired:
+                raise ModelAsleep(f"model {name!r} was replaced while this request waited; retry it", retry_after_s=1)
+            if not served.model.spec.wake_on_request or self.waker is None:
+                raise ModelAsleep(
+                    f"model {name!r} is asleep (level {served.sleep_level}); retry, or wake it "
+                    f"(POST /v1/admin/models/{name}/wake_up; wake_on_request: true wakes it on a request)",
+                    retry_after_s=1,
+                )
+            await self.waker(served)
+        served.in_flight += 1
+        served.idle.clear()
+        token = _HELD.set(held | {id(served)})
+        try:
+            yield served.model
+        finally:
+            _HELD.reset(token)
+            served.in_flight -= 1
+            if served.in_flight == 0:
+                served.idle.set()
 
     def current(self, name: str) -> Served:
         """The version of ``name`` that new requests get (404 when none is served)."""
@@ -355,3 +398,9 @@ def _served(model: RewardModel) -> Served:
 
 def initial_version(spec: ModelSpec) -> str:
     return spec.version or spec.revision or "0"
+
+
+def is_open(served: Served) -> bool:
+    """A request may hold it now: awake (or draining, still batching), its weights whole."""
+    awake = served.state == "awake" or (served.state == "draining" and not served.retired)
+    return awake and served.resumed.is_set()

@@ -11,9 +11,10 @@ from collections import defaultdict
 
 import pytest
 
-from rewardserve.models.fairness import FairScheduler
-from rewardserve.models.request_scope import RequestScope
-from rewardserve.models.rules.pool import PoolBusy, RulePool
+from rewardserve.engine.errors import PoolBusy
+from rewardserve.engine.rules.pool import RulePool
+from rewardserve.engine.scheduler import FairScheduler
+from rewardserve.engine.scope import RequestScope
 from rewardserve.models.rules.worker import RuleCall
 
 # The pool's workers run niced: a test process beside them would eat their time limits.

@@ -1,0 +1,1 @@
+"""The rule and code calls' process pools, shared fairly between tenants."""
