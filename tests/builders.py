@@ -183,7 +183,7 @@ def build_unigram_tokenizer(out_dir: Path):
 def build_alone(spec, timeout_s: float | None = None):
     """A model built outside a service (a script, a test): a rule model gets rule pools
     of its own (the engine's RuleRunner), closed when the model is."""
-    from rewardserve.engine.rules.runner import RuleLimits, RuleRunner
+    from rewardserve.engine.pools.runner import RuleLimits, RuleRunner
     from rewardserve.models.kinds import build_model
     from rewardserve.models.reward_model import ModelContext
 

@@ -150,7 +150,7 @@ async def test_shared_batches_hold_one_tenant_s_work_when_batch_ms_is_above_the_
 
 def layered_batcher(events: list[str], preemptible: bool = True) -> Batcher:
     """Tenants a and b on a model of 8 layers of 10 ms, each logged as tenant + layer."""
-    from rewardserve.models.backends.layer_boundaries import layer_boundary
+    from rewardserve.models.backends.layer_boundaries import layer_boundary, run_between_layers
 
     def run(batch):
         who = batch[0].payload[0]
@@ -164,7 +164,8 @@ def layered_batcher(events: list[str], preemptible: bool = True) -> Batcher:
     policy = BatchPolicy(
         max_batch_tokens=2000, max_wait_ms=0, pads=False, short_when_shared=True, preemptible=preemptible
     )
-    batcher = Batcher("m", run, policy, Metrics(), tenants=table)
+    # The model's between_layers, as a backend that marks its layers gives it.
+    batcher = Batcher("m", run, policy, Metrics(), tenants=table, between_layers=run_between_layers)
     batcher.start()
     return batcher
 
@@ -227,7 +228,7 @@ async def test_light_work_sent_while_other_light_work_waits_for_a_boundary_goes_
 async def test_work_posted_for_a_boundary_that_never_comes_is_answered_at_stop():
     """b's batch is posted after a's batch passed its last layer boundary; the service then
     stops: b gets an error, not a wait forever."""
-    from rewardserve.models.backends.layer_boundaries import layer_boundary
+    from rewardserve.models.backends.layer_boundaries import layer_boundary, run_between_layers
     from rewardserve.models.errors import NotReady
 
     def run(batch):
@@ -237,7 +238,7 @@ async def test_work_posted_for_a_boundary_that_never_comes_is_answered_at_stop()
 
     table = Tenants([TenantSpec(name=n, keys=[f"key-{n}"]) for n in "ab"], Metrics())
     policy = BatchPolicy(max_wait_ms=0, pads=False, short_when_shared=True, preemptible=True)
-    batcher = Batcher("m", run, policy, Metrics(), tenants=table)
+    batcher = Batcher("m", run, policy, Metrics(), tenants=table, between_layers=run_between_layers)
     batcher.start()
     flood = batcher.submit(units("a", 3), None)
     await asyncio.sleep(0.05)
@@ -257,7 +258,8 @@ async def test_a_tenant_over_its_queue_limit_is_refused_alone():
     batcher.submit(units("a", 10), None)  # 100 tokens: at the limit
     with pytest.raises(TenantQueueFull) as refused:
         batcher.submit(units("a", 1), None)
-    assert refused.value.tenant == "a" and refused.value.retry_after_s >= 1
+    assert "tenant 'a'" in refused.value.message and refused.value.retry_after_s >= 1
+    assert refused.value.type == "overloaded"
     batcher.submit(units("b", 50), None)  # the other tenant is still taken
     await batcher.stop()
 

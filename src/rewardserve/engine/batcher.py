@@ -35,6 +35,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor, ThreadPoolExecutor
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,7 +44,6 @@ from rewardserve.engine.metrics import EngineMetrics
 from rewardserve.engine.tenants import Tenants, TenantShares, label
 from rewardserve.engine.work_queue import Pending as _Pending
 from rewardserve.engine.work_queue import WorkQueue
-from rewardserve.models.backends.layer_boundaries import run_between_layers
 from rewardserve.models.batch_policy import BatchPolicy
 from rewardserve.models.errors import DeadlineExceeded, ItemError, NotReady
 from rewardserve.models.plan import Unit, UnitOutput
@@ -51,6 +51,11 @@ from rewardserve.models.plan import Unit, UnitOutput
 log = logging.getLogger(__name__)
 
 Run = Callable[[list[Unit[Any]]], list[UnitOutput]]
+BetweenLayers = Callable[[Callable[[], None] | None], AbstractContextManager[None]]
+
+
+def _no_layers(_callback: Callable[[], None] | None) -> AbstractContextManager[None]:
+    return nullcontext()
 
 
 @dataclass
@@ -72,6 +77,7 @@ class Batcher:
         after_batch: Callable[[], None] | None = None,
         executor: Executor | None = None,
         tenants: Tenants | None = None,
+        between_layers: BetweenLayers | None = None,
     ):
         """``executor``: where batches run (shared with other models, not shut down
         here); by default a pool of ``policy.concurrency`` threads of this batcher's own."""
@@ -81,6 +87,8 @@ class Batcher:
         self._after_batch = after_batch  # runs on the worker thread (memory trimming)
         self.policy = policy
         self._run = run
+        # The model's way to run posted work inside a batch in flight (RewardModel.between_layers).
+        self._between_layers: BetweenLayers = between_layers or _no_layers
         self._metrics = metrics
         self._queue = WorkQueue()  # keyed by tenant where there are tenants
         self._wakeup = asyncio.Event()
@@ -110,7 +118,9 @@ class Batcher:
             )
         tenant = _tenant(units[0]) if units else None
         if not self._shares.has_room(tenant, tokens, self.policy.max_queue_tokens):
-            raise QueueFull(self._retry_after(tokens))
+            self._metrics.rejected.labels(self.name, "queue_full").inc()
+            wait = self._retry_after(tokens)
+            raise QueueFull(f"model {self.name!r} is at capacity; retry after {wait}s", retry_after_s=wait)
         self._shares.admit(tenant, tokens, self._retry_after)
         loop = asyncio.get_running_loop()
         now = time.monotonic()
@@ -309,7 +319,7 @@ class Batcher:
                 pending.future.set_result(BatchAnswer(result, start - pending.enqueued, elapsed))
 
     def _run_then_tidy(self, units: list[Unit[Any]]) -> list[UnitOutput]:
-        with run_between_layers(self._run_posted if self.policy.preemptible and self._tenants else None):
+        with self._between_layers(self._run_posted if self.policy.preemptible and self._tenants else None):
             results = self._run_isolating(units)
         if self._after_batch is not None:
             self._after_batch()
@@ -318,7 +328,7 @@ class Batcher:
     def _post_inside(self) -> None:
         """While a batch is in flight on a shared model, a batch of the tenant furthest
         behind, if that is another tenant, for the worker to run between two of the
-        in-flight batch's layers (models/backends/layer_boundaries.py): a light tenant
+        in-flight batch's layers (the model's ``between_layers``): a light tenant
         waits for a layer of a flood's batch, not for all of it."""
         if (
             self._in_flight is None

@@ -1,52 +1,40 @@
-"""The engine's capacity refusals, each carrying the error type it is answered as.
-
-A batcher's queue or a rule pool without room, a request bigger than a whole queue, a
-client that hung up: raised where the engine finds them, read by the executor (which
-names the model and the tenant in the message) and by nothing above it.
+"""The engine's refusals: a model's queue or a rule pool without room, a request bigger
+than a whole queue, a client gone. Each is a RequestError of the type it is answered
+as (models/errors.py), its message written where the refusal is found: nothing above
+translates them.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
-
-from rewardserve.protocol import ErrorType
+from rewardserve.models.errors import Overloaded, PayloadTooLarge
 
 
-class CapacityError(Exception):
-    error_type: ClassVar[ErrorType] = "overloaded"
-
-
-class QueueFull(CapacityError):
-    """A model's queue is full; retry after ``retry_after_s``."""
-
-    def __init__(self, retry_after_s: int):
-        super().__init__(f"queue full, retry after {retry_after_s}s")
-        self.retry_after_s = retry_after_s
+class QueueFull(Overloaded):
+    """A model's queue has no room for the request's tokens now."""
 
 
 class TenantQueueFull(QueueFull):
     """The tenant's own queued-token limit on this model is reached."""
 
-    def __init__(self, tenant: str, limit: int, retry_after_s: int):
-        super().__init__(retry_after_s)
+
+class QueueTooSmall(PayloadTooLarge):
+    """The request alone is bigger than the model's whole queue: retrying cannot help."""
+
+    def __init__(self, message: str):
+        super().__init__(message, param="items")
+
+
+class PoolBusy(Overloaded):
+    """A rule pool's queue has no room for this tenant's calls now."""
+
+    def __init__(self, reason: str, tenant: str | None = None, retry_after_s: int = 1):
+        super().__init__(
+            f"the rule pools have no room for this request ({reason}); retry after {retry_after_s}s",
+            retry_after_s=retry_after_s,
+        )
+        self.reason = reason
         self.tenant = tenant
-        self.limit = limit
-
-
-class QueueTooSmall(CapacityError):
-    """The request alone is bigger than the whole queue: retrying cannot help."""
-
-    error_type = "payload_too_large"
-
-
-class PoolBusy(CapacityError):
-    """A rule pool's queue has no room for this tenant's calls; retry later."""
-
-    def __init__(self, message: str, tenant: str | None = None, retry_after_s: int = 1):
-        super().__init__(message)
-        self.tenant = tenant
-        self.retry_after_s = retry_after_s
 
 
 class ClientGone(Exception):
-    """The client disconnected; its queued work was dropped."""
+    """The client disconnected; its queued work was dropped (answered 499, read by nobody)."""

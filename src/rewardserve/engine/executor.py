@@ -16,10 +16,10 @@ from typing import Any, Generic, Protocol, TypeVar
 from starlette.concurrency import run_in_threadpool
 
 from rewardserve.engine.batcher import BatchAnswer
-from rewardserve.engine.errors import ClientGone, PoolBusy, QueueFull, QueueTooSmall, TenantQueueFull
+from rewardserve.engine.errors import ClientGone
 from rewardserve.engine.metrics import EngineMetrics
+from rewardserve.engine.pools.runner import RuleRunner
 from rewardserve.engine.registry import ModelRegistry, Served
-from rewardserve.engine.rules.runner import RuleRunner
 from rewardserve.engine.scope import RequestScope
 from rewardserve.engine.tenants import FairGate, Tenants, named
 from rewardserve.models.errors import DeadlineExceeded, NotReady, Overloaded, PayloadTooLarge, RequestError
@@ -111,7 +111,7 @@ async def run_plan(
             plan = await run_in_threadpool(planner, model)
         try:
             done = await execute(ctx, served, plan, n_items)
-        except (RequestError, QueueFull, QueueTooSmall, PoolBusy, ClientGone):
+        except (RequestError, ClientGone):
             raise  # the caller's input, the service's limits, a caller gone: not the version's health
         except Exception:
             if engine.observer is not None:
@@ -216,64 +216,36 @@ async def run_parts(ctx: RequestWork, parts: list[Part[Any]]) -> list[Executed[A
             task.cancel()
 
 
-def _no_room(exc: PoolBusy) -> Overloaded:
-    return Overloaded(
-        f"the rule pools have no room for this request ({exc}); retry after {exc.retry_after_s}s",
-        retry_after_s=exc.retry_after_s,
-    )
-
-
 def refuse_without_room(ctx: RequestWork, calls_by_rule: dict[str, int]) -> None:
     """429 before planning when the rule pools have no room for the calls a request will
     make (a refusal then costs no plan; ``run_calls`` asks again)."""
     if not calls_by_rule:
         return
-    try:
-        ctx.engine.rules.check_room(calls_by_rule, ctx.scope)
-    except PoolBusy as exc:
-        raise _no_room(exc) from exc
+    ctx.engine.rules.check_room(calls_by_rule, ctx.scope)
 
 
 async def run_calls(ctx: RequestWork, calls: list[Any]) -> list[Any]:
     """Run calls in the rule pools for this request; 429 when the pools are full."""
     if not calls:
         return []
-    try:
-        future = ctx.engine.rules.run(calls, ctx.scope)
-    except PoolBusy as exc:
-        raise _no_room(exc) from exc
+    future = ctx.engine.rules.run(calls, ctx.scope)
     (values,) = await until_done_or_gone(ctx.scope, [asyncio.wrap_future(future)])
     produced: list[Any] = values
     return produced
 
 
 async def compute(ctx: RequestWork, served: Served | None, units: list[Unit[Any]]) -> list[BatchAnswer]:
-    """Queue units on the model's batcher (or refuse them: 429 / 413) and await them."""
+    """Queue units on the model's batcher (which refuses them when its queue or the
+    tenant's share of it is full, or the request is bigger than the queue) and await them."""
     scope = ctx.scope
     if scope.cancelled or scope.expired():
         raise gone_error(scope)
     if not units:
         return []
     assert served is not None and served.batcher is not None, "units need a served model"
-    model = served.model
     for unit in units:
         unit.scope = scope
-    try:
-        futures = served.batcher.submit(units, scope.deadline)
-    except TenantQueueFull as exc:
-        raise Overloaded(
-            f"{named(exc.tenant)} has {exc.limit} tokens queued on model {model.name!r}, its limit; retry "
-            f"after {exc.retry_after_s}s",
-            retry_after_s=exc.retry_after_s,
-        ) from exc
-    except QueueFull as exc:
-        ctx.engine.metrics.rejected.labels(model.name, "queue_full").inc()
-        raise Overloaded(
-            f"model {model.name!r} is at capacity; retry after {exc.retry_after_s}s",
-            retry_after_s=exc.retry_after_s,
-        ) from exc
-    except QueueTooSmall as exc:
-        raise PayloadTooLarge(str(exc), param="items") from exc
+    futures = served.batcher.submit(units, scope.deadline)
     return await until_done_or_gone(scope, futures)
 
 

@@ -28,8 +28,8 @@ from rewardserve.engine.tenants import Tenants
 from rewardserve.models.cache import LRUCache, TenantCache
 from rewardserve.models.checkpoints import go_offline_if_unreachable
 from rewardserve.models.errors import ModelAsleep, NotFound, NotReady, RequestError, StartupError, one_line
+from rewardserve.models.operations.scales import RunningScore
 from rewardserve.models.plan import Peer, PeerLookup
-from rewardserve.models.plans.scales import RunningScore
 from rewardserve.models.reward_model import ModelContext, RewardModel
 from rewardserve.models.spec import ModelSpec, ShadowSpec
 from rewardserve.models.startup_phases import log as startup_log
@@ -265,6 +265,7 @@ class ModelRegistry:
             self._after_batch,
             executor=self._executor(model),
             tenants=self._tenants,
+            between_layers=model.between_layers,
         )
         served.batcher.start()
 

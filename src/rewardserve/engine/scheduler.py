@@ -3,7 +3,7 @@ queueing books each resource keeps in it (``VirtualTimes``).
 
 Everything that spends capacity takes its turns from the one scheduler: the CPU steps
 of requests (engine/tenants.py ``FairGate``, work in steps), each model's batches
-(engine/batcher.py, work in tokens) and each rule pool's workers (engine/rules/pool.py,
+(engine/batcher.py, work in tokens) and each rule pool's workers (engine/pools/pool.py,
 work in worker seconds). They share its weights, and each is charged by the work it did.
 A resource keeps virtual times of its own: work of one kind is not paid for with turns
 at another (a tenant whose rules are slow is not owed forward batches for it), which is

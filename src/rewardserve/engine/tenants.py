@@ -162,7 +162,7 @@ class Tenants:
         self.model_seconds = Counter(
             "rewardserve_tenant_model_seconds", "Forward time its batches took", ["tenant"], registry=r
         )
-        # Rule-pool worker time its calls and template renders took (engine/rules/pool.py).
+        # Rule-pool worker time its calls and template renders took (engine/pools/pool.py).
         self.rule_seconds = Counter(
             "rewardserve_tenant_rule_seconds", "Rule-pool worker time its calls took", ["tenant"], registry=r
         )
@@ -288,6 +288,7 @@ class TenantShares:
 
     def __init__(self, tenants: Tenants | None, model: str) -> None:
         self.tenants = tenants
+        self.model = model
         self.turns = tenants.scheduler.turns("forward", model) if tenants is not None else VirtualTimes(lambda _: 1.0)
         self._queued: dict[str | None, int] = {}
         self._last_seen: dict[str | None, float] = {}  # time.monotonic() of its last work
@@ -300,7 +301,11 @@ class TenantShares:
         queued = self._queued.get(tenant, 0)
         if limit is not None and queued + tokens > limit:
             self.tenants.rejected.labels(label(tenant), "queued_tokens").inc()
-            raise TenantQueueFull(label(tenant), limit, retry_after(queued + tokens - limit))
+            wait = retry_after(queued + tokens - limit)
+            raise TenantQueueFull(
+                f"{named(tenant)} has {limit} tokens queued on model {self.model!r}, its limit; retry after {wait}s",
+                retry_after_s=wait,
+            )
         if not queued:
             self.turns.rejoin(tenant)
         self._last_seen[tenant] = time.monotonic()

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from concurrent.futures import Future
 
     from rewardserve.models.cache import LRUCache
-    from rewardserve.models.plans.scales import RunningScore
+    from rewardserve.models.operations.scales import RunningScore
     from rewardserve.models.reward_model import RewardModel
 
 P = TypeVar("P")  # a kind's own payload
@@ -58,7 +58,7 @@ class Scope(Protocol):
 
 
 class RuleCalls(Protocol):
-    """The rule pools as a model uses them (the engine's RuleRunner, engine/rules/
+    """The rule pools as a model uses them (the engine's RuleRunner, engine/pools/
     runner.py): calls run for a request, their values (or CallFailures) in order."""
 
     def run(

@@ -24,6 +24,7 @@ import math
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
@@ -66,7 +67,7 @@ class ModelContext:
     """What the service lends every model it builds: the image rules and the engine's
     rule pools. Other served models are never here: a plan is lent those it names, per
     request (``peers``). A model built alone (a test, a script) gets the defaults; a rule
-    model then needs pools given to it (engine/rules/runner.py's RuleRunner)."""
+    model then needs pools given to it (engine/pools/runner.py's RuleRunner)."""
 
     image_policy: ImagePolicy | None = None
     rules: RuleCalls | None = None
@@ -174,7 +175,7 @@ class RewardModel(ABC):
     ) -> Plan[ItemResult]:
         """``cache``: the score cache as the request's tenant sees it; ``peers``: the other
         served models as that tenant sees them (kinds that mix their scores read them)."""
-        from rewardserve.models.plans.groups import group_advantages
+        from rewardserve.models.operations.groups import group_advantages
 
         normalize = options.normalize == "group"
         return self.plan_items(
@@ -186,7 +187,7 @@ class RewardModel(ABC):
         )
 
     def plan_steps(self, items: list[Item], options: StepOptions, cache: LRUCache | None = None) -> Plan[StepsResult]:
-        from rewardserve.models.plans.groups import shape_steps
+        from rewardserve.models.operations.groups import shape_steps
 
         def shaped(results: list[StepsResult]) -> list[StepsResult]:
             return shape_steps(items, results, options.shaping, options.gamma)
@@ -206,7 +207,7 @@ class RewardModel(ABC):
         peers: PeerLookup | None = None,
     ) -> Plan[CompareResult]:
         """Bradley-Terry preferences from this model's scores of each response."""
-        from rewardserve.models.plans.compare import compare_by_scores
+        from rewardserve.models.operations.compare import compare_by_scores
 
         return compare_by_scores(self, items, cache, peers)
 
@@ -227,7 +228,7 @@ class RewardModel(ABC):
         """``prepare``, the score cache, one computation per distinct key, ``combine``;
         the plan's finish puts each item's result (or its error, ``valid: false``) back
         in request order as ``result_type``, then applies ``then``."""
-        from rewardserve.models.plans.items import plan_items
+        from rewardserve.models.operations.items import plan_items
 
         return plan_items(self, items, options, cache, result_type, then)
 
@@ -300,6 +301,17 @@ class RewardModel(ABC):
         for value in vars(self).values():
             if isinstance(value, LRUCache):
                 value.clear()
+
+    @property
+    def hosted_rule(self) -> str | None:
+        """The rule this model runs for other requests' rubric criteria (a rule model's
+        own rule), or None."""
+        return None
+
+    def between_layers(self, callback: Callable[[], None] | None) -> AbstractContextManager[None]:
+        """How the engine runs other work between two layers of this model's forward in
+        flight: its backend's, where the backend declares it can (``preemptible``)."""
+        return self.backend.between_layers(callback) if self.backend is not None else nullcontext()
 
     def backends(self) -> list[Backend]:
         """The backends that hold its weights (a kind with a second one adds it)."""

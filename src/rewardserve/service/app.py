@@ -24,8 +24,8 @@ from fastapi_offline import FastAPIOffline
 from rewardserve.client import __version__
 from rewardserve.engine.errors import ClientGone
 from rewardserve.engine.executor import Engine
+from rewardserve.engine.pools.runner import RuleRunner
 from rewardserve.engine.registry import ModelRegistry
-from rewardserve.engine.rules.runner import RuleRunner
 from rewardserve.engine.tenants import FairGate, Tenants
 from rewardserve.models.kinds import build_checked
 from rewardserve.models.policy_tokenizers import PolicyTokenizers

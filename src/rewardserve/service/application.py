@@ -27,23 +27,17 @@ from typing import Any, TypeVar
 from starlette.concurrency import run_in_threadpool
 
 from rewardserve.client import __version__
-from rewardserve.engine.executor import Executed, charge_work, refuse_over_limit, refuse_without_room
+from rewardserve.engine.executor import Executed as Executed  # what the routes answer from
+from rewardserve.engine.executor import charge_work, refuse_over_limit, refuse_without_room
 from rewardserve.engine.executor import run_plan as execute_plan
 from rewardserve.engine.registry import Served
 from rewardserve.engine.tenants import label, named
 from rewardserve.models.errors import InvalidRequest, NotFound, Overloaded, PayloadTooLarge
-from rewardserve.models.kinds.rule import RuleModel
+from rewardserve.models.operations import Lent
+from rewardserve.models.operations.groups import singleton_groups
+from rewardserve.models.operations.rubric import RUBRIC
+from rewardserve.models.operations.turns import TURNS
 from rewardserve.models.plan import Plan
-from rewardserve.models.plans.groups import singleton_groups
-from rewardserve.models.plans.rubric import (
-    asks_judge,
-    hosted_rules,
-    plan_rubric,
-    rubric_models,
-    rubric_rule_calls,
-    rubric_work,
-)
-from rewardserve.models.plans.turns import score_all_turns, turns_work
 from rewardserve.models.policy_tokenizers import with_token_rewards
 from rewardserve.models.rules.code.sandbox_fusion import sandbox_fusion_code
 from rewardserve.models.text.tokenize import Tokenized
@@ -65,9 +59,8 @@ from rewardserve.protocol import (
     ShadowReport,
     StepOptions,
     StepsResult,
-    TurnOptions,
+    TurnsRequest,
     TurnsResult,
-    Usage,
     VerifyOptions,
     VerifyResult,
 )
@@ -220,14 +213,16 @@ def policy_tokenizer(ctx: RequestContext, items: list[Item], options: StepOption
     return ctx.svc.policy_tokenizers.loaded[options.policy_tokenizer]
 
 
-async def score_turns(ctx: RequestContext, items: list[Item], options: TurnOptions) -> Executed[TurnsResult]:
+async def score_turns(ctx: RequestContext, body: TurnsRequest) -> Executed[TurnsResult]:
     """A reward per assistant turn from its tool calls matched to the reference's: no
-    model, a matching per item, in a worker thread."""
-    admit(ctx, len(items))
-    charge_work(ctx, turns_work(items))  # the items and their calls: the calls beyond them charged
+    model; admitted, and its matching work charged, like the others."""
+    cost = TURNS.cost(body)
+    admit(ctx, cost.items)
+    charge_work(ctx, cost.work)  # the items and their calls: the calls beyond them charged
     start = time.perf_counter()
-    results = await run_in_threadpool(score_all_turns, items, options)
-    return Executed(results, Usage(items=len(items)), inference_s=time.perf_counter() - start)
+    done = await run_plan(ctx, None, cost.items, lambda _none: TURNS.plan(body, Lent()))
+    done.inference_s = time.perf_counter() - start
+    return done
 
 
 async def verify(ctx: RequestContext, model: str, items: list[Item], options: VerifyOptions) -> Executed[VerifyResult]:
@@ -250,25 +245,26 @@ def rule_hosts(ctx: RequestContext, rules: set[str]) -> dict[str, str]:
         model = served.model
         if served.error:  # failed to load (--keep-going): it serves nothing
             continue
-        if isinstance(model, RuleModel) and model.rule_name in rules:
-            hosts.setdefault(model.rule_name, model.name)
+        if model.hosted_rule is not None and model.hosted_rule in rules:
+            hosts.setdefault(model.hosted_rule, model.name)
     return hosts
 
 
 async def rubric(ctx: RequestContext, body: RubricRequest) -> Executed[RubricResult]:
     """Weighted criteria per item (rules, judge questions, served models' scores)."""
-    admit(ctx, len(body.items))
-    refuse_over_limit(ctx, rubric_work(body))
-    refuse_without_room(ctx, rubric_rule_calls(body))
+    cost = RUBRIC.cost(body)
+    admit(ctx, cost.items)
+    refuse_over_limit(ctx, cost.work)
+    refuse_without_room(ctx, cost.rule_calls)
     judge = None
-    if asks_judge(body):
+    if cost.judge:
         if body.judge is None:
             raise InvalidRequest("judge criteria need a 'judge' verifier model", param="judge")
         judge = serving(ctx, body.judge, "judge", field="judge")
-    hosts = rule_hosts(ctx, hosted_rules(body))
-    peers = ctx.peers(rubric_models(body) | set(hosts.values()))
+    hosts = rule_hosts(ctx, set(cost.hosted))
+    peers = ctx.peers(cost.models | set(hosts.values()))
     done: Executed[RubricResult] = await run_plan(
-        ctx, judge, len(body.items), lambda judge_model: plan_rubric(body, judge_model, peers, hosts)
+        ctx, judge, cost.items, lambda judge_model: RUBRIC.plan(body, Lent(judge_model, peers, hosts))
     )
     criteria = [*(body.criteria or []), *(c for item in body.items for c in item.criteria or [])]
     if any(c.normalize == "group" for c in criteria):

@@ -20,7 +20,7 @@ from rewardserve.models.spec import ModelSpec, describe_spec_error
 from rewardserve.models.yaml_files import load_yaml
 
 if TYPE_CHECKING:
-    from rewardserve.engine.rules.runner import RuleLimits
+    from rewardserve.engine.pools.runner import RuleLimits
     from rewardserve.models.images import ImagePolicy
 
 # Served unless turned off: they need no weights, so `rewardserve serve` is useful offline.
@@ -168,7 +168,7 @@ class Settings(BaseSettings):
         )
 
     def rule_limits(self) -> RuleLimits:
-        from rewardserve.engine.rules.runner import RuleLimits
+        from rewardserve.engine.pools.runner import RuleLimits
 
         return RuleLimits(
             workers=self.rule_workers,

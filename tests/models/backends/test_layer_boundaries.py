@@ -28,7 +28,7 @@ def random_units(rng: random.Random, groups: int, lone: int):
 @pytest.mark.parametrize("fixture,task,token_ids", [("qwen3_rm", "classify", None), ("judge_lm", "lm", [11, 42])])
 def test_a_forward_between_the_layers_of_another_changes_neither(request, fixture, task, token_ids):
     backend = make_backend(ModelSpec(name="m", source=str(request.getfixturevalue(fixture))), task)
-    assert backend.batch_preferences["preemptible"]
+    assert backend.batch_preferences["preemptible"] and backend.preemptible
     rng = random.Random(3)
     outer, inner = random_units(rng, 2, 3), random_units(rng, 1, 1)
     inner_plain = [TokenSequence(ids, (len(ids) - 1,)) for ids in ([5, 6, 7, 8], [9, 10])]
@@ -44,7 +44,7 @@ def test_a_forward_between_the_layers_of_another_changes_neither(request, fixtur
         else:
             boundaries.append(("none", None))
 
-    with run_between_layers(between):
+    with backend.between_layers(between):  # the capability the backend declares
         got_outer = backend.read_packed(outer, token_ids)
         layer_boundary()  # outside a forward too: the callback runs, once per call
     layers = backend.base.config.num_hidden_layers
@@ -63,4 +63,8 @@ def test_the_option_off_leaves_the_layers_unmarked(qwen3_rm):
     calls: list[int] = []
     with run_between_layers(lambda: calls.append(1)):
         backend.read([TokenSequence([5, 6, 7], (2,))])
+    assert calls == []
+    assert not backend.preemptible
+    with backend.between_layers(lambda: calls.append(1)):  # not declared: nothing runs there
+        layer_boundary()
     assert calls == []

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from rewardserve.engine.rules.runner import RuleLimits, RuleRunner
+from rewardserve.engine.pools.runner import RuleLimits, RuleRunner
 from rewardserve.models.errors import ItemError
 from rewardserve.models.kinds import build_checked, build_model
 from rewardserve.models.reward_model import ModelContext

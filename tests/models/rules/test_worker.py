@@ -8,7 +8,7 @@ import time
 import pytest
 
 from rewardserve.engine.errors import PoolBusy
-from rewardserve.engine.rules.pool import RulePool
+from rewardserve.engine.pools.pool import RulePool
 from rewardserve.engine.scope import RequestScope
 from rewardserve.models.rules.worker import CallFailure, RenderCall, RuleCall
 

@@ -15,10 +15,14 @@ engine. What is read at a position depends on the task the backend was loaded fo
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from rewardserve.models.backends.layer_boundaries import run_between_layers
 
 if TYPE_CHECKING:
     from rewardserve.models.checkpoints import CheckpointWeights
@@ -67,6 +71,14 @@ class Backend(ABC):
     # False: ``read`` has nothing to give (a remote judge whose server returns no
     # logprobs); a verifier then generates and parses.
     reads_logits: bool = True
+    # True: its forward marks the boundaries between layers (layer_boundaries.py), where
+    # other work may run inside a batch in flight (``between_layers``).
+    preemptible: bool = False
+
+    def between_layers(self, callback: Callable[[], None] | None) -> AbstractContextManager[None]:
+        """While inside, ``callback`` runs at each layer boundary of a forward on this
+        thread; a backend that is not ``preemptible`` has none and runs nothing there."""
+        return run_between_layers(callback) if self.preemptible else nullcontext()
 
     @abstractmethod
     def read(self, seqs: list[TokenSequence], token_ids: list[int] | None = None) -> list[np.ndarray]:

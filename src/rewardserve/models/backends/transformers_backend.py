@@ -131,6 +131,7 @@ class TransformersBackend(Backend):
                 self._compile(self.options)
         self.batch_preferences = batch_preferences(self.device, self._packing)
         if self.options.layer_boundaries and self._whole is None and mark_layers(self.base):  # after any wrapping
+            self.preemptible = True
             self.batch_preferences = {**self.batch_preferences, "preemptible": True}
 
     def _load(self, source: str, task: str) -> tuple[Any, Any, Any, nn.Module | None]:

@@ -21,11 +21,11 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from rewardserve.models.cache import LRUCache
 from rewardserve.models.errors import ItemError, RequestError
 from rewardserve.models.kinds import register_kind
+from rewardserve.models.operations.groups import group_advantages, group_keys
+from rewardserve.models.operations.mixing import escalate, part_scores, score_part
+from rewardserve.models.operations.scales import normalize_scores
 from rewardserve.models.options import KindOptions
 from rewardserve.models.plan import Job, Part, PeerLookup, Plan, Unit, UnitOutput
-from rewardserve.models.plans.groups import group_advantages, group_keys
-from rewardserve.models.plans.mixing import escalate, part_scores, score_part
-from rewardserve.models.plans.scales import normalize_scores
 from rewardserve.models.reward_model import RewardModel
 from rewardserve.protocol import (
     CompareItem,
@@ -171,6 +171,6 @@ class EnsembleModel(RewardModel):
         cache: LRUCache | None = None,
         peers: PeerLookup | None = None,
     ) -> Plan[CompareResult]:
-        from rewardserve.models.plans.compare import compare_by_scores
+        from rewardserve.models.operations.compare import compare_by_scores
 
         return compare_by_scores(self, items, cache, peers)

@@ -36,9 +36,9 @@ from rewardserve.models.batch_policy import BatchPolicy
 from rewardserve.models.cache import LRUCache
 from rewardserve.models.errors import ItemError, RequestError
 from rewardserve.models.kinds import register_kind
+from rewardserve.models.operations.groups import group_advantages
 from rewardserve.models.options import WeightedKindOptions
 from rewardserve.models.plan import Job, PeerLookup, Plan, Unit, UnitOutput
-from rewardserve.models.plans.groups import group_advantages
 from rewardserve.models.prefix_sharing import jobs_of, read_units, share_prefixes
 from rewardserve.models.reward_model import RewardModel, work_key
 from rewardserve.models.text.chat import MAX_CHARS_PER_TOKEN, render_chat

@@ -2,7 +2,7 @@
 
 ``source`` (or ``options.fn``) names the rule, ``options.args`` are its keyword
 arguments. Each item's ``response`` (or final assistant turn) is graded against its
-``reference``. Each item is a call in the service's rule pools (engine/rules/pool.py:
+``reference``. Each item is a call in the service's rule pools (engine/pools/pool.py:
 shared fairly between tenants, a full queue a 429), not a unit of a batcher;
 ``options.timeout_s`` bounds each call (default: the pools' own limit).
 
@@ -34,20 +34,9 @@ from rewardserve.models.rules.custom import (
     search_directory,
     serve_function,
 )
-from rewardserve.models.rules.worker import CallFailure, RuleCall
+from rewardserve.models.rules.worker import CallFailure, RuleCall, describe_failure
 from rewardserve.models.spec import ModelSpec
 from rewardserve.protocol import Item, ItemResult, ScoreOptions
-
-
-def failure_message(rule: str, failure: CallFailure) -> str:
-    """A rule call's failure as an item's error."""
-    if failure.kind == "rule":
-        return failure.message
-    return (
-        f"rule {rule!r} {failure.message}"
-        if failure.kind in ("timeout", "memory")
-        else f"rule {rule!r} failed: {failure.message}"
-    )
 
 
 class RuleOptions(KindOptions):
@@ -112,7 +101,7 @@ class RuleModel(RewardModel):
         if self.context.rules is None:
             raise RuntimeError(
                 f"model {self.name!r} (kind rule) runs its calls in the engine's rule pools: build it with "
-                "ModelContext(rules=RuleRunner(...)) (engine/rules/runner.py)"
+                "ModelContext(rules=RuleRunner(...)) (engine/pools/runner.py)"
             )
         self.runner: RuleCalls = self.context.rules
 
@@ -120,6 +109,10 @@ class RuleModel(RewardModel):
     def rule_name(self) -> str:
         """The rule it runs (known before it loads)."""
         return self.options.fn or self.spec.source
+
+    @property
+    def hosted_rule(self) -> str | None:
+        return self.rule_name
 
     @property
     def operator_args(self) -> dict[str, Any]:
@@ -223,7 +216,7 @@ class RuleModel(RewardModel):
 
     def call_result(self, value: Any) -> ItemResult | ItemError:
         if isinstance(value, CallFailure):
-            return ItemError(failure_message(self.rule.name, value))
+            return ItemError(describe_failure(value, f"rule {self.rule.name!r}"))
         tests = getattr(value, "tests", None)  # a code rule's verdicts per test
         return ItemResult(score=float(value), tests=tests)
 
@@ -237,7 +230,7 @@ class RuleModel(RewardModel):
         # the pool answered all the same.
         answered = ("rule", "error") if self.fn_path is not None else ("rule",)
         if isinstance(value, CallFailure) and value.kind not in answered:
-            raise RuntimeError(f"probe failed: {failure_message(self.rule.name, value)}")
+            raise RuntimeError(f"probe failed: {describe_failure(value, f'rule {self.rule.name!r}')}")
 
     def close(self) -> None:
         """Nothing of its own: the pools are the engine's, closed with it."""

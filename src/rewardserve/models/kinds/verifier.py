@@ -29,11 +29,11 @@ from rewardserve.models.batch_policy import BatchPolicy
 from rewardserve.models.cache import LRUCache
 from rewardserve.models.errors import ItemError, RequestError
 from rewardserve.models.kinds import register_kind
+from rewardserve.models.operations.compare import compare_by_judge
+from rewardserve.models.operations.groups import group_advantages
+from rewardserve.models.operations.rubric import CriterionOutcome, Key
 from rewardserve.models.options import WeightedKindOptions
 from rewardserve.models.plan import Job, PeerLookup, Plan, Unit, UnitOutput
-from rewardserve.models.plans.compare import compare_by_judge
-from rewardserve.models.plans.groups import group_advantages
-from rewardserve.models.plans.rubric import CriterionOutcome, Key
 from rewardserve.models.prefix_sharing import SharedUnit, read_units, shared_prefix_groups
 from rewardserve.models.reward_model import RewardModel, work_key
 from rewardserve.models.text.chat import MAX_CHARS_PER_TOKEN, render_chat, rendered_ids
@@ -220,7 +220,7 @@ class VerifierModel(RewardModel):
         cache: LRUCache | None = None,
         peers: PeerLookup | None = None,
     ) -> Plan[CompareResult]:
-        """Every ordered pair judged, both orders averaged (plans/compare.py)."""
+        """Every ordered pair judged, both orders averaged (operations/compare.py)."""
         return compare_by_judge(self, items, options)
 
     def prepare(self, items: list[Item], options: VerifyOptions) -> list[Job[_Payload] | ItemError]:

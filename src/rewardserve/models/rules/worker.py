@@ -97,6 +97,17 @@ class CallFailure:
     message: str
 
 
+def describe_failure(failure: CallFailure, subject: str) -> str:
+    """A call's failure as its item's error: the rule's own words where it judged the
+    input (``rule``, ``item``), else what happened to ``subject`` ("rule 'x'", "the
+    template")."""
+    if failure.kind in ("rule", "item"):
+        return failure.message
+    if failure.kind in ("timeout", "memory"):
+        return f"{subject} {failure.message}"
+    return f"{subject} failed: {failure.message}"
+
+
 # ------------------------------------------------------------------ worker side
 
 _memory_bytes = 0

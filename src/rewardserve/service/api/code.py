@@ -26,7 +26,6 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import PlainTextResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from rewardserve.engine.executor import Executed
 from rewardserve.protocol import (
     CodeOptions,
     CommandRunResult,
@@ -42,6 +41,7 @@ from rewardserve.protocol import (
 )
 from rewardserve.service import application
 from rewardserve.service.api.scoring import ERROR_RESPONSES, answer, json_response
+from rewardserve.service.application import Executed
 from rewardserve.service.context import RequestContext
 from rewardserve.service.errors import InvalidRequest
 from rewardserve.service.http.body import BoundedRoute

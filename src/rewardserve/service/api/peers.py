@@ -40,7 +40,6 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
 from rewardserve.client.items import make_item, split_query
-from rewardserve.engine.executor import Executed
 from rewardserve.protocol import (
     ClassifyData,
     ClassifyRequest,
@@ -60,6 +59,7 @@ from rewardserve.protocol import (
 )
 from rewardserve.service import application
 from rewardserve.service.api.scoring import ERROR_RESPONSES, answer, json_response
+from rewardserve.service.application import Executed
 from rewardserve.service.context import RequestContext
 from rewardserve.service.errors import InvalidRequest
 from rewardserve.service.http.body import BoundedRoute

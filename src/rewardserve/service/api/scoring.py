@@ -11,7 +11,6 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
-from rewardserve.engine.executor import Executed
 from rewardserve.protocol import (
     ErrorBody,
     Health,
@@ -32,6 +31,7 @@ from rewardserve.protocol import (
 )
 from rewardserve.service import application
 from rewardserve.service.api.code_outputs import bound_outputs
+from rewardserve.service.application import Executed
 from rewardserve.service.context import RequestContext
 from rewardserve.service.http.admission import scope_of
 from rewardserve.service.http.auth import has_valid_key
@@ -109,7 +109,7 @@ async def score_steps(body: StepsRequest, request: Request) -> Response:
 async def score_turns(body: TurnsRequest, request: Request) -> Response:
     """A reward per assistant turn of a tool-using agent: its tool calls matched to the
     reference's (hard or soft assignment), and the trajectory's total."""
-    done = await application.score_turns(RequestContext.of(request), body.items, body.options)
+    done = await application.score_turns(RequestContext.of(request), body)
     return answer(TurnsResponse(results=done.results, usage=done.usage), done)
 
 

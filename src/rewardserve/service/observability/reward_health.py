@@ -9,7 +9,7 @@
   items. A correlation that keeps rising is a classic sign of the policy hacking the
   reward by writing longer.
 - ``rewardserve_running_{count,mean,std}``: the running statistics ``normalize:
-  running`` reads (models/plans/scales.py).
+  running`` reads (models/operations/scales.py).
 - ``rewardserve_reward_alarm{model,tenant,alarm}``: 1 while a reward-hacking alarm is on
   (service/observability/hacking_alarms.py: length, variance, dominance, drift, truncation), each
   model and tenant against its own first window of groups; a warning line in the log

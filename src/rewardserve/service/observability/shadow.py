@@ -30,7 +30,7 @@ from typing import Any
 from prometheus_client import Counter, Gauge
 
 from rewardserve.engine.tenants import label
-from rewardserve.models.plans.groups import normalized
+from rewardserve.models.operations.groups import normalized
 from rewardserve.protocol import Item, ItemResult, ScoreOptions, ShadowReport
 from rewardserve.service.context import RequestContext
 from rewardserve.service.observability.metrics import Metrics

@@ -34,7 +34,7 @@ from rewardserve.protocol import Item, Message
 from rewardserve.train.grpo.config import TurnSource
 
 EPS = 1e-6
-# The service's limit on a conversation's calls (models/plans/turns.py MAX_CALLS).
+# The service's limit on a conversation's calls (models/operations/turns.py MAX_CALLS).
 MAX_TURN_CALLS = 128
 _TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
 

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from rewardserve.engine.rules.pool import RulePool
+from rewardserve.engine.pools.pool import RulePool
 from rewardserve.models.rules.code import ANSWER_BYTES, CodeScore, code_tests, sandbox
 from rewardserve.models.rules.worker import RuleCall, call_time_left
 

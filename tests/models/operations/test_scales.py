@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from rewardserve.models.plans.scales import RUNNING_WARMUP, RunningScore, normalize_scores
+from rewardserve.models.operations.scales import RUNNING_WARMUP, RunningScore, normalize_scores
 
 
 def test_none_and_sigmoid_by_hand():

@@ -18,12 +18,13 @@ from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 from pydantic import ValidationError
 
 from rewardserve.models.errors import ItemError, RequestError
+from rewardserve.models.operations import Cost, Lent, Operation
+from rewardserve.models.operations.formula import FormulaError, compile_formula, evaluate
+from rewardserve.models.operations.mixing import Scaled, escalate, plan_model_criteria, scale_outcomes
 from rewardserve.models.plan import PeerLookup, Plan, Unit, UnitOutput
-from rewardserve.models.plans.formula import FormulaError, compile_formula, evaluate
-from rewardserve.models.plans.mixing import Scaled, escalate, plan_model_criteria, scale_outcomes
 from rewardserve.models.rules import Rule, get_rule, with_named_reference, without_operator_args
 from rewardserve.models.rules.custom import is_custom, prompt_text, served_directory
-from rewardserve.models.rules.worker import CallFailure, RenderCall, RuleCall
+from rewardserve.models.rules.worker import CallFailure, RenderCall, RuleCall, describe_failure
 from rewardserve.models.text.judge_templates import item_variables
 from rewardserve.models.text.templating import (
     TemplateLimitError,
@@ -259,7 +260,7 @@ def plan_criteria(
         response = response_with_tool_calls(item)
         variables: dict[str, Any] | None = None
         for k, criterion in enumerate(own):
-            if criterion.model is not None:  # scored by the model (models/plans/mixing.py)
+            if criterion.model is not None:  # scored by the model (models/operations/mixing.py)
                 continue
             # A rule's args (a dict), else the judge question's text (a criterion has one of them).
             source: Any
@@ -338,12 +339,8 @@ def call_outcome(key: Key, value: Any, rule: str | None, where: str) -> Any:
         raise RequestError(value.message, param=where)
     if value.kind == "limit":
         raise RequestError(f"items[{key[0]}]: {value.message}", param=f"items[{key[0]}]", type="payload_too_large")
-    if value.kind in ("rule", "item"):
-        return ItemError(value.message)
     subject = f"rule {rule!r}" if rule else "the template"
-    if value.kind in ("timeout", "memory"):
-        return ItemError(f"{subject} {value.message}")
-    return ItemError(f"{subject} failed: {value.message}")
+    return ItemError(describe_failure(value, subject))
 
 
 def criterion_result(criterion: Criterion, scaled: Scaled) -> CriterionResult:
@@ -544,3 +541,23 @@ def _item_result(
     except ValueError as exc:
         return RubricResult(id=item.id, valid=False, score=None, criteria=per, components=components, error=str(exc))
     return RubricResult(id=item.id, score=score, criteria=per, components=components)
+
+
+class RubricOperation:
+    """/v1/rubric: weighted criteria per item, on rules, a judge and served models."""
+
+    def cost(self, body: RubricRequest) -> Cost:
+        return Cost(
+            items=len(body.items),
+            work=rubric_work(body),
+            rule_calls=rubric_rule_calls(body),
+            models=frozenset(rubric_models(body)),
+            hosted=frozenset(hosted_rules(body)),
+            judge=asks_judge(body),
+        )
+
+    def plan(self, body: RubricRequest, lent: Lent) -> Plan[RubricResult]:
+        return plan_rubric(body, lent.judge, lent.peers, lent.hosts)
+
+
+RUBRIC: Operation[RubricRequest, RubricResult] = RubricOperation()

@@ -13,7 +13,9 @@ import json
 from typing import Any
 
 from rewardserve.models.errors import ItemError
-from rewardserve.protocol import Item, TurnOptions, TurnsResult
+from rewardserve.models.operations import Cost, Lent, Operation
+from rewardserve.models.plan import Plan, UnitOutput
+from rewardserve.protocol import Item, TurnOptions, TurnsRequest, TurnsResult
 
 MAX_CALLS = 128  # predicted, and expected, per item: the similarities are their product
 
@@ -153,3 +155,22 @@ def score_all_turns(items: list[Item], options: TurnOptions) -> list[TurnsResult
         except ItemError as exc:
             out.append(TurnsResult(id=item.id, valid=False, error=str(exc), score=None))
     return out
+
+
+class TurnsOperation:
+    """/v1/score/turns: each item's tool calls matched to its reference's; no model, one
+    stage whose finish does the matching (off the event loop, as every finish)."""
+
+    def cost(self, body: TurnsRequest) -> Cost:
+        return Cost(items=len(body.items), work=turns_work(body.items))
+
+    def plan(self, body: TurnsRequest, lent: Lent) -> Plan[TurnsResult]:
+        items, options = list(body.items), body.options
+
+        def finish(_outputs: list[UnitOutput], _values: list[Any]) -> list[TurnsResult]:
+            return score_all_turns(items, options)
+
+        return Plan(units=[], finish=finish)
+
+
+TURNS: Operation[TurnsRequest, TurnsResult] = TurnsOperation()

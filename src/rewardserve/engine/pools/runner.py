@@ -16,7 +16,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
-from rewardserve.engine.rules.pool import RulePool
+from rewardserve.engine.pools.pool import RulePool
 from rewardserve.engine.scheduler import FairScheduler
 from rewardserve.models.plan import Scope
 from rewardserve.models.rules import get_rule

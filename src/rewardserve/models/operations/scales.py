@@ -17,7 +17,7 @@ import threading
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
-from rewardserve.models.plans.groups import GROUP_EPS, normalized
+from rewardserve.models.operations.groups import GROUP_EPS, normalized
 from rewardserve.models.reward_model import sigmoid
 from rewardserve.protocol import Scale
 

@@ -9,7 +9,7 @@ import statistics
 import pytest
 import pytest_asyncio
 
-from rewardserve.models.plans.mixing import pick_escalated
+from rewardserve.models.operations.mixing import pick_escalated
 from rewardserve.models.spec import ModelSpec
 from rewardserve.protocol import Escalation, Item, ItemResult
 from rewardserve.service.settings import Settings

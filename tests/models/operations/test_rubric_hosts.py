@@ -1,4 +1,4 @@
-"""Rubric criteria of a hosted rule (models/plans/rubric.py ``host_models``): code_tests and
+"""Rubric criteria of a hosted rule (models/operations/rubric.py ``host_models``): code_tests and
 python criteria run on the served code model, with its args and its operator's, and are
 refused where none is served (issue 57, items 1 and 2)."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from rewardserve.models.errors import RequestError
+from rewardserve.models.operations.rubric import hosted_rules, plan_rubric
 from rewardserve.models.plan import Peer
-from rewardserve.models.plans.rubric import hosted_rules, plan_rubric
 from rewardserve.models.spec import ModelSpec
 from rewardserve.protocol import RubricRequest
 from tests.builders import build_alone

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rewardserve.models.plans.formula import FormulaError, compile_formula, evaluate
+from rewardserve.models.operations.formula import FormulaError, compile_formula, evaluate
 
 NAMES = {"correct", "fmt", "safe"}
 VALUES = {"correct": 1.0, "fmt": 0.5, "safe": 0.2}

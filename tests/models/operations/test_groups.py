@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rewardserve.models.plans.groups import (
+from rewardserve.models.operations.groups import (
     delta_rewards,
     group_advantages,
     group_process_advantages,

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from rewardserve.models.errors import ItemError, RequestError
+from rewardserve.models.operations.groups import group_keys
+from rewardserve.models.operations.scales import RunningScore, normalize_scores
 from rewardserve.models.plan import Part, PeerLookup, Plan
-from rewardserve.models.plans.groups import group_keys
-from rewardserve.models.plans.scales import RunningScore, normalize_scores
 from rewardserve.protocol import Criterion, Escalation, Item, ItemResult, Scale, ScoreOptions
 
 Key = tuple[int, int]  # (item index, criterion index)

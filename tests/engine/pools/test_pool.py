@@ -12,7 +12,7 @@ from collections import defaultdict
 import pytest
 
 from rewardserve.engine.errors import PoolBusy
-from rewardserve.engine.rules.pool import RulePool
+from rewardserve.engine.pools.pool import RulePool
 from rewardserve.engine.scheduler import FairScheduler
 from rewardserve.engine.scope import RequestScope
 from rewardserve.models.rules.worker import RuleCall

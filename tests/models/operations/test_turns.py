@@ -1,4 +1,4 @@
-"""Turn-level rewards from tool calls (models/plans/turns.py): the hard assignment is the
+"""Turn-level rewards from tool calls (models/operations/turns.py): the hard assignment is the
 best one-to-one matching (checked against brute force over every matching), the soft
 one an optimal-transport plan, and a turn that cannot be read leaves the others scored."""
 
@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from rewardserve.models.plans.turns import Call, rewards_of_calls, score_all_turns, similarity
+from rewardserve.models.operations.turns import Call, rewards_of_calls, score_all_turns, similarity
 from rewardserve.protocol import Item, TurnOptions
 
 NAMES = ["search", "lookup", "calc"]

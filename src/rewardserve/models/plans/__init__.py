@@ -1,1 +1,0 @@
-"""Plans over kinds: item lists, group normalisation, comparisons, rubrics."""
