@@ -276,7 +276,7 @@ def test_the_site_home_is_the_readme():
 def test_the_kinds_table_is_what_the_service_answers():
     """The README's table of kinds: every kind, with the routes its 422s name."""
     from rewardserve.models.kinds import kind_class, known_kinds
-    from rewardserve.service.application import ENDPOINT_ROUTES
+    from rewardserve.service.api._usecase import ENDPOINT_ROUTES
 
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     rows = dict(re.findall(r"^\| `([a-z_]+)` \| (.+) \|$", readme, re.M))

@@ -127,7 +127,7 @@ async def test_group_normalisation_that_sees_no_group_says_so(service, caplog):
     ).json()
     assert grouped["warnings"] == []
     for _ in range(2):
-        with caplog.at_level("WARNING", logger="rewardserve.service.application"):
+        with caplog.at_level("WARNING", logger="rewardserve.service.api._usecase"):
             body = (await post_score(http, "qwen", [{"messages": c} for c in convs], normalize="group")).json()
         assert [r["advantage"] for r in body["results"]] == [0.0] * 4
         (warning,) = body["warnings"]

@@ -32,11 +32,13 @@ from rewardserve.models.policy_tokenizers import PolicyTokenizers
 from rewardserve.models.reward_model import ModelContext
 from rewardserve.models.spec import ModelSpec
 from rewardserve.models.startup_phases import log as startup_log
-from rewardserve.service.api.admin import router as admin_routes
-from rewardserve.service.api.code import router as code_routes
-from rewardserve.service.api.judging import router as judging_routes
-from rewardserve.service.api.peers import router as compat_routes
-from rewardserve.service.api.scoring import open_routes, scoring_routes
+from rewardserve.service.api.admin.routes import router as admin_routes
+from rewardserve.service.api.code.routes import router as code_routes
+from rewardserve.service.api.info.routes import open_routes
+from rewardserve.service.api.info.routes import router as info_routes
+from rewardserve.service.api.judging.routes import router as judging_routes
+from rewardserve.service.api.peers.routes import router as peer_routes
+from rewardserve.service.api.scoring.routes import router as scoring_routes
 from rewardserve.service.errors import install_error_handlers
 from rewardserve.service.http.admission import Admission, InFlightRequests
 from rewardserve.service.http.middleware import BodyLimit, RequestLog, RequestMetrics
@@ -177,8 +179,9 @@ def create_app(settings: Settings | None = None, url: str | None = None) -> Fast
 
     app.include_router(open_routes)
     app.include_router(scoring_routes)
+    app.include_router(info_routes)
     app.include_router(judging_routes)
-    app.include_router(compat_routes)
+    app.include_router(peer_routes)
     app.include_router(code_routes)
     app.include_router(admin_routes)
     # The last added runs outermost: the request log and metrics see every response

@@ -1,4 +1,4 @@
-"""The admin API in process (service/ops/lifecycle.py, service/api/admin.py): who may call
+"""The admin API in process (service/ops/lifecycle.py, service/api/admin/routes.py): who may call
 it, sleep at both levels and wake (scores bitwise the same after), a request meeting a
 sleeping model (a typed 503, or waking it), a new version loaded beside the serving one,
 and a load that fails leaving the old one serving."""

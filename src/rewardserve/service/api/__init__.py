@@ -1,2 +1,4 @@
-"""The routes, one module per family: wire shapes in and out, and a call to the use cases
-(service/application.py)."""
+"""The routes, a folder per family (scoring, judging, code, peers, info, admin): each
+``routes.py`` turns wire shapes into a call of its ``usecases.py`` and the answer back;
+``_usecase.py`` is what every use case does (limits, admission, the served model, the
+plan run, reward health), once."""

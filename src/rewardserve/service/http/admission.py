@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from rewardserve.service.app import ServiceState
 
 # /version is open as in vLLM (a probe may read it with no key); /metrics shows a keyless caller no
-# tenant's work (service/api/scoring.py).
+# tenant's work (service/api/info/routes.py).
 OPEN_PATHS = frozenset({"/health", "/ready", "/metrics", "/version", "/"})
 # The admin API takes admin keys only (settings admin_keys), never the scoring keys.
 ADMIN_PREFIX = "/v1/admin/"

@@ -191,12 +191,12 @@ class Shadowing:
         results: list[Any],
         tenant: str | None,
     ) -> None:
-        from rewardserve.service import application
+        from rewardserve.service.api.scoring import usecases
 
         # The same use case as a request's, as the same tenant: its weight, limits and bill.
         ctx = RequestContext.detached_for(svc, tenant, SHADOW_DEADLINE_S, f"shadow-{model}")
         try:
-            done = await application.score(ctx, candidate, items, options)
+            done = await usecases.score(ctx, candidate, items, options)
         except Exception as exc:  # the shadow's failure is the shadow's alone
             for window in self._windows(model, tenant):
                 window.failed += 1

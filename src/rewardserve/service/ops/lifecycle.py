@@ -1,5 +1,5 @@
 """A served model's lifecycle while the service runs: sleep, wake, and a new version
-loaded beside the serving one (the admin API, service/api/admin.py).
+loaded beside the serving one (the admin API, service/api/admin/routes.py).
 
 Every request that runs a model's plan holds it (engine/registry.py ``hold``) from the
 moment it starts; a sleep, and the retirement of a replaced version, wait until nobody
@@ -26,7 +26,7 @@ its work is done.
                turns out unhealthy on real traffic (service/ops/canary_watch.py) gets 0% at
                once and is drained and closed.
 
-A call made with ``?async=true`` runs as a task (service/api/admin_operations.py): the
+A call made with ``?async=true`` runs as a task (service/api/admin/operations.py): the
 answer is 202 with the model's state, whose ``operation`` says how the call is going
 (running, succeeded, failed; cancelled by a shutdown), polled by its id.
 """
@@ -50,7 +50,7 @@ from rewardserve.models.errors import InvalidRequest, one_line
 from rewardserve.models.reward_model import RewardModel
 from rewardserve.models.spec import ModelSpec
 from rewardserve.protocol import AdminModelState
-from rewardserve.service.api.admin_operations import AdminOperations
+from rewardserve.service.api.admin.operations import AdminOperations
 from rewardserve.service.observability.metrics import Metrics
 from rewardserve.service.ops.canary_watch import Canaries
 from rewardserve.service.ops.model_memory import drop, held_bytes

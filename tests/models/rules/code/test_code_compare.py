@@ -1,7 +1,7 @@
 """The code model's output comparisons (models/rules/code/compare.py). ``lines`` is checked
 against LiveCodeBench's own grader as lighteval 0.13.0 (PyPI) ships it,
 ``lighteval/tasks/tasks/lcb/codegen_metrics.py`` ``grade_stdio``, on every golden pair of
-code_golden.py; ``exact`` against verl's client in tests/service/api/test_code_routes.py;
+code_golden.py; ``exact`` against verl's client in tests/service/api/code/test_routes.py;
 ``sandbox_fusion`` against SandboxFusion's judge, whose verdicts on the same pairs
 make_sandbox_fusion_verdicts.py wrote (no PyPI package ships that judge), or live where
 ``SANDBOXFUSION_SRC`` names a checkout of SandboxFusion."""

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Coroutine
 from typing import Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Query
 from fastapi.responses import Response
 
 from rewardserve.protocol import (
@@ -32,28 +32,29 @@ from rewardserve.protocol import (
     SleepRequest,
     WeightsRequest,
 )
-from rewardserve.service.api.scoring import ERROR_RESPONSES, json_response
-from rewardserve.service.context import RequestContext
+from rewardserve.service.api.responses import ERROR_RESPONSES, json_response
+from rewardserve.service.deps import Admin
 from rewardserve.service.http.body import BoundedRoute
+from rewardserve.service.ops.lifecycle import Lifecycle
 
 ASYNC_ACCEPTED = {"model": AdminModelState, "description": "?async=true: the call runs on; poll the state"}
 router = APIRouter(route_class=BoundedRoute, responses={**ERROR_RESPONSES, 403: ERROR_RESPONSES[401]})
 
 
 @router.get("/v1/admin/models/{name}", response_model=AdminModelState, summary="A model's lifecycle state")
-async def model_state(name: str, request: Request) -> Response:
+async def model_state(name: str, lifecycle: Admin) -> Response:
     """The model's lifecycle state: its serving version and source, sleep level, a version loading beside it, a
     canary, requests in flight and its latest admin operation."""
-    return json_response(RequestContext.of(request).svc.lifecycle.state(name))
+    return json_response(lifecycle.state(name))
 
 
 @router.get(
     "/v1/admin/operations/{operation_id}", response_model=AdminOperation, summary="An asynchronous admin operation"
 )
-async def operation_state(operation_id: str, request: Request) -> Response:
+async def operation_state(operation_id: str, lifecycle: Admin) -> Response:
     """The progress of an admin call made with `?async=true`: running, succeeded, failed or cancelled, with its error
     and duration."""
-    return json_response(RequestContext.of(request).svc.lifecycle.operations.get(operation_id))
+    return json_response(lifecycle.operations.get(operation_id))
 
 
 # ?async=true: answer 202 at once; the call runs on, its progress in the state's operation.
@@ -61,10 +62,10 @@ RUN_ASYNC = Query(False, alias="async", description="answer 202 at once; poll th
 
 
 async def _answer(
-    request: Request, name: str, operation: str, call: Coroutine[Any, Any, AdminModelState], run_async: bool
+    lifecycle: Lifecycle, name: str, operation: str, call: Coroutine[Any, Any, AdminModelState], run_async: bool
 ) -> Response:
     if run_async:
-        return json_response(RequestContext.of(request).svc.lifecycle.start(name, operation, call), status=202)
+        return json_response(lifecycle.start(name, operation, call), status=202)
     return json_response(await call)
 
 
@@ -74,12 +75,11 @@ async def _answer(
     responses={202: ASYNC_ACCEPTED},
     summary="Put a model to sleep",
 )
-async def sleep(name: str, body: SleepRequest, request: Request, run_async: bool = RUN_ASYNC) -> Response:
+async def sleep(name: str, body: SleepRequest, lifecycle: Admin, run_async: bool = RUN_ASYNC) -> Response:
     """Stops serving the model and frees memory: level 1 what the backend holds beside the weights, level 2 the
     weights too. Its requests get a typed 503 (``model_asleep``) until wake_up, or wake it when its config says
     ``wake_on_request``. Answers the model's state (202 and an operation with `?async=true`)."""
-    lifecycle = RequestContext.of(request).svc.lifecycle
-    return await _answer(request, name, "sleep", lifecycle.sleep(name, body.level), run_async)
+    return await _answer(lifecycle, name, "sleep", lifecycle.sleep(name, body.level), run_async)
 
 
 @router.post(
@@ -88,11 +88,10 @@ async def sleep(name: str, body: SleepRequest, request: Request, run_async: bool
     responses={202: ASYNC_ACCEPTED},
     summary="Wake a sleeping model",
 )
-async def wake_up(name: str, request: Request, run_async: bool = RUN_ASYNC) -> Response:
+async def wake_up(name: str, lifecycle: Admin, run_async: bool = RUN_ASYNC) -> Response:
     """Brings a sleeping model back to serving, reloading what its sleep freed. Answers the model's state (202 and an
     operation with `?async=true`)."""
-    lifecycle = RequestContext.of(request).svc.lifecycle
-    return await _answer(request, name, "wake_up", lifecycle.wake(name), run_async)
+    return await _answer(lifecycle, name, "wake_up", lifecycle.wake(name), run_async)
 
 
 @router.post(
@@ -101,13 +100,12 @@ async def wake_up(name: str, request: Request, run_async: bool = RUN_ASYNC) -> R
     responses={202: ASYNC_ACCEPTED},
     summary="Load a new version of a model",
 )
-async def load(name: str, body: LoadRequest, request: Request, run_async: bool = RUN_ASYNC) -> Response:
+async def load(name: str, body: LoadRequest, lifecycle: Admin, run_async: bool = RUN_ASYNC) -> Response:
     """Loads a new version from a directory or hub id beside the serving one, which keeps serving until the new one
     is ready and probed; then the new one serves. A checkpoint whose architecture, label count or kind differs is
     refused unless `force`. Answers the model's state (202 and an operation with `?async=true`)."""
-    lifecycle = RequestContext.of(request).svc.lifecycle
     return await _answer(
-        request, name, "load", lifecycle.load_checked(name, body.source, body.version, body.force), run_async
+        lifecycle, name, "load", lifecycle.load_checked(name, body.source, body.version, body.force), run_async
     )
 
 
@@ -117,12 +115,11 @@ async def load(name: str, body: LoadRequest, request: Request, run_async: bool =
     responses={202: ASYNC_ACCEPTED},
     summary="Serve weights a trainer wrote",
 )
-async def weights(name: str, body: WeightsRequest, request: Request, run_async: bool = RUN_ASYNC) -> Response:
+async def weights(name: str, body: WeightsRequest, lifecycle: Admin, run_async: bool = RUN_ASYNC) -> Response:
     """Serves the weights a trainer wrote at `path` (safetensors of this model) as a new version: in place when the
     backend can, else loaded beside the serving version. Answers the model's state (202 and an operation with
     `?async=true`)."""
-    lifecycle = RequestContext.of(request).svc.lifecycle
-    return await _answer(request, name, "weights", lifecycle.weights(name, body.path, body.version), run_async)
+    return await _answer(lifecycle, name, "weights", lifecycle.weights(name, body.path, body.version), run_async)
 
 
 @router.post(
@@ -131,11 +128,10 @@ async def weights(name: str, body: WeightsRequest, request: Request, run_async: 
     responses={202: ASYNC_ACCEPTED},
     summary="Roll back to the previous version",
 )
-async def rollback(name: str, request: Request, run_async: bool = RUN_ASYNC) -> Response:
+async def rollback(name: str, lifecycle: Admin, run_async: bool = RUN_ASYNC) -> Response:
     """Serves again the version the last load or weights call replaced (the current one serves until it is
     ready); refused when there is none. Answers the model's state (202 and an operation with `?async=true`)."""
-    lifecycle = RequestContext.of(request).svc.lifecycle
-    return await _answer(request, name, "rollback", lifecycle.rollback(name), run_async)
+    return await _answer(lifecycle, name, "rollback", lifecycle.rollback(name), run_async)
 
 
 @router.post(
@@ -144,12 +140,11 @@ async def rollback(name: str, request: Request, run_async: bool = RUN_ASYNC) -> 
     responses={202: ASYNC_ACCEPTED},
     summary="Promote the shadow candidate",
 )
-async def promote(name: str, request: Request, run_async: bool = RUN_ASYNC) -> Response:
+async def promote(name: str, lifecycle: Admin, run_async: bool = RUN_ASYNC) -> Response:
     """The model's shadow candidate serves under the model's name (its own spec and version, loaded the way a load
     is) and the shadowing ends; refused when the model has no shadow. Answers the model's state (202 and an
     operation with `?async=true`)."""
-    lifecycle = RequestContext.of(request).svc.lifecycle
-    return await _answer(request, name, "promote", lifecycle.promote(name), run_async)
+    return await _answer(lifecycle, name, "promote", lifecycle.promote(name), run_async)
 
 
 @router.post(
@@ -158,10 +153,9 @@ async def promote(name: str, request: Request, run_async: bool = RUN_ASYNC) -> R
     responses={202: ASYNC_ACCEPTED},
     summary="Start, change or end a canary",
 )
-async def canary(name: str, body: CanaryRequest, request: Request, run_async: bool = RUN_ASYNC) -> Response:
+async def canary(name: str, body: CanaryRequest, lifecycle: Admin, run_async: bool = RUN_ASYNC) -> Response:
     """Sends `percent` of the model's requests to a version loaded from `source` beside the serving one; 0 ends the
     canary. A canary that turns unhealthy on real traffic is stopped on its own. Answers the model's state (202
     and an operation with `?async=true`)."""
-    lifecycle = RequestContext.of(request).svc.lifecycle
     call = lifecycle.canary(name, body.source, body.version, body.percent)
-    return await _answer(request, name, "canary", call, run_async)
+    return await _answer(lifecycle, name, "canary", call, run_async)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 from fastapi.responses import Response
 
 from rewardserve.protocol import (
@@ -13,18 +13,18 @@ from rewardserve.protocol import (
     VerifyRequest,
     VerifyResponse,
 )
-from rewardserve.service import application
-from rewardserve.service.api.scoring import ERROR_RESPONSES, answer
-from rewardserve.service.context import RequestContext
+from rewardserve.service.api.judging import usecases
+from rewardserve.service.api.responses import ERROR_RESPONSES, answer
+from rewardserve.service.deps import Ctx
 from rewardserve.service.http.body import BoundedRoute
 
 router = APIRouter(route_class=BoundedRoute, responses=ERROR_RESPONSES)
 
 
 @router.post("/v1/verify", response_model=VerifyResponse, summary="Judge items with a generative verifier")
-async def verify(body: VerifyRequest, request: Request) -> Response:
+async def verify(body: VerifyRequest, ctx: Ctx) -> Response:
     """A generative verifier's judgement per item (logprob or generate mode)."""
-    done = await application.verify(RequestContext.of(request), body.model, body.items, body.options)
+    done = await usecases.verify(ctx, body.model, body.items, body.options)
     return answer(
         VerifyResponse(
             model=body.model,
@@ -38,19 +38,19 @@ async def verify(body: VerifyRequest, request: Request) -> Response:
 
 
 @router.post("/v1/rubric", response_model=RubricResponse, summary="Score items on weighted criteria")
-async def rubric(body: RubricRequest, request: Request) -> Response:
+async def rubric(body: RubricRequest, ctx: Ctx) -> Response:
     """Weighted criteria per item (rules, judge questions, served models' scores),
     aggregated; escalated to an expensive model where the request says."""
-    done = await application.rubric(RequestContext.of(request), body)
+    done = await usecases.rubric(ctx, body)
     return answer(
         RubricResponse(judge=body.judge, results=done.results, usage=done.usage, warnings=done.warnings), done
     )
 
 
 @router.post("/v1/compare", response_model=CompareResponse, summary="Compare responses to one prompt")
-async def compare(body: CompareRequest, request: Request) -> Response:
+async def compare(body: CompareRequest, ctx: Ctx) -> Response:
     """Pairwise / listwise preference between each item's responses."""
-    done = await application.compare(RequestContext.of(request), body.model, body.items, body.options)
+    done = await usecases.compare(ctx, body.model, body.items, body.options)
     return answer(
         CompareResponse(
             model=body.model,

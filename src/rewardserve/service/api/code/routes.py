@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Query
 from fastapi.responses import PlainTextResponse, Response
 from starlette.concurrency import run_in_threadpool
 
@@ -39,10 +39,11 @@ from rewardserve.protocol import (
     SubmitRequest,
     TestVerdict,
 )
-from rewardserve.service import application
-from rewardserve.service.api.scoring import ERROR_RESPONSES, answer, json_response
-from rewardserve.service.application import Executed
-from rewardserve.service.context import RequestContext
+from rewardserve.service.api._usecase import Executed
+from rewardserve.service.api.code import usecases
+from rewardserve.service.api.responses import ERROR_RESPONSES, answer, json_response
+from rewardserve.service.api.scoring import usecases as scoring
+from rewardserve.service.deps import Ctx
 from rewardserve.service.errors import InvalidRequest
 from rewardserve.service.http.body import BoundedRoute
 
@@ -72,7 +73,7 @@ async def ping() -> str:
     response_model_exclude_none=False,
     summary="SandboxFusion /run_code: run a program",
 )
-async def run_code(body: RunCodeRequest, request: Request, model: str = Query(default="code")) -> Response:
+async def run_code(body: RunCodeRequest, ctx: Ctx, model: str = Query(default="code")) -> Response:
     """SandboxFusion's /run_code: runs one program with its stdin in the code model's sandbox (`?model=`, default
     `code`) and answers its compile and run results, always with HTTP 200 and a status (Success, Failed,
     SandboxError), as SandboxFusion does."""
@@ -98,7 +99,7 @@ async def run_code(body: RunCodeRequest, request: Request, model: str = Query(de
     )
     tests = {"inputs": [body.stdin or ""], "outputs": [None], "files": body.files, "fetch_files": body.fetch_files}
     item = Item(response=body.code, reference=tests)
-    done = await application.score(RequestContext.of(request), model, [item], ScoreOptions(code=options))
+    done = await scoring.score(ctx, model, [item], ScoreOptions(code=options))
     # Off the event loop: its output may be megabytes (at most the code model's 16 MiB).
     return await run_in_threadpool(lambda: answer(ran(done.results[0], compiled=language in COMPILED), done))
 
@@ -130,7 +131,7 @@ def ran_test(test: TestVerdict, compiled: bool) -> RunCodeResponse:
 
 
 @router.post("/submit", response_model=EvalResult, summary="SandboxFusion /submit: test a completion")
-async def submit(body: SubmitRequest, request: Request, model: str = Query(default="code")) -> Response:
+async def submit(body: SubmitRequest, ctx: Ctx, model: str = Query(default="code")) -> Response:
     """SandboxFusion's /submit for stdin/stdout datasets: extracts the completion's code, runs it on the row's tests
     (given in `config.provided_data`) in the code model's sandbox, and answers whether every test passed with each
     test's run."""
@@ -162,9 +163,7 @@ async def submit(body: SubmitRequest, request: Request, model: str = Query(defau
         "inputs": [case["input"]["stdin"] for case in cases],
         "outputs": [case["output"]["stdout"] for case in cases],
     }
-    code, done = await application.submit(
-        RequestContext.of(request), model, body.completion, language, tests, ScoreOptions(code=options)
-    )
+    code, done = await usecases.submit(ctx, model, body.completion, language, tests, ScoreOptions(code=options))
     # Off the event loop: each case's output (the code model shows at most 16 MiB of
     # them all) and the row's cases, echoed, may be megabytes of JSON.
     return await run_in_threadpool(judged_answer, body, cases, code, done, language in COMPILED)

@@ -36,7 +36,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any, cast
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Query
 from fastapi.responses import Response
 
 from rewardserve.client.items import make_item, split_query
@@ -57,34 +57,22 @@ from rewardserve.protocol import (
     TokenizeRequest,
     TokenizeResponse,
 )
-from rewardserve.service import application
-from rewardserve.service.api.scoring import ERROR_RESPONSES, answer, json_response
-from rewardserve.service.application import Executed
+from rewardserve.service.api._usecase import Executed
+from rewardserve.service.api.peers import usecases
+from rewardserve.service.api.responses import ERROR_RESPONSES, answer, json_response
+from rewardserve.service.api.scoring import usecases as scoring
 from rewardserve.service.context import RequestContext
+from rewardserve.service.deps import Ctx
 from rewardserve.service.errors import InvalidRequest
 from rewardserve.service.http.body import BoundedRoute
-from rewardserve.service.settings import BUILTIN_RULES
 
 router = APIRouter(route_class=BoundedRoute, responses=ERROR_RESPONSES)
-
-
-def default_model(ctx: RequestContext, named: str | None) -> str:
-    if named:
-        return named
-    svc = ctx.svc
-    if svc.settings.default_model:
-        return svc.settings.default_model
-    builtin = {s.name for s in BUILTIN_RULES}
-    mine = [s.model.name for s in svc.registry if s.model.name not in builtin]
-    if len(mine) == 1:
-        return mine[0]
-    raise InvalidRequest("name the model: ?model=NAME (or set REWARDSERVE_DEFAULT_MODEL)", param="model")
 
 
 @router.post("/get_reward", response_model=OpenRLHFRewardResponse, summary="OpenRLHF remote reward")
 async def get_reward(
     body: OpenRLHFRewardRequest,
-    request: Request,
+    ctx: Ctx,
     model: str | None = Query(default=None),
     invalid: float | None = Query(default=None),
 ) -> Response:
@@ -95,21 +83,20 @@ async def get_reward(
     number to send in its place."""
     if invalid is not None and not math.isfinite(invalid):
         raise InvalidRequest("?invalid must be a finite number", param="invalid")
-    ctx = RequestContext.of(request)
-    name = default_model(ctx, model)
+    name = usecases.default_model(ctx, model)
     n = len(body.query)
     for field, values in (("prompts", body.prompts), ("labels", body.labels)):
         if values is not None and len(values) != n:
             raise InvalidRequest(f"{field} has {len(values)} entries for {n} queries", param=field)
     prompts: Sequence[str | None] = body.prompts or [None] * n
     labels = body.labels or [None] * n
-    if "text" in ctx.svc.registry.get(name).model.inputs:
+    if usecases.takes_text(ctx, name):
         items = [Item(text=q, reference=label) for q, label in zip(body.query, labels)]
         options = ScoreOptions(truncate="right")
     else:
         items = [make_item(*split_query(q, p), reference=label) for q, p, label in zip(body.query, prompts, labels)]
         options = ScoreOptions()
-    scored = await application.score(ctx, name, items, options)
+    scored = await scoring.score(ctx, name, items, options)
     rewards: list[float] = []
     for index, result in enumerate(scored.results):
         if result.valid:
@@ -119,11 +106,6 @@ async def get_reward(
         else:
             raise InvalidRequest(f"query[{index}] has no reward: {result.error}", param=f"query[{index}]")
     return answer(OpenRLHFRewardResponse(rewards=rewards, scores=rewards), scored)
-
-
-def _model_named(ctx: RequestContext, named: str | None) -> str:
-    """A served model's name, or the name of the one served from ``named`` as its source."""
-    return default_model(ctx, application.by_name_or_source(ctx, named) if named else None)
 
 
 def _as_items(given: RenderedInput) -> list[Item]:
@@ -143,13 +125,12 @@ def _as_items(given: RenderedInput) -> list[Item]:
 
 
 async def _classified(
-    request: Request, named: str | None, given: RenderedInput, options: ScoreOptions
+    ctx: RequestContext, named: str | None, given: RenderedInput, options: ScoreOptions
 ) -> tuple[str, Executed[ItemResult], PoolingUsage]:
     """(model name, results, usage) of scoring each input with an outcome model."""
-    ctx = RequestContext.of(request)
-    name = _model_named(ctx, named)
+    name = usecases.model_named(ctx, named)
     items = _as_items(given)
-    scored = await application.score(ctx, name, items, options, endpoint="classify")
+    scored = await scoring.score(ctx, name, items, options, endpoint="classify")
     for index, result in enumerate(scored.results):
         if not result.valid:
             raise InvalidRequest(f"input[{index}]: {result.error}", param=f"input[{index}]")
@@ -167,7 +148,7 @@ def _truncation(body: ClassifyRequest) -> dict[str, Any]:
 
 
 @router.post("/classify", response_model=ClassifyResponse, summary="vLLM /classify: classifier probabilities")
-async def classify(body: ClassifyRequest, request: Request) -> Response:
+async def classify(body: ClassifyRequest, ctx: Ctx) -> Response:
     """vLLM's /classify, for outcome reward models and classifiers (verl's reward loop with a vLLM reward model):
     text already templated (or token ids), scored as vLLM scores it; `probs` are the head's values through the
     classifier's activation unless `use_activation` is false. An input that cannot be scored fails the request."""
@@ -177,7 +158,7 @@ async def classify(body: ClassifyRequest, request: Request) -> Response:
         add_special_tokens=body.add_special_tokens,
         **_truncation(body),
     )
-    name, scored, usage = await _classified(request, body.model, body.input, options)
+    name, scored, usage = await _classified(ctx, body.model, body.input, options)
     data = [
         # Every result is valid (_classified refuses the others): each has its score.
         ClassifyData(
@@ -195,26 +176,26 @@ async def classify(body: ClassifyRequest, request: Request) -> Response:
 
 
 @router.post("/v1/embeddings", response_model=EmbeddingResponse, summary="SGLang-style reward as an embedding")
-async def embeddings(body: EmbeddingRequest, request: Request) -> Response:
+async def embeddings(body: EmbeddingRequest, ctx: Ctx) -> Response:
     """The SGLang-style embeddings route for outcome reward models (verl's reward loop with an SGLang reward
     model): text already templated (or token ids), scored as /classify scores it, the head's raw values answered
     as each input's `embedding`. An input that cannot be scored fails the request."""
     options = ScoreOptions(activation="none", add_special_tokens=True)
-    name, scored, usage = await _classified(request, body.model, body.input, options)
+    name, scored, usage = await _classified(ctx, body.model, body.input, options)
     # Every result is valid (_classified refuses the others): each has its score.
     data = [EmbeddingData(index=i, embedding=r.scores or [cast(float, r.score)]) for i, r in enumerate(scored.results)]
     return answer(EmbeddingResponse(model=body.model or name, data=data, usage=usage), scored)
 
 
 @router.post("/tokenize", response_model=TokenizeResponse, response_model_exclude_none=True, summary="vLLM /tokenize")
-async def tokenize(body: TokenizeRequest, request: Request) -> Response:
+async def tokenize(body: TokenizeRequest, ctx: Ctx) -> Response:
     """vLLM's /tokenize: a prompt, or messages rendered with the model's chat template, tokenized with the model's
     tokenizer; answers the token ids, their count and the model's context length. A model without a tokenizer
     (a rule) is a 422."""
     chat = body.messages is not None
     given = body.add_generation_prompt
-    done = await application.tokenize(
-        RequestContext.of(request),
+    done = await usecases.tokenize(
+        ctx,
         body.model,
         body.prompt,
         body.messages,

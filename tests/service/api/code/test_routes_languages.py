@@ -1,7 +1,7 @@
 """/run_code (service/api/code.py) under SandboxFusion's names for Java, Node, Go and Rust
 (``java``, ``nodejs``, ``go``, ``rust``), called by verl 0.9.1's own client
 (``verl/utils/reward_score/sandbox_fusion/utils.py`` ``check_correctness``, loaded from its
-file as tests/service/api/test_code_routes.py does): a correct program passes, a wrong one
+file as tests/service/api/code/test_routes.py does): a correct program passes, a wrong one
 fails, a compile error is verl's -4 for the compiled ones (java, go, rust)
 and a runtime error (-2) for node, as SandboxFusion answers them."""
 
@@ -13,7 +13,7 @@ import pytest
 
 from rewardserve.models.rules.code.sandbox.builds import COMPILER_FILES
 from tests.harness import serve_subprocess
-from tests.service.api.test_code_routes import verl_sandbox_fusion
+from tests.service.api.code.test_routes import verl_sandbox_fusion
 
 ADD = {
     "java": "import java.util.*;\npublic class Main { public static void main(String[] a) {"

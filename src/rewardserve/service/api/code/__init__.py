@@ -1,0 +1,1 @@
+"""Code execution in SandboxFusion's shapes: /run_code, /submit, /v1/ping."""

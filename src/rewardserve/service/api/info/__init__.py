@@ -1,0 +1,1 @@
+"""What the service tells about itself: /health, /ready, /metrics, /version, /v1/models, /info."""

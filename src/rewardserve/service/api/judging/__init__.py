@@ -1,0 +1,1 @@
+"""Judging: /v1/verify, /v1/rubric, /v1/compare."""

@@ -1,0 +1,1 @@
+"""Scoring: /v1/score, /v1/score/steps, /v1/score/turns, /pooling."""
