@@ -83,7 +83,7 @@ async def test_a_shutdown_waits_for_a_weights_write_before_the_model_closes(chec
     closes the model, never under it."""
     import time
 
-    from rewardserve.service.ops import lifecycle, weights_update
+    from rewardserve.service.ops import weights, weights_update
 
     first, second, _ = checkpoints
     events: list[str] = []
@@ -95,7 +95,7 @@ async def test_a_shutdown_waits_for_a_weights_write_before_the_model_closes(chec
         events.append("written")
         return done
 
-    monkeypatch.setattr(lifecycle, "write_or_read_back", slow_write)
+    monkeypatch.setattr(weights, "write_or_read_back", slow_write)  # where the weights call writes
     spec = ModelSpec(name="rm", source=str(first), options={"cpu_linear": "torch", "compile_layers": False})
     settings = slow_loads(first, 0.0).model_copy(update={"models": [spec]})
     async with serve_in_process(settings) as (app, http):
