@@ -10,6 +10,7 @@ built in this process (its models are not loaded, so no weights are needed).
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 import os
 import sys
@@ -50,7 +51,6 @@ SETTING_NOTES: dict[str, str] = {
         "Unset: it shares the scoring port."
     ),
     "admin_host": "The address of the admin listener (with `admin_port`).",
-    "fault_load_delay_s": "For tests of hot swap only: seconds every admin load waits before it loads.",
     "tenants_file": "A YAML file with a `tenants:` list (the `--config` file may hold one too).",
     "tenant_batch_ms": (
         "While several tenants use a model, a batch's compute at most (about): "
@@ -225,7 +225,11 @@ CONSTANT_LIMITS: tuple[tuple[str, str, str], ...] = (
     ("rewardserve.models.rules.code", "MAX_TEST_CHARS", "`code`: characters of all of an item's test data."),
     ("rewardserve.models.rules.code.formats", "MAX_FILES", "`code`: files of one item."),
     ("rewardserve.models.rules.code.formats", "MAX_FILES_BYTES", "`code`: bytes of all of an item's files, decoded."),
-    ("rewardserve.models.operations.turns", "MAX_CALLS", "`/v1/score/turns`: tool calls predicted, and expected, per item."),
+    (
+        "rewardserve.models.operations.turns",
+        "MAX_CALLS",
+        "`/v1/score/turns`: tool calls predicted, and expected, per item.",
+    ),
     ("rewardserve.models.operations.formula", "MAX_LENGTH", "A rubric formula's characters."),
     ("rewardserve.models.operations.formula", "MAX_NODES", "A rubric formula's nodes."),
     ("rewardserve.models.text.templating", "MAX_OUTPUT_CHARS", "Characters of one rendered template field."),
@@ -246,6 +250,9 @@ callers that send `k1` or `k2` as their key:
 ```bash
 REWARDSERVE_PORT=9000 REWARDSERVE_API_KEYS=k1,k2 rewardserve serve
 ```
+
+The settings come in groups, one section each below. A few more exist for the service's
+own tests (fault injection); they are not listed here, and a deployment leaves them unset.
 """
 
 OPTIONS_INTRO = """\
@@ -424,16 +431,26 @@ def setting_description(name: str, field: FieldInfo) -> str:
     return field.description or SETTING_NOTES.get(name, "")
 
 
-def settings_page() -> str:
-    from rewardserve.service.settings import Settings
+def documented_setting_groups() -> list[type[Any]]:
+    """The settings' groups the page shows, in order: all but the service's own test knobs."""
+    from rewardserve.service.settings import SETTINGS_GROUPS, FaultInjectionSettings
 
-    rows = ["| environment variable | type | default | bounds | what it does |", "| --- | --- | --- | --- | --- |"]
-    for name, field in Settings.model_fields.items():
-        rows.append(
-            f"| `{ENV_PREFIX}{name.upper()}` | {_cell(_type_name(field.annotation))} | {_default(field)} "
-            f"| {_cell(_bounds(field))} | {_cell(setting_description(name, field))} |"
-        )
-    return _page("Settings", SETTINGS_INTRO, rows)
+    return [group for group in SETTINGS_GROUPS if group is not FaultInjectionSettings]
+
+
+def settings_page() -> str:
+    lines: list[str] = []
+    for group in documented_setting_groups():
+        heading, _, intro = inspect.cleandoc(group.__doc__ or "").partition("\n\n")
+        lines += [f"## {heading.rstrip('.')}", "", " ".join(intro.split()), ""]
+        lines += ["| environment variable | type | default | bounds | what it does |", "| --- " * 5 + "|"]
+        for name, field in group.model_fields.items():
+            lines.append(
+                f"| `{ENV_PREFIX}{name.upper()}` | {_cell(_type_name(field.annotation))} | {_default(field)} "
+                f"| {_cell(_bounds(field))} | {_cell(setting_description(name, field))} |"
+            )
+        lines.append("")
+    return _page("Settings", SETTINGS_INTRO, lines)
 
 
 def options_page() -> str:
@@ -466,18 +483,13 @@ def constant_limits() -> Iterator[tuple[str, str, Any, str]]:
 
 
 def limits_page() -> str:
-    from rewardserve.service.settings import Settings
-
     rows = ["## Limits you set", "", "| environment variable | default | what it bounds |", "| --- | --- | --- |"]
-    for name, field in Settings.model_fields.items():
-        if (
-            name.startswith("max_")
-            or name.endswith("_timeout_s")
-            or name in ("rule_memory_mb", "rule_queue_max", "code_max_memory_mb")
-        ):
-            rows.append(
-                f"| `{ENV_PREFIX}{name.upper()}` | {_default(field)} | {_cell(setting_description(name, field))} |"
-            )
+    for group in documented_setting_groups():
+        for name, field in group.model_fields.items():
+            if name.startswith("max_") or name.endswith("_timeout_s") or name in LIMIT_SETTINGS:
+                rows.append(
+                    f"| `{ENV_PREFIX}{name.upper()}` | {_default(field)} | {_cell(setting_description(name, field))} |"
+                )
     rows += ["", "## Caps in the code", "", "| cap | value | what it bounds |", "| --- | --- | --- |"]
     for module, name, value, what in constant_limits():
         shown = _number(value) if isinstance(value, int | float) else str(value)

@@ -2,14 +2,28 @@
 
 from __future__ import annotations
 
+import inspect
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
+from pydantic_settings import BaseSettings, EnvSettingsSource
 
 from rewardserve.models.kinds import build_model
 from rewardserve.models.spec import ModelSpec
-from rewardserve.service.settings import Settings, parse_model_arg
+from rewardserve.service.settings import (
+    SETTINGS_GROUPS,
+    FaultInjectionSettings,
+    LimitSettings,
+    RulePoolSettings,
+    Settings,
+    parse_model_arg,
+)
+
+SETTINGS_PAGE = Path(__file__).resolve().parents[2] / "docs" / "reference" / "settings.md"
 
 
 def test_env_settings_and_comma_separated_keys(monkeypatch, tmp_path):
@@ -170,3 +184,87 @@ def test_a_config_s_own_reward_function_is_imported_from_the_config_s_directory(
     short, elsewhere = load_model_file(config)
     assert short.options["path"] == str(functions.resolve()) and elsewhere.options["path"] == "/nowhere"
     build_checked(short)  # imports from the config's directory
+
+
+def test_every_setting_belongs_to_exactly_one_group():
+    assert Settings.__bases__ == (*SETTINGS_GROUPS, BaseSettings)  # each group inherited, nothing else
+    owners: dict[str, list[str]] = {}
+    for group in SETTINGS_GROUPS:
+        for name in group.model_fields:
+            owners.setdefault(name, []).append(group.__name__)
+    assert {name: groups for name, groups in owners.items() if len(groups) > 1} == {}
+    assert set(owners) == set(Settings.model_fields)  # Settings adds no field of its own
+    for group in SETTINGS_GROUPS:  # the reference's heading, then its intro
+        heading, _, intro = inspect.cleandoc(group.__doc__ or "").partition("\n\n")
+        assert heading and "\n" not in heading and intro.strip(), group.__name__
+
+
+def test_each_setting_is_read_from_its_flat_environment_variable(monkeypatch):
+    for group in SETTINGS_GROUPS:
+        for name in group.model_fields:
+            monkeypatch.setenv(f"REWARDSERVE_{name.upper()}", f"from-env-{name}")
+    source = EnvSettingsSource(Settings)
+    read = {name: source.get_field_value(field, name)[0] for name, field in Settings.model_fields.items()}
+    assert read == {name: f"from-env-{name}" for name in Settings.model_fields}
+
+
+def test_settings_of_every_group_parse_their_environment_as_before(monkeypatch):
+    env = {
+        "REWARDSERVE_PORT": "9001",
+        "REWARDSERVE_CORS_ORIGINS": "https://a.example, https://b.example",
+        "REWARDSERVE_MODELS": '[{"name": "m", "kind": "rule", "source": "exact_match"}]',
+        "REWARDSERVE_POLICY_TOKENIZERS": '{"policy": "/tokenizers/policy"}',
+        "REWARDSERVE_API_KEYS": "k1,,k2 ",
+        "REWARDSERVE_MAX_ITEMS_PER_REQUEST": "10",
+        "REWARDSERVE_RULE_PRIORITY": "idle",
+        "REWARDSERVE_CODE_CALL_TIMEOUT_S": "12.5",
+        "REWARDSERVE_IMAGE_URL_ALLOWLIST": "images.example",
+        "REWARDSERVE_ADMIN_KEYS": "admin",
+        "REWARDSERVE_GC_FREEZE": "false",
+        "REWARDSERVE_FAULT_LOAD_DELAY_S": "2",
+    }
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    s = Settings()
+    assert s.port == 9001 and s.cors_origins == ["https://a.example", "https://b.example"]
+    assert [m.name for m in s.models] == ["m"] and s.policy_tokenizers == {"policy": "/tokenizers/policy"}
+    assert s.api_keys == ["k1", "k2"] and s.max_items_per_request == 10
+    assert s.rule_limits().priority == "idle" and s.image_policy().url_allowlist == ("images.example",)
+    code = next(spec for spec in s.model_specs() if spec.name == "code")
+    assert code.options["timeout_s"] == 12.5
+    assert s.admin_keys == ["admin"] and s.gc_freeze is False and s.fault_load_delay_s == 2.0
+    # A flag's value given as a keyword is split the same way and wins over the environment.
+    assert Settings(api_keys="k3, k4").api_keys == ["k3", "k4"]
+    monkeypatch.setenv("REWARDSERVE_MAX_ITEMS_PER_REQUEST", "0")
+    with pytest.raises(ValidationError, match="max_items_per_request"):
+        Settings()
+
+
+def test_unknown_or_out_of_bounds_settings_are_refused():
+    with pytest.raises(ValidationError, match="max_item_per_request.*\n.*Extra inputs are not permitted"):
+        Settings(max_item_per_request=10)
+    with pytest.raises(ValidationError, match="admin_port"):
+        Settings(admin_port=70_000)
+    with pytest.raises(ValidationError, match="rule_cpu_share"):
+        RulePoolSettings(rule_cpu_share=2)
+    with pytest.raises(ValidationError, match="Extra inputs are not permitted"):
+        LimitSettings(rule_workers=3)  # a group alone holds only its own fields
+
+
+def test_a_group_s_methods_read_only_its_own_fields():
+    assert LimitSettings(max_connections=400).requests_per_tenant() == 100
+    assert RulePoolSettings(rule_workers=3, rule_memory_mb=512).rule_limits().memory_mb == 512
+
+
+def test_the_settings_reference_lists_every_group_but_fault_injection():
+    page = SETTINGS_PAGE.read_text(encoding="utf-8")
+    listed = set(re.findall(r"^\| `REWARDSERVE_([A-Z0-9_]+)` \|", page, re.M))
+    for group in SETTINGS_GROUPS:
+        names = {name.upper() for name in group.model_fields}
+        if group is FaultInjectionSettings:
+            assert names and not [name for name in names if name in page]
+        else:
+            assert names <= listed, group.__name__
+    assert listed == {name.upper() for name in Settings.model_fields} - {
+        name.upper() for name in FaultInjectionSettings.model_fields
+    }

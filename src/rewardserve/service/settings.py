@@ -2,6 +2,7 @@
 
 Precedence: CLI flags > environment > defaults. The YAML file (``--config`` or
 ``REWARDSERVE_CONFIG``) lists models under ``models:``; ``--model NAME=SOURCE`` adds more.
+The fields come in groups, one class per area (SETTINGS_GROUPS); Settings inherits them all.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from rewardserve.engine.tenants import BATCH_MS, TenantSpec
@@ -33,38 +34,98 @@ BUILTIN_RULES = (
 )
 
 
-class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="REWARDSERVE_", extra="forbid")
+def _comma_separated(value: Any) -> Any:
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    return value
+
+
+# Keys, origins and hosts: the environment gives them comma-separated, not as JSON.
+CommaSeparated = Annotated[list[str], NoDecode, BeforeValidator(_comma_separated)]
+
+
+class SettingsGroup(BaseModel):
+    """The settings of one area of the service. Settings inherits every group, so a field
+    keeps its flat name (``settings.max_body_bytes``), its ``REWARDSERVE_`` variable and its
+    flag; a group's docstring is its section of docs/reference/settings.md (summary line:
+    the heading; the rest: the intro)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class ListenerSettings(SettingsGroup):
+    """Listening.
+
+    Where the service listens, what it shows a caller without a key, how it logs and how
+    it stops on SIGTERM."""
 
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
+    # /docs (Swagger UI, its assets served from here) and /openapi.json, behind the API
+    # key when keys are set; false: off.
+    docs: bool = True
+    # false: /ready and /metrics name no model unless the request carries a valid key.
+    public_model_names: bool = True
+    # Origins a browser may call the API from (CORS); empty: no CORS headers at all.
+    cors_origins: CommaSeparated = Field(default_factory=list)
+    log_level: str = "info"
+    # text: one line per record; json: one JSON object per line (service/observability/logs.py).
+    log_format: Literal["text", "json"] = "text"
+    # SIGTERM: refuse new work with 503 for drain_seconds, then wait for in-flight
+    # requests at most graceful_seconds.
+    drain_seconds: float = Field(default=5.0, ge=0)
+    graceful_seconds: int = Field(default=30, ge=0)
+
+
+class ModelSettings(SettingsGroup):
+    """Models.
+
+    What is served: a config file's models, models given here, the built-in rules, and
+    what happens when one of them cannot load."""
+
     config: Path | None = None
     models: list[ModelSpec] = Field(default_factory=list)
     builtin_rules: bool = True
     default_model: str | None = None  # for routes that name no model (OpenRLHF /get_reward)
-    api_keys: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    # false: a model that cannot be built or loaded stops the service (exit code 1);
+    # true: the others are served and that one answers 503 with its error.
+    keep_going: bool = False
+    # Tokenizers of the policies being trained, by name (a local directory or a hub id),
+    # loaded at start: /v1/score/steps' options.policy_tokenizer names one, to answer a
+    # reward per token of the items' response_token_ids. A request never names a path.
+    policy_tokenizers: dict[str, str] = Field(default_factory=dict)
+
+
+class TenancySettings(SettingsGroup):
+    """Keys and tenants.
+
+    Who may score: the scoring keys, and tenants (each with keys of its own and a share
+    of the service)."""
+
+    api_keys: CommaSeparated = Field(default_factory=list)
     api_keys_file: Path | None = None
-    # Keys of the admin API (/v1/admin/: sleep, wake, load a new version), apart from the
-    # scoring keys: a scoring key gets 403 there, an admin key cannot score. None: the
-    # admin API answers 403 to everyone.
-    admin_keys: Annotated[list[str], NoDecode] = Field(default_factory=list)
-    # The admin API on a listener of its own (an internal address a trainer reaches, the
-    # scoring port left public): /v1/admin/ answers only there, and that listener answers
-    # nothing else but /health and /ready. None: the admin API shares the scoring port.
-    admin_port: int | None = Field(default=None, ge=1, le=65535)
-    admin_host: str = "127.0.0.1"
-    # Fault injection for tests of hot swap (Triton's QA does the same): seconds every
-    # admin load waits before it loads.
-    fault_load_delay_s: float = Field(default=0.0, ge=0, le=600)
     # Tenants (engine/tenants.py): a YAML file with a `tenants:` list; the config file
     # may hold one too.
     tenants_file: Path | None = None
     # While several tenants use a model, its batches are kept to about this much compute,
     # so that one tenant's item never waits behind a long batch of another's.
     tenant_batch_ms: float = Field(default=BATCH_MS, gt=0)
-    # Once the models have loaded, freeze what is alive out of the garbage collector's
-    # full scans (service/ops/malloc_trim.py); tests in one process with many services turn it off.
-    gc_freeze: bool = True
+
+    def accepted_keys(self) -> list[str]:
+        """The keys of no tenant (api_keys, api_keys_file); the tenants' come with them."""
+        keys = list(self.api_keys)
+        if self.api_keys_file is not None:
+            lines = self.api_keys_file.read_text(encoding="utf-8").splitlines()
+            keys += [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+        return keys
+
+
+class LimitSettings(SettingsGroup):
+    """Limits.
+
+    What one connection or request may ask before it is refused, before the work it
+    would cause: see [limits](limits.md) for these and the caps fixed in the code."""
+
     max_body_bytes: int = Field(default=32 * 1024 * 1024, gt=0)
     max_items_per_request: int = Field(default=4096, gt=0)
     # What one request may make the service do: its items, judge prompts, compared pairs,
@@ -72,6 +133,29 @@ class Settings(BaseSettings):
     max_work_per_request: int = Field(default=32_768, gt=0)
     # JSON values (objects, lists, strings, numbers) in one body, counted before parsing.
     max_json_values: int = Field(default=500_000, gt=0)
+    # Connections (service/server.py): at most this many open at once (more are refused
+    # with a 503), a request's headers must arrive within header_timeout_s, an idle
+    # keep-alive connection is closed after keep_alive_s.
+    max_connections: int = Field(default=1024, gt=0)
+    header_timeout_s: float = Field(default=10.0, gt=0)
+    # A request's body must have arrived this long after its headers (else 408, closed).
+    body_timeout_s: float = Field(default=30.0, gt=0)
+    # Requests one tenant (or, without tenants, all clients together) may have open at
+    # once, counted from their headers to their answer; over it, 429. 0: a quarter of
+    # max_connections, at least 16.
+    max_requests_per_tenant: int = Field(default=0, ge=0)
+    keep_alive_s: float = Field(default=5.0, gt=0)
+
+    def requests_per_tenant(self) -> int:
+        return self.max_requests_per_tenant or max(16, self.max_connections // 4)
+
+
+class RulePoolSettings(SettingsGroup):
+    """Rule pools.
+
+    The worker processes every rule call runs in: how many, each call's time and memory,
+    the calls queued, and how they stay off the cores the models need."""
+
     # Rule pools (models/rules/worker.py): workers (0: twice the cores, 3 to 8), a
     # call's time and memory, calls queued at most.
     rule_workers: int = Field(default=0, ge=0)
@@ -88,84 +172,6 @@ class Settings(BaseSettings):
     # nothing else wants, so a forward never waits behind a rule; on a CPU the forwards
     # keep busy, rules then get less time and may reach their limit sooner).
     rule_priority: WorkerPriority = DEFAULT_PRIORITY
-    # Connections (service/server.py): at most this many open at once (more are refused
-    # with a 503), a request's headers must arrive within header_timeout_s, an idle
-    # keep-alive connection is closed after keep_alive_s.
-    max_connections: int = Field(default=1024, gt=0)
-    header_timeout_s: float = Field(default=10.0, gt=0)
-    # A request's body must have arrived this long after its headers (else 408, closed).
-    body_timeout_s: float = Field(default=30.0, gt=0)
-    # Requests one tenant (or, without tenants, all clients together) may have open at
-    # once, counted from their headers to their answer; over it, 429. 0: a quarter of
-    # max_connections, at least 16.
-    max_requests_per_tenant: int = Field(default=0, ge=0)
-    keep_alive_s: float = Field(default=5.0, gt=0)
-    # /docs (Swagger UI, its assets served from here) and /openapi.json, behind the API
-    # key when keys are set; false: off.
-    docs: bool = True
-    # false: /ready and /metrics name no model unless the request carries a valid key.
-    public_model_names: bool = True
-    log_level: str = "info"
-    # false: no torch.compile at load unless a model's options ask for it: a start in
-    # seconds, forwards somewhat slower (bench/results/design-measurements.md).
-    compile: bool = True
-    # text: one line per record; json: one JSON object per line (service/observability/logs.py).
-    log_format: Literal["text", "json"] = "text"
-    # false: a model that cannot be built or loaded stops the service (exit code 1);
-    # true: the others are served and that one answers 503 with its error.
-    keep_going: bool = False
-    # Origins a browser may call the API from (CORS); empty: no CORS headers at all.
-    cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
-    # SIGTERM: refuse new work with 503 for drain_seconds, then wait for in-flight
-    # requests at most graceful_seconds.
-    drain_seconds: float = Field(default=5.0, ge=0)
-    # Return freed memory to the OS at most this often (0: never); see service/ops/malloc_trim.py.
-    malloc_trim_seconds: float = Field(default=10.0, ge=0)
-    # glibc: activations served from malloc's heaps, not mapped afresh per op (memory.py).
-    malloc_keep_activations: bool = True
-    graceful_seconds: int = Field(default=30, ge=0)
-    # Images: data URLs only, unless hosts are allowlisted (comma-separated).
-    image_url_allowlist: Annotated[list[str], NoDecode] = Field(default_factory=list)
-    max_image_bytes: int = Field(default=20 * 1024 * 1024, gt=0)
-    max_image_pixels: int = Field(default=40_000_000, gt=0)
-    max_images_per_item: int = Field(default=16, gt=0)
-    # All images of one request together, decoded (a 6,300 x 6,300 image is 40 M).
-    max_request_pixels: int = Field(default=64_000_000, gt=0)
-    image_fetch_timeout_s: float = Field(default=5.0, gt=0)
-    # The built-in code model: the most a request's options.code may ask per test
-    # (a request over them is a 422 naming the setting's arg).
-    code_max_timeout_s: float = Field(default=60.0, gt=0, le=600)
-    code_max_memory_mb: int = Field(default=4096, ge=64, le=65536)
-    # Each code item's whole time (its tests, a checker): past it the pool kills the call;
-    # the item answers before it, its tests not run by then TLE.
-    code_call_timeout_s: float = Field(default=300.0, gt=0, le=3600)
-    # Where the code model's sandbox cannot start here (no bwrap, no user namespaces),
-    # run completions without it: rlimits only, as this service's user. Off, the code
-    # model refuses to load and names what is missing.
-    unsafe_code_exec: bool = False
-    # Tokenizers of the policies being trained, by name (a local directory or a hub id),
-    # loaded at start: /v1/score/steps' options.policy_tokenizer names one, to answer a
-    # reward per token of the items' response_token_ids. A request never names a path.
-    policy_tokenizers: dict[str, str] = Field(default_factory=dict)
-
-    @field_validator("api_keys", "admin_keys", "image_url_allowlist", "cors_origins", mode="before")
-    @classmethod
-    def _split_keys(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            return [k.strip() for k in value.split(",") if k.strip()]
-        return value
-
-    def image_policy(self) -> ImagePolicy:
-        from rewardserve.models.images import ImagePolicy
-
-        return ImagePolicy(
-            max_bytes=self.max_image_bytes,
-            max_pixels=self.max_image_pixels,
-            max_images=self.max_images_per_item,
-            max_request_pixels=self.max_request_pixels,
-            url_allowlist=tuple(self.image_url_allowlist),
-            fetch_timeout_s=self.image_fetch_timeout_s,
-        )
 
     def rule_limits(self) -> RuleLimits:
         from rewardserve.engine.pools.runner import RuleLimits
@@ -179,16 +185,137 @@ class Settings(BaseSettings):
             priority=self.rule_priority,
         )
 
-    def requests_per_tenant(self) -> int:
-        return self.max_requests_per_tenant or max(16, self.max_connections // 4)
 
-    def accepted_keys(self) -> list[str]:
-        """The keys of no tenant (api_keys, api_keys_file); the tenants' come with them."""
-        keys = list(self.api_keys)
-        if self.api_keys_file is not None:
-            lines = self.api_keys_file.read_text(encoding="utf-8").splitlines()
-            keys += [line.strip() for line in lines if line.strip() and not line.startswith("#")]
-        return keys
+class CodeSandboxSettings(SettingsGroup):
+    """Code sandbox.
+
+    The built-in `code` model, which runs completions' tests in a sandbox: the most a
+    request may ask of it, and what it does where no sandbox can start."""
+
+    # The most a request's options.code may ask per test (a request over them is a 422
+    # naming the setting's arg).
+    code_max_timeout_s: float = Field(default=60.0, gt=0, le=600)
+    code_max_memory_mb: int = Field(default=4096, ge=64, le=65536)
+    # Each code item's whole time (its tests, a checker): past it the pool kills the call;
+    # the item answers before it, its tests not run by then TLE.
+    code_call_timeout_s: float = Field(default=300.0, gt=0, le=3600)
+    # Where the code model's sandbox cannot start here (no bwrap, no user namespaces),
+    # run completions without it: rlimits only, as this service's user. Off, the code
+    # model refuses to load and names what is missing.
+    unsafe_code_exec: bool = False
+
+    def code_model(self, spec: ModelSpec) -> ModelSpec:
+        """The built-in code model's entry with these caps and this call limit."""
+        args: dict[str, Any] = {"max_timeout_s": self.code_max_timeout_s, "max_memory_mb": self.code_max_memory_mb}
+        if self.unsafe_code_exec:
+            args["unsafe_exec"] = True
+        options = {**spec.options, "timeout_s": self.code_call_timeout_s, "args": args}
+        return spec.model_copy(update={"options": options})
+
+
+class ImageSettings(SettingsGroup):
+    """Images.
+
+    Where images may come from and how large they may be, one by one and per request."""
+
+    # Images: data URLs only, unless hosts are allowlisted (comma-separated).
+    image_url_allowlist: CommaSeparated = Field(default_factory=list)
+    max_image_bytes: int = Field(default=20 * 1024 * 1024, gt=0)
+    max_image_pixels: int = Field(default=40_000_000, gt=0)
+    max_images_per_item: int = Field(default=16, gt=0)
+    # All images of one request together, decoded (a 6,300 x 6,300 image is 40 M).
+    max_request_pixels: int = Field(default=64_000_000, gt=0)
+    image_fetch_timeout_s: float = Field(default=5.0, gt=0)
+
+    def image_policy(self) -> ImagePolicy:
+        from rewardserve.models.images import ImagePolicy
+
+        return ImagePolicy(
+            max_bytes=self.max_image_bytes,
+            max_pixels=self.max_image_pixels,
+            max_images=self.max_images_per_item,
+            max_request_pixels=self.max_request_pixels,
+            url_allowlist=tuple(self.image_url_allowlist),
+            fetch_timeout_s=self.image_fetch_timeout_s,
+        )
+
+
+class AdminSettings(SettingsGroup):
+    """Admin API.
+
+    The admin API (`/v1/admin/`: sleep, wake, load a new version): its keys, apart from
+    the scoring keys, and optionally a listener of its own."""
+
+    # A scoring key gets 403 there, an admin key cannot score. None: the admin API
+    # answers 403 to everyone.
+    admin_keys: CommaSeparated = Field(default_factory=list)
+    # The admin API on a listener of its own (an internal address a trainer reaches, the
+    # scoring port left public): /v1/admin/ answers only there, and that listener answers
+    # nothing else but /health and /ready. None: the admin API shares the scoring port.
+    admin_port: int | None = Field(default=None, ge=1, le=65535)
+    admin_host: str = "127.0.0.1"
+
+
+class PerformanceSettings(SettingsGroup):
+    """Performance.
+
+    How the service trades start time and memory for speed: compiled forwards, the
+    garbage collector, and memory given back to the system."""
+
+    # false: no torch.compile at load unless a model's options ask for it: a start in
+    # seconds, forwards somewhat slower (bench/results/design-measurements.md).
+    compile: bool = True
+    # Once the models have loaded, freeze what is alive out of the garbage collector's
+    # full scans (service/ops/malloc_trim.py); tests in one process with many services turn it off.
+    gc_freeze: bool = True
+    # Return freed memory to the OS at most this often (0: never); see service/ops/malloc_trim.py.
+    malloc_trim_seconds: float = Field(default=10.0, ge=0)
+    # glibc: activations served from malloc's heaps, not mapped afresh per op (memory.py).
+    malloc_keep_activations: bool = True
+
+
+class FaultInjectionSettings(SettingsGroup):
+    """Fault injection.
+
+    Knobs for the service's own tests (Triton's QA has the same kind): left out of the
+    settings reference, since a deployment has no use for them."""
+
+    fault_load_delay_s: float = Field(
+        default=0.0, ge=0, le=600, description="Seconds every admin load waits before it loads (tests of hot swap)."
+    )
+
+
+# Every group, in the order of the settings reference.
+SETTINGS_GROUPS: tuple[type[SettingsGroup], ...] = (
+    ListenerSettings,
+    ModelSettings,
+    TenancySettings,
+    LimitSettings,
+    RulePoolSettings,
+    CodeSandboxSettings,
+    ImageSettings,
+    AdminSettings,
+    PerformanceSettings,
+    FaultInjectionSettings,
+)
+
+
+class Settings(
+    ListenerSettings,
+    ModelSettings,
+    TenancySettings,
+    LimitSettings,
+    RulePoolSettings,
+    CodeSandboxSettings,
+    ImageSettings,
+    AdminSettings,
+    PerformanceSettings,
+    FaultInjectionSettings,
+    BaseSettings,
+):
+    """Every setting of the service, its groups' fields under their flat names."""
+
+    model_config = SettingsConfigDict(env_prefix="REWARDSERVE_", extra="forbid")
 
     def tenant_specs(self) -> list[TenantSpec]:
         """The config file's tenants, then the tenants file's (ValueError naming the file
@@ -211,17 +338,8 @@ class Settings(BaseSettings):
         if duplicates:
             raise ValueError(f"model names must be unique; repeated: {', '.join(duplicates)}")
         if self.builtin_rules:
-            specs += [self._builtin(s) for s in BUILTIN_RULES if s.name not in names]
+            specs += [self.code_model(s) if s.name == "code" else s for s in BUILTIN_RULES if s.name not in names]
         return specs
-
-    def _builtin(self, spec: ModelSpec) -> ModelSpec:
-        if spec.name != "code":
-            return spec
-        args: dict[str, Any] = {"max_timeout_s": self.code_max_timeout_s, "max_memory_mb": self.code_max_memory_mb}
-        if self.unsafe_code_exec:
-            args["unsafe_exec"] = True
-        options = {**spec.options, "timeout_s": self.code_call_timeout_s, "args": args}
-        return spec.model_copy(update={"options": options})
 
 
 # What a config file may hold at its top level (tenants: engine/tenants.py).
