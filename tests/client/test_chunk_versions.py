@@ -1,4 +1,4 @@
-"""A chunked call scored by one version (client/_shared.py ``versions_differ``): a new
+"""A chunked call scored by one version (client/_core.py ``versions_differ``): a new
 version served in the middle of a call has the chunks the old one scored sent again,
 and a canary's share that keeps them mixed leaves ``model_version`` None, with a
 warning naming the versions. Against the real service in process."""

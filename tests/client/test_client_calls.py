@@ -32,7 +32,7 @@ async def test_score_takes_every_score_option_and_errors_name_the_param(clip_mod
 
 
 def test_several_greedy_samples_are_warned_about():
-    from rewardserve.client._shared import verify_call
+    from rewardserve.client._core import verify_call
 
     with pytest.warns(UserWarning, match="temperature 0"):
         verify_call("judge", [{"response": "x"}], {"mode": "generate", "n": 4})

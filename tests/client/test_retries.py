@@ -16,7 +16,7 @@ from rewardserve.client import (
     ServiceUnavailableError,
     UnprocessableEntityError,
 )
-from rewardserve.client._shared import ClientConfig, parse_retry_after, plan_chunks
+from rewardserve.client._core import ClientConfig, parse_retry_after, plan_chunks
 from rewardserve.protocol import Item
 
 
@@ -54,7 +54,7 @@ def scripted(*steps):
 @pytest.fixture
 def sleeps(monkeypatch):
     waited = []
-    monkeypatch.setattr("rewardserve.client.sync_client.time.sleep", waited.append)
+    monkeypatch.setattr("rewardserve.client.sync.time.sleep", waited.append)
     return waited
 
 
@@ -110,7 +110,7 @@ async def test_async_twin_retries(monkeypatch):
     async def fake_sleep(s):
         waited.append(s)
 
-    monkeypatch.setattr("rewardserve.client.async_client.asyncio.sleep", fake_sleep)
+    monkeypatch.setattr("rewardserve.client.aio.asyncio.sleep", fake_sleep)
     transport, calls = scripted((429, {"retry-after": "3"}), 200)
     client = AsyncRewardClient("http://rs", api_key="k", http_client=httpx.AsyncClient(transport=transport))
     out = await client.score("m", [{"response": "a"}])

@@ -371,18 +371,20 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(2) from None
     except ValueError as exc:
         # A StartupError (service/settings.py) is a ValueError with every problem, a line each.
-        for problem in getattr(exc, "problems", None) or [one_line(exc)]:
+        for problem in getattr(exc, "problems", None) or [said(exc)]:
             print(f"rewardserve: error: {problem}", file=sys.stderr)
         raise SystemExit(2) from exc
     except (KeyError, OSError, RecursionError, ValidationError, RewardServeError) as exc:
-        print(f"rewardserve: error: {one_line(exc)}", file=sys.stderr)
+        print(f"rewardserve: error: {said(exc)}", file=sys.stderr)
         raise SystemExit(2) from exc
     except KeyboardInterrupt:
         print("rewardserve: stopped", file=sys.stderr)
         raise SystemExit(130) from None
 
 
-def one_line(exc: Exception) -> str:
+def said(exc: Exception) -> str:
+    """An error as the command line tells its user: the first problem of a validation
+    error with where it is, an OS error's reason, else the message's first line."""
     if isinstance(exc, ValidationError):
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first.get("loc", ())) or exc.title

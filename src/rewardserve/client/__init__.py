@@ -1,6 +1,6 @@
 """rewardserve client: what RL trainers import. Needs only httpx and pydantic."""
 
-from rewardserve.client.async_client import AsyncRewardClient
+from rewardserve.client.aio import AsyncRewardClient
 from rewardserve.client.errors import (
     APIConnectionError,
     APIResponseValidationError,
@@ -19,7 +19,7 @@ from rewardserve.client.errors import (
     ServiceUnavailableError,
     UnprocessableEntityError,
 )
-from rewardserve.client.sync_client import RewardClient
+from rewardserve.client.sync import RewardClient
 from rewardserve.client.token_alignment import token_rewards
 from rewardserve.protocol import Item, ItemResult, Message, ScoreResponse
 

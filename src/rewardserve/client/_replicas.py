@@ -13,7 +13,7 @@ import time
 
 import httpx
 
-from rewardserve.client._shared import ClientConfig, attempt_error
+from rewardserve.client._core import ClientConfig, attempt_error
 from rewardserve.client.errors import APITimeoutError
 
 REPLICA_TROUBLE = frozenset({502, 503})

@@ -23,8 +23,8 @@ from rewardserve.protocol import (
 )
 
 if TYPE_CHECKING:
-    from rewardserve.client.async_client import AsyncRewardClient
-    from rewardserve.client.sync_client import RewardClient
+    from rewardserve.client.aio import AsyncRewardClient
+    from rewardserve.client.sync import RewardClient
 
 
 def _path(name: str, action: str = "", wait: bool = True) -> str:

@@ -14,7 +14,7 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from rewardserve.client.sync_client import RewardClient
+from rewardserve.client.sync import RewardClient
 from rewardserve.train.grpo.config import TurnSource, load_config
 from rewardserve.train.grpo.rewards import RewardMix
 from rewardserve.train.grpo.turn_advantages import (

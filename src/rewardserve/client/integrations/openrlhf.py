@@ -12,8 +12,8 @@ import os
 from typing import Any
 
 from rewardserve.client.errors import RewardServeError
-from rewardserve.client.items import make_item, split_query
-from rewardserve.client.sync_client import RewardClient
+from rewardserve.client.rows import make_item, split_query
+from rewardserve.client.sync import RewardClient
 
 
 def reward_func(

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rewardserve.client.sync_client import RewardClient
+from rewardserve.client.sync import RewardClient
 from rewardserve.protocol import StepSpan, StepsResult
 
 

@@ -35,10 +35,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from rewardserve.client.async_client import AsyncRewardClient
+from rewardserve.client.aio import AsyncRewardClient
 from rewardserve.client.errors import RewardServeError
-from rewardserve.client.items import column_rows, make_item, prompt_group
-from rewardserve.client.sync_client import RewardClient
+from rewardserve.client.rows import column_rows, make_item, prompt_group
+from rewardserve.client.sync import RewardClient
 from rewardserve.protocol import Aggregation, Criterion, Item, RubricResponse, ScoreResponse
 
 ENDPOINTS = ("score", "steps", "verify", "rubric")

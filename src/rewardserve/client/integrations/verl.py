@@ -32,10 +32,10 @@ import threading
 import weakref
 from typing import Any
 
-from rewardserve.client.async_client import AsyncRewardClient
+from rewardserve.client.aio import AsyncRewardClient
 from rewardserve.client.errors import RewardServeError
-from rewardserve.client.items import make_item
-from rewardserve.client.sync_client import RewardClient
+from rewardserve.client.rows import make_item
+from rewardserve.client.sync import RewardClient
 from rewardserve.protocol import Item, RubricResponse, ScoreResponse, StepsResponse, VerifyResponse
 
 # What verl passes beside the sample (verl 0.9.1, experimental/reward_loop/reward_manager/

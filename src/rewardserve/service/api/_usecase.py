@@ -56,7 +56,7 @@ async def run_plan(
     """The engine runs the plan; what it did goes into the request log
     (service/http/middleware.py)."""
     done = await execute_plan(ctx, served, n_items, planner)
-    ctx.log["work"] = {
+    ctx.log_fields["work"] = {
         "items": done.usage.items,
         "tokens": done.usage.prompt_tokens,
         "queue_ms": round(done.queue_s * 1000, 1),
@@ -120,7 +120,7 @@ def warn(ctx: RequestContext, done: Executed[Any], warning: str | None) -> None:
     seen = ctx.svc.warned
     if warning not in seen and len(seen) < 64:
         seen.add(warning)
-        log.warning("%s (model %s, %s)", warning, ctx.log.get("model", "-"), named(ctx.tenant))
+        log.warning("%s (model %s, %s)", warning, ctx.log_fields.get("model", "-"), named(ctx.tenant))
 
 
 def by_name_or_source(ctx: RequestContext, named: str) -> str:

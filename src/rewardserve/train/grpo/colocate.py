@@ -8,7 +8,7 @@ import logging
 import time
 from typing import Literal
 
-from rewardserve.client.sync_client import RewardClient
+from rewardserve.client.sync import RewardClient
 
 log = logging.getLogger("rewardserve.grpo")
 

@@ -55,7 +55,7 @@ class Rollout:
 
 def train(config: GRPOConfig) -> list[dict[str, Any]]:
     """Run the loop; returns the metrics rows (also in ``output_dir/metrics.jsonl``)."""
-    from rewardserve.client.sync_client import RewardClient
+    from rewardserve.client.sync import RewardClient
 
     torch.manual_seed(config.seed)
     random.seed(config.seed)

@@ -10,8 +10,8 @@ from typing import Any
 import torch
 
 from rewardserve.client.errors import APIConnectionError, APIStatusError
-from rewardserve.client.items import make_item, prompt_group
-from rewardserve.client.sync_client import RewardClient
+from rewardserve.client.rows import make_item, prompt_group
+from rewardserve.client.sync import RewardClient
 from rewardserve.protocol import Item, RubricResponse, ScoreResponse, StepsResponse, VerifyResponse
 from rewardserve.train.grpo.config import DenseSource, RewardSource, TurnSource
 from rewardserve.train.grpo.turn_advantages import MAX_TURN_CALLS, turn_call_count, turns_item

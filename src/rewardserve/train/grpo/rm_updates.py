@@ -11,7 +11,7 @@ import logging
 from pathlib import Path
 
 from rewardserve.client.errors import APIStatusError
-from rewardserve.client.sync_client import RewardClient
+from rewardserve.client.sync import RewardClient
 
 log = logging.getLogger("rewardserve.grpo")
 

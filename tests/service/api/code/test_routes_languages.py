@@ -66,3 +66,13 @@ def test_verl_s_client_runs_sandbox_fusion_s_java_nodejs_go_and_rust(url, langua
     once = {"inputs": ["1 2\n"], "outputs": ["3\n"]}
     results, metadata = verl.check_correctness(url + "/run_code", once, LOOP[language], timeout=1, language=language)
     assert results == [-3], metadata
+
+
+def test_sandbox_fusion_s_names_map_onto_the_one_list_of_languages():
+    """The routes' SandboxFusion names name exactly the languages the code model runs
+    (models/rules/code/formats.py LANGUAGES), each once."""
+    from rewardserve.models.rules.code.formats import LANGUAGES
+    from rewardserve.service.api.code.routes import SANDBOX_FUSION_LANGUAGES
+
+    ours = list(SANDBOX_FUSION_LANGUAGES.values())
+    assert sorted(ours) == sorted(LANGUAGES) and len(set(ours)) == len(ours)

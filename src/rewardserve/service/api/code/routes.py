@@ -50,8 +50,16 @@ from rewardserve.service.http.body import BoundedRoute
 router = APIRouter(route_class=BoundedRoute, responses=ERROR_RESPONSES)
 
 MEMORY_MB = (32, 65536)  # what options.code.memory_mb takes; the model caps it further
-# SandboxFusion's language names this service runs, and the code model's name for each.
-LANGUAGES = {"python": "python", "cpp": "cpp", "java": "java", "nodejs": "javascript", "go": "go", "rust": "rust"}
+# SandboxFusion's language names this service runs, and the code model's name for each
+# (models/rules/code/formats.py LANGUAGES: the one list of the languages it runs).
+SANDBOX_FUSION_LANGUAGES = {
+    "python": "python",
+    "cpp": "cpp",
+    "java": "java",
+    "nodejs": "javascript",
+    "go": "go",
+    "rust": "rust",
+}
 # Those compiled before they run: a compile error is compile_result (node's syntax error,
 # as Python's, is a run's).
 COMPILED = frozenset({"cpp", "java", "go", "rust"})
@@ -78,8 +86,8 @@ async def run_code(body: RunCodeRequest, ctx: Ctx, model: str = Query(default="c
     `code`) and answers its compile and run results, always with HTTP 200 and a status (Success, Failed,
     SandboxError), as SandboxFusion does."""
     language = body.language
-    if language not in LANGUAGES:
-        known = ", ".join(LANGUAGES)
+    if language not in SANDBOX_FUSION_LANGUAGES:
+        known = ", ".join(SANDBOX_FUSION_LANGUAGES)
         return json_response(
             RunCodeResponse(
                 status="SandboxError", message=f"unsupported language {body.language!r}; this service runs {known}"
@@ -90,7 +98,7 @@ async def run_code(body: RunCodeRequest, ctx: Ctx, model: str = Query(default="c
             f"memory_limit_MB must be -1 (the default) or {MEMORY_MB[0]}..{MEMORY_MB[1]}", param="memory_limit_MB"
         )
     options = CodeOptions(
-        language=LANGUAGES[language],
+        language=SANDBOX_FUSION_LANGUAGES[language],
         timeout_s=body.run_timeout,
         memory_mb=body.memory_limit_MB if body.memory_limit_MB > 0 else None,
         outputs=True,
@@ -145,14 +153,14 @@ async def submit(body: SubmitRequest, ctx: Ctx, model: str = Query(default="code
     if config.custom_extract_logic is not None:
         raise InvalidRequest("custom_extract_logic (Python to run in the server) is not run here", param="config")
     language = config.language
-    if language not in LANGUAGES:
-        known = ", ".join(LANGUAGES)
+    if language not in SANDBOX_FUSION_LANGUAGES:
+        known = ", ".join(SANDBOX_FUSION_LANGUAGES)
         raise InvalidRequest(f"config.language {language!r}: this service runs {known}", param="config.language")
     # Off the event loop: the row may be megabytes of JSON text and thousands of cases.
     cases = await run_in_threadpool(stdio_cases, config.provided_data)
     every_case = bool(config.extra.get("run_all_cases"))
     options = CodeOptions(
-        language=LANGUAGES[language],
+        language=SANDBOX_FUSION_LANGUAGES[language],
         compare="sandbox_fusion",
         binary=not every_case,  # SandboxFusion stops at the first failure unless asked for every case
         timeout_s=config.run_timeout or (10.0 if language in SHORT_DEFAULT_TIMEOUT else 20.0),

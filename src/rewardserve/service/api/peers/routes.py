@@ -39,7 +39,7 @@ from typing import Any, cast
 from fastapi import APIRouter, Query
 from fastapi.responses import Response
 
-from rewardserve.client.items import make_item, split_query
+from rewardserve.client.rows import make_item, split_query
 from rewardserve.protocol import (
     ClassifyData,
     ClassifyRequest,

@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 
-from rewardserve.client._shared import (
+from rewardserve.client._core import (
     VERSION_ROUNDS,
     BaseClient,
     ListCall,
