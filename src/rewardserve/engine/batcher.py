@@ -5,9 +5,8 @@ waits for a free slot, lets work gather for at most ``max_wait_ms`` after the ol
 arrival (less when a full batch is already waiting), then takes the oldest item and the
 queued items nearest it in length, as many as fit the padded token budget. Oldest-first
 keeps it fair; choosing length neighbours from the whole queue keeps padding low. Each
-batch runs on the
-model's worker thread (on a CPU, the one thread all torch models share: served_models.py);
-results go back to each item's future.
+batch runs on the model's worker thread (on a CPU, the one thread all torch models share:
+engine/registry.py); results go back to each item's future.
 
 The queue is bounded in tokens: work that does not fit is refused at once (429), so a
 burst never turns into unbounded memory or latency. Work whose request has gone away
