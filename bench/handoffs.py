@@ -2,11 +2,6 @@
 back, counted where it happens (not read off the code).
 
     .venv/bin/python bench/handoffs.py [--out bench/results/issue-60-handoffs.md]
-    .venv/bin/python bench/handoffs.py --async-ctx [--out FILE --append]
-
-``--async-ctx`` measures a what-if: service/deps.py's ``request_context`` (the ``Ctx``
-dependency) as an ``async def``, which FastAPI awaits on the loop instead of running it
-in its threadpool as it runs a plain function.
 
 The demo's tiny models (models/demo/tiny.py: an outcome model, a PRM, a judge) and the
 built-in rules (math, exact_match, the code model) are served in process; each route
@@ -403,11 +398,11 @@ def cpu_model() -> str:
     return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("Model name")), "unknown")
 
 
-def report(measured: list[Measured], what_if: bool = False) -> str:
+def report(measured: list[Measured]) -> str:
     import torch
 
     out = [
-        "## What if Ctx were an async def" if what_if else "# Thread hops per route (issue 60)",
+        "# Thread hops per route (issue 60)",
         "",
         f"{cpu_model()}, {os.cpu_count()} CPUs; Python {platform.python_version()}, torch {torch.__version__}; "
         "the demo's tiny models served in process, one request per row. Hops from the loop: each time the "
@@ -415,7 +410,7 @@ def report(measured: list[Measured], what_if: bool = False) -> str:
         "of them one after another (hops of one plan stage run side by side); nested: hops handed off from a "
         "thread already off the loop.",
         "",
-        f"    .venv/bin/python bench/handoffs.py{' --async-ctx' if what_if else ''}",
+        "    .venv/bin/python bench/handoffs.py",
         "",
         "| route | request | hops from the loop | in turn | the hops, in the order handed off | nested |",
         "| --- | --- | --- | --- | --- | --- |",
@@ -446,42 +441,20 @@ def report(measured: list[Measured], what_if: bool = False) -> str:
     return "\n".join(out) + "\n"
 
 
-def async_ctx() -> None:
-    """The ``Ctx`` dependency as an ``async def``. Before any route module is imported:
-    FastAPI reads a route's dependencies when the route is declared."""
-    from fastapi import Request
-
-    from rewardserve.service import deps
-    from rewardserve.service.context import RequestContext
-
-    async def request_context(request: Request) -> RequestContext:
-        return RequestContext.of(request)
-
-    # FastAPI reads the annotations as objects: this module's are strings.
-    request_context.__annotations__ = {"request": Request, "return": RequestContext}
-    depends = deps.Ctx.__metadata__[0]
-    object.__setattr__(depends, "dependency", request_context)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, help="also write the table here")
-    parser.add_argument("--append", action="store_true", help="add to --out instead of replacing it")
-    parser.add_argument("--async-ctx", action="store_true", help="with the Ctx dependency as an async def")
     args = parser.parse_args()
     import torch  # noqa: F401  (imported before the hooks: its import is no request's)
     import transformers  # noqa: F401
 
-    if args.async_ctx:
-        async_ctx()
     instrument()
     with tempfile.TemporaryDirectory() as tmp:
         measured = asyncio.run(measure(Path(tmp)))
-    text = report(measured, args.async_ctx)
+    text = report(measured)
     print(text)
     if args.out is not None:
-        with args.out.open("a" if args.append else "w") as out:
-            out.write(("\n" if args.append else "") + text)
+        args.out.write_text(text)
     unlent = [edge for edge in RECORDER.edges if lent_as(edge[1]) is None]
     assert not unlent, f"models called into the engine or the service unlent: {unlent}"
 

@@ -18,11 +18,12 @@ from rewardserve.service.context import RequestContext
 from rewardserve.service.ops.lifecycle import Lifecycle
 
 
-def request_context(request: Request) -> RequestContext:
+async def request_context(request: Request) -> RequestContext:
+    # async: FastAPI runs a plain def dependency in its threadpool, a hop for nothing.
     return RequestContext.of(request)
 
 
-def lifecycle(request: Request) -> Lifecycle:
+async def lifecycle(request: Request) -> Lifecycle:
     served: Lifecycle = request.app.state.svc.lifecycle
     return served
 
