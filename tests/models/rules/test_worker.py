@@ -70,16 +70,35 @@ def memory_is_limited(pool):
     assert pool.run([fast(3)]).result(timeout=30) == [1.0]  # the worker is fine after
 
 
-def test_one_request_holds_at_most_all_workers_but_one(pool):
-    hog = RequestScope()
+def test_one_tenant_holds_at_most_all_workers_but_one(pool):
+    """Another tenant's call, sent while one tenant's slow calls run, finds the worker
+    the flood may not take, at once."""
+    hog = RequestScope(tenant="a")
     slow = pool.run([SLOW] * 6, hog)  # one chunk, then (after its timeout) six singles
     # The chunk timed out at 1 s and its worker is replaced (held by the hog until the new
     # one answers, which takes most of a second on two busy cores): then the singles hold
     # two of three workers.
     time.sleep(2.2)
     start = time.monotonic()
-    assert pool.run([fast(7)], RequestScope()).result(timeout=30) == [1.0]
+    assert pool.run([fast(7)], RequestScope(tenant="b")).result(timeout=30) == [1.0]
     assert time.monotonic() - start < 0.8
+    hog.cancel("disconnected")
+    out = slow.result(timeout=30)
+    assert all(isinstance(v, CallFailure) and v.kind in ("timeout", "cancelled") for v in out)
+
+
+def test_a_new_request_of_the_same_tenant_goes_before_the_flood_s_next_call(pool):
+    """Of one tenant, a request sent while another's slow calls hold the tenant's share
+    gets the next worker the tenant frees, ahead of the slow request's queued calls: it
+    is answered while the slow request still has calls waiting."""
+    hog, newcomer = RequestScope(), RequestScope()
+    slow = pool.run([SLOW] * 6, hog)
+    time.sleep(2.2)  # the chunk timed out and its singles hold the tenant's two workers
+    answer = pool.run([fast(8)], newcomer)
+    turns = pool._tenants[None].requests  # the tenant's requests, the next to go first
+    assert next(iter(turns)) == newcomer.id or not turns.get(newcomer.id), list(turns)
+    assert answer.result(timeout=30) == [1.0]
+    assert not slow.done()  # the slow request's calls still wait
     hog.cancel("disconnected")
     out = slow.result(timeout=30)
     assert all(isinstance(v, CallFailure) and v.kind in ("timeout", "cancelled") for v in out)
