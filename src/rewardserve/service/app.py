@@ -56,10 +56,8 @@ log = logging.getLogger(__name__)
 class ServiceState:
     settings: Settings
     metrics: Metrics
-    registry: ModelRegistry
     api_keys: list[str]
     engine: Engine
-    tenants: Tenants
     health: RewardHealth
     shadowing: Shadowing
     lifecycle: Lifecycle
@@ -69,6 +67,15 @@ class ServiceState:
     open_requests: dict[str, int] = field(default_factory=dict)
     warned: set[str] = field(default_factory=set)  # request warnings already logged once
     policy_tokenizers: PolicyTokenizers = field(default_factory=lambda: PolicyTokenizers({}))
+
+    # The engine's, read through it: one of each per app.
+    @property
+    def registry(self) -> ModelRegistry:
+        return self.engine.registry
+
+    @property
+    def tenants(self) -> Tenants:
+        return self.engine.tenants
 
 
 def access_summary(state: ServiceState, specs: list[ModelSpec]) -> str:
@@ -116,10 +123,8 @@ def create_app(settings: Settings | None = None, url: str | None = None) -> Fast
     state = ServiceState(
         settings=settings,
         metrics=metrics,
-        registry=registry,
         api_keys=settings.accepted_keys() + tenants.keys(),
         engine=engine,
-        tenants=tenants,
         health=RewardHealth(metrics),
         shadowing=Shadowing(metrics),
         lifecycle=lifecycle,

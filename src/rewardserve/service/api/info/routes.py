@@ -55,27 +55,29 @@ async def shadow(name: str, ctx: Ctx) -> Response:
 @open_routes.get("/health", response_model=Health, summary="Liveness")
 async def health(ctx: Ctx, request: Request) -> Response:
     """Alive. 503 only when a model failed to load: restarting is the cure."""
-    body, status = usecases.health(ctx, usecases.names_models(ctx, request.headers.get("authorization")))
+    body, status = usecases.health(ctx, usecases.names_models(ctx, _keyed(ctx, request)))
     return json_response(body, status)
 
 
 @open_routes.get("/ready", response_model=Health, summary="Readiness")
 async def ready(ctx: Ctx, request: Request) -> Response:
     """Ready once every model is loaded and a real probe forward succeeded."""
-    body, status = usecases.readiness(ctx, usecases.names_models(ctx, request.headers.get("authorization")))
+    body, status = usecases.readiness(ctx, usecases.names_models(ctx, _keyed(ctx, request)))
     return json_response(body, status)
 
 
 @open_routes.get("/metrics", summary="Prometheus metrics")
 async def metrics(ctx: Ctx, request: Request) -> Response:
     """Prometheus metrics; without model names (summed over them) unless the caller may see them."""
-    authorization = request.headers.get("authorization")
-    rendered = usecases.metrics_text(
-        ctx, usecases.names_models(ctx, authorization), usecases.tenant_view(ctx, authorization)
-    )
+    keyed = _keyed(ctx, request)
+    rendered = usecases.metrics_text(ctx, usecases.names_models(ctx, keyed), usecases.tenant_view(ctx, keyed))
     return Response(rendered, media_type=CONTENT_TYPE)
 
 
 @open_routes.get("/", include_in_schema=False)
 async def root() -> JSONResponse:
     return JSONResponse({"service": "rewardserve", "docs": "/docs", "models": "/v1/models"})
+
+
+def _keyed(ctx: Ctx, request: Request) -> bool:
+    return usecases.holds_a_key(ctx, request.headers.get("authorization"))

@@ -100,23 +100,25 @@ def info(ctx: RequestContext) -> ServiceInfo:
     return ServiceInfo(version=version(), models=models, limits=limits)
 
 
-def names_models(ctx: RequestContext, authorization: str | None) -> bool:
+def holds_a_key(ctx: RequestContext, authorization: str | None) -> bool:
+    """Whether an open route's caller sent one of the service's keys (auth on)."""
+    keys = ctx.svc.api_keys
+    return bool(keys) and has_valid_key(authorization, keys)
+
+
+def names_models(ctx: RequestContext, keyed: bool) -> bool:
     """Whether an open route may name the served models to this caller: the settings
     say so, or the caller holds a valid key."""
-    svc = ctx.svc
-    return svc.settings.public_model_names or (bool(svc.api_keys) and has_valid_key(authorization, svc.api_keys))
+    return ctx.svc.settings.public_model_names or keyed
 
 
-def tenant_view(ctx: RequestContext, authorization: str | None) -> str | None:
+def tenant_view(ctx: RequestContext, keyed: bool) -> str | None:
     """Whose view of /metrics a caller gets, with tenants: a tenant's key its own; a key
     of no tenant (the operator's) everything; no key or a wrong one no tenant's work
     at all (""). Without tenants, everything."""
-    svc = ctx.svc
-    if not svc.tenants.enabled:
+    if not ctx.svc.tenants.enabled:
         return None
-    if bool(svc.api_keys) and has_valid_key(authorization, svc.api_keys):
-        return ctx.tenant
-    return ""
+    return ctx.tenant if keyed else ""
 
 
 def health(ctx: RequestContext, named: bool) -> tuple[Health, int]:
