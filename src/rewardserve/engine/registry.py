@@ -312,9 +312,11 @@ class ModelRegistry:
         """The version of ``name`` that new requests get (404 when none is served)."""
         served = self._served.get(name)
         if served is None:
-            known = ", ".join(sorted(self._served)) or "none"
-            raise NotFound(f"model {name!r} is not served here; models: {known}", param="name")
+            raise NotFound(self._not_served(name), param="name")
         return served
+
+    def _not_served(self, name: str) -> str:
+        return f"model {name!r} is not served here; models: {', '.join(sorted(self._served)) or 'none'}"
 
     def replace(self, name: str, served: Served) -> Served:
         """``served`` takes ``name``'s place for new requests; the one it replaces is returned."""
@@ -325,8 +327,7 @@ class ModelRegistry:
     def get(self, name: str) -> Served:
         served = self._served.get(name)
         if served is None:
-            known = ", ".join(sorted(self._served)) or "none"
-            raise NotFound(f"model {name!r} is not served here; models: {known}", param="model")
+            raise NotFound(self._not_served(name), param="model")
         if not served.ready:
             state = f"failed to load ({served.error})" if served.error else "is still loading"
             raise NotReady(f"model {name!r} {state}")
@@ -351,8 +352,7 @@ class ModelRegistry:
         """The served model ``name`` as another model's plan uses it for ``tenant``: a
         422 naming ``param`` when no such model is served, 503 while it is not ready."""
         if name not in self._served:
-            known = ", ".join(sorted(self._served)) or "none"
-            raise RequestError(f"model {name!r} is not served here; models: {known}", param=param)
+            raise RequestError(self._not_served(name), param=param)
         served = self.get(name)
         return Peer(served.model, served.cache(tenant), served.running(tenant))
 
@@ -368,11 +368,10 @@ class ModelRegistry:
             if name not in lent:
                 lent[name] = self.peer(name, tenant=tenant)
                 todo += [n for n in lent[name].model.depends_on if n in self._served]
-        known = ", ".join(sorted(self._served)) or "none"
 
         def lookup(name: str, param: str | None = None) -> Peer:
             if name not in lent:
-                raise RequestError(f"model {name!r} is not served here; models: {known}", param=param)
+                raise RequestError(self._not_served(name), param=param)
             return lent[name]
 
         return lookup
