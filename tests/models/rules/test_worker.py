@@ -87,23 +87,6 @@ def test_one_tenant_holds_at_most_all_workers_but_one(pool):
     assert all(isinstance(v, CallFailure) and v.kind in ("timeout", "cancelled") for v in out)
 
 
-def test_a_new_request_of_the_same_tenant_goes_before_the_flood_s_next_call(pool):
-    """Of one tenant, a request sent while another's slow calls hold the tenant's share
-    gets the next worker the tenant frees, ahead of the slow request's queued calls: it
-    is answered while the slow request still has calls waiting."""
-    hog, newcomer = RequestScope(), RequestScope()
-    slow = pool.run([SLOW] * 6, hog)
-    time.sleep(2.2)  # the chunk timed out and its singles hold the tenant's two workers
-    answer = pool.run([fast(8)], newcomer)
-    turns = pool._tenants[None].requests  # the tenant's requests, the next to go first
-    assert next(iter(turns)) == newcomer.id or not turns.get(newcomer.id), list(turns)
-    assert answer.result(timeout=30) == [1.0]
-    assert not slow.done()  # the slow request's calls still wait
-    hog.cancel("disconnected")
-    out = slow.result(timeout=30)
-    assert all(isinstance(v, CallFailure) and v.kind in ("timeout", "cancelled") for v in out)
-
-
 def test_a_cancelled_request_s_calls_are_dropped_and_killed(pool):
     gone = RequestScope()
     future = pool.run([SLOW] * 40, gone)

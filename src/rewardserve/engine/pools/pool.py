@@ -9,11 +9,11 @@ then between each tenant's requests.
   into a queue behind a killed worker's restart. Tenants take turns by weighted fair
   queueing on the worker time their calls took (a tenant whose calls burn their whole
   time limit falls behind one whose calls take a millisecond); within a tenant, its
-  requests take turns, a request new here first. One tenant, and one request, holds at
-  most ``workers - 1`` workers, a worker being replaced after its call was killed
-  counting as held by the tenant whose call it was (until the new worker answers), so
-  another tenant's work arriving while one tenant's slow calls run always finds a
-  worker up, and a new request of the same tenant has the next worker that tenant frees;
+  requests take turns. One tenant, and one request, holds at most ``workers - 1``
+  workers, a worker being replaced after its call was killed counting as held by the
+  tenant whose call it was (until the new worker answers), so another tenant's work
+  arriving while one tenant's slow calls run always finds a worker up (a request of the
+  same tenant waits for the tenant's turn);
 - the queue holds ``max_queued`` calls; past that a tenant may still queue up to its
   weighted share of it among the tenants with work here (the queue then holds up to
   twice its limit, never more), so one tenant's flood is refused (``PoolBusy``, a 429)
@@ -170,10 +170,7 @@ class RulePool:
             queue = self._tenants.setdefault(tenant, _TenantQueue())
             if not queue.active:  # back from idle: no credit for the time away
                 self._turns.rejoin(tenant)
-            if scope.id not in queue.requests:  # a request new here goes next in its tenant's turns,
-                queue.requests[scope.id] = deque()  # ahead of those that have had theirs
-                queue.requests.move_to_end(scope.id, last=False)
-            queue.requests[scope.id].extend(chunks)
+            queue.requests.setdefault(scope.id, deque()).extend(chunks)
             queue.queued += len(calls)
             self._queued_calls += len(calls)
             if scope.id not in self._scopes:
